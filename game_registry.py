@@ -1,0 +1,334 @@
+"""Game protocol and registry: what Step 2 produces and Steps 3-4 consume.
+
+A *game* is a seeded, procedurally generated, verifiable environment that isolates one capability.
+Each game lives in one file holding a config dataclass, the game class and one `register_game(...)`
+call. The coding agent of Step 2 writes `capability_<name>_game.py` at the repository root; the games
+shipped as worked examples live in `games/`. Both places (plus any folder listed in the
+`TRACE_GAMES_DIRS` environment variable, `os.pathsep`-separated) are imported on the first lookup.
+
+The protocol (see `Game`):
+    messages = game.reset(seed)            # [system, user, ...] OpenAI-style dicts
+    action = spec.extract_action(text)     # model text -> Action (never raises)
+    result = game.step(action)             # StepResult(observation_messages, reward, done, info)
+    game.done, game.get_messages(), game.get_summary()  # {"reward", "steps", "success", ...}
+
+Messages use the τ²-bench shape our results files store: an assistant message is
+`{"role": "assistant", "content": str | None, "tool_calls": [{"id", "name", "arguments": dict}]}`,
+a tool result is `{"role": "tool", "tool_call_id", "name", "content"}`. The chat template
+(`train/chat_template.py`) renders both.
+
+Prompts: `get_system_prompt()` is the environment's own system prompt (policy, rules). For training,
+`prompt_variant(messages, spec, hinted)` appends `spec.base_prompt` or `spec.hint_prompt` to it, so the
+GRPO trainer can sample with the hint and re-score the same completion under the base prompt.
+
+Usage: `python game_registry.py --list`.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import sys
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+REPO_ROOT = Path(__file__).resolve().parent
+DEFAULT_GAME_DIRS = (REPO_ROOT, REPO_ROOT / "games")
+GAME_FILE_GLOB = "capability_*_game.py"
+# Built-in games that are not capability games (the target benchmark itself, for direct-RL baselines).
+BUILTIN_GAME_MODULES = ("benchmarks.storefront.game",)
+
+
+# --------------------------------------------------------------------------------------------------
+# Actions and step results
+# --------------------------------------------------------------------------------------------------
+@dataclass
+class ToolCall:
+    """One parsed tool call. `id` is assigned by the game when it executes the call."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str = ""
+
+
+@dataclass
+class Action:
+    """What the model did in one turn.
+
+    kind:
+      - "tool_call": `tool_calls` holds one or more calls; `content` is any text before them.
+      - "reply":     a plain message to the user in `content`.
+      - "malformed": the text could not be understood; `error` says why. Games answer with an
+                     error observation (the episode goes on or ends by the game's own rule).
+    """
+
+    kind: Literal["tool_call", "reply", "malformed"]
+    raw: str
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    error: str = ""
+
+    def to_message(self) -> dict[str, Any]:
+        """The assistant message this action adds to the conversation."""
+        if self.kind == "tool_call":
+            return {
+                "role": "assistant",
+                "content": self.content or None,
+                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls],
+            }
+        return {"role": "assistant", "content": self.raw if self.kind == "malformed" else self.content}
+
+
+@dataclass
+class StepResult:
+    observation_messages: list[dict[str, Any]]
+    reward: float
+    done: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+_TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+def parse_hermes_action(text: str) -> Action:
+    """Turn model text into an Action; never raises.
+
+    Hermes-style calls: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (one or more blocks;
+    `arguments` may also be a JSON-encoded string of an object). Text without a tool-call tag is a reply
+    to the user. A tag that is unclosed, or a block that is not a JSON object with a string `name` and
+    an object `arguments`, makes the whole action malformed.
+    """
+    if not isinstance(text, str):
+        return Action(kind="malformed", raw=repr(text), error="model output is not text")
+    blocks = _TOOL_CALL_BLOCK.findall(text)
+    if not blocks:
+        if "<tool_call>" in text or "</tool_call>" in text:
+            return Action(kind="malformed", raw=text, error="unbalanced <tool_call> tags")
+        content = text.strip()
+        if not content:
+            return Action(kind="malformed", raw=text, error="empty response")
+        return Action(kind="reply", raw=text, content=content)
+    if text.count("<tool_call>") != len(blocks):
+        return Action(kind="malformed", raw=text, error="unbalanced <tool_call> tags")
+    calls = []
+    for block in blocks:
+        try:
+            payload = json.loads(block.strip())
+        except json.JSONDecodeError as err:
+            return Action(kind="malformed", raw=text, error=f"tool call is not valid JSON: {err.msg}")
+        if not isinstance(payload, dict) or not isinstance(payload.get("name"), str) or not payload["name"]:
+            return Action(kind="malformed", raw=text, error='tool call needs a string "name"')
+        arguments = payload.get("arguments", {})
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as err:
+                return Action(kind="malformed", raw=text, error=f"tool arguments are not valid JSON: {err.msg}")
+        if not isinstance(arguments, dict):
+            return Action(kind="malformed", raw=text, error='tool call "arguments" must be a JSON object')
+        calls.append(ToolCall(name=payload["name"], arguments=arguments))
+    content = text[: text.index("<tool_call>")].strip()
+    return Action(kind="tool_call", raw=text, content=content, tool_calls=calls)
+
+
+# --------------------------------------------------------------------------------------------------
+# The game protocol
+# --------------------------------------------------------------------------------------------------
+class Game(ABC):
+    """One environment instance. `reset(seed)` starts a new episode from `random.Random(seed)`."""
+
+    @abstractmethod
+    def reset(self, seed: int) -> list[dict[str, Any]]:
+        """Start an episode; return the initial messages (system first, then the user's opening)."""
+
+    @abstractmethod
+    def get_system_prompt(self) -> str:
+        """The environment's system prompt (policy and rules), without base/hint prompt."""
+
+    @abstractmethod
+    def get_tool_schemas(self) -> list[dict[str, Any]]:
+        """OpenAI function schemas (`{"type": "function", "function": {...}}`) of the tools offered."""
+
+    @abstractmethod
+    def get_messages(self) -> list[dict[str, Any]]:
+        """The whole conversation so far (a copy)."""
+
+    @abstractmethod
+    def step(self, action: Action) -> StepResult:
+        """Apply one model action; return what the model sees next."""
+
+    @property
+    @abstractmethod
+    def done(self) -> bool:
+        """True once the episode has ended (by the game's rules)."""
+
+    @abstractmethod
+    def get_summary(self) -> dict[str, Any]:
+        """At least {"reward": float in [0, 1], "steps": int, "success": bool}; valid at any time."""
+
+    @abstractmethod
+    def oracle_response(self) -> str:
+        """The text an expert would produce now (tool-call markup or a reply). Used for validation and SFT."""
+
+
+@dataclass
+class GameSpec:
+    """Everything the trainer needs to know about a game."""
+
+    name: str
+    make_env: Callable[..., Game]  # make_env() or make_env(config) -> a fresh Game
+    extract_action: Callable[[str], Action] = parse_hermes_action
+    system_prompt: str = ""  # the static part of the system prompt (the game may add instance text)
+    base_prompt: str = ""  # appended to the system prompt for ordinary rollouts
+    hint_prompt: str = ""  # appended instead for hinted rollouts (expert guidance)
+    max_gen_tokens: int = 256  # per assistant turn
+    max_turns: int = 12  # assistant turns per episode
+    capability: str = ""  # the capability this game trains (empty for target benchmarks)
+    config_cls: type | None = None  # the game's config dataclass, for --key value overrides
+    # The target benchmark whose tool schemas this game must reuse: a registered game name or a path to a
+    # JSON list of OpenAI tool schemas. Empty: not checked (validate_game warns).
+    target: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not re.fullmatch(r"[a-z0-9_]+", self.name or ""):
+            raise ValueError(f"GameSpec.name must be a snake_case string, got {self.name!r}")
+        for attr in ("make_env", "extract_action"):
+            if not callable(getattr(self, attr)):
+                raise ValueError(f"GameSpec({self.name}).{attr} must be callable, got {getattr(self, attr)!r}")
+        for attr in ("system_prompt", "base_prompt", "hint_prompt", "capability", "target"):
+            if not isinstance(getattr(self, attr), str):
+                raise ValueError(f"GameSpec({self.name}).{attr} must be a string")
+        for attr in ("max_gen_tokens", "max_turns"):
+            value = getattr(self, attr)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"GameSpec({self.name}).{attr} must be a positive int, got {value!r}")
+        if self.config_cls is not None and not isinstance(self.config_cls, type):
+            raise ValueError(f"GameSpec({self.name}).config_cls must be a class")
+
+    def make(self, **overrides: Any) -> Game:
+        """A fresh game; keyword overrides go to the config dataclass (needs `config_cls`)."""
+        if not overrides:
+            return self.make_env()
+        if self.config_cls is None:
+            raise ValueError(f"game {self.name!r} has no config_cls; it takes no overrides ({sorted(overrides)})")
+        return self.make_env(self.config_cls(**overrides))
+
+
+def prompt_variant(messages: list[dict[str, Any]], spec: GameSpec, hinted: bool) -> list[dict[str, Any]]:
+    """Copy of `messages` whose system message carries the base prompt or, when hinted, the hint prompt."""
+    extra = spec.hint_prompt if hinted else spec.base_prompt
+    if not messages or messages[0].get("role") != "system":
+        raise ValueError(f"game {spec.name!r}: the first message must be the system prompt")
+    out = [dict(m) for m in messages]
+    if extra:
+        out[0]["content"] = f"{out[0]['content'].rstrip()}\n\n{extra.strip()}"
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------------------
+_REGISTRY: dict[str, GameSpec] = {}
+_LOADED_FILES: set[Path] = set()
+_DISCOVERED = False
+
+
+class GameImportError(ImportError):
+    """A game file failed to import; the message names the file."""
+
+
+def register_game(spec: GameSpec) -> GameSpec:
+    """Add a game. Raises ValueError on a duplicate name or a value that is not a GameSpec."""
+    if not isinstance(spec, GameSpec):
+        raise ValueError(f"register_game expects a GameSpec, got {type(spec).__name__}")
+    if spec.name in _REGISTRY:
+        raise ValueError(f"game {spec.name!r} is already registered")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def game_dirs() -> list[Path]:
+    """Folders searched for `capability_*_game.py`: repo root, games/, and $TRACE_GAMES_DIRS."""
+    extra = [Path(p) for p in os.environ.get("TRACE_GAMES_DIRS", "").split(os.pathsep) if p]
+    return [*DEFAULT_GAME_DIRS, *extra]
+
+
+def _import_game_file(path: Path) -> None:
+    path = path.resolve()
+    if path in _LOADED_FILES:
+        return
+    _LOADED_FILES.add(path)
+    module_name = f"trace_games.{path.stem}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise GameImportError(f"{path}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # re-raised with the file name: a broken game is never swallowed
+        sys.modules.pop(module_name, None)
+        raise GameImportError(f"{path}: failed to import game: {type(err).__name__}: {err}") from err
+
+
+def discover_games() -> None:
+    """Import built-in game modules and every game file in `game_dirs()` (once)."""
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    _DISCOVERED = True
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))  # game files import benchmarks.* and game_registry
+    for module in BUILTIN_GAME_MODULES:
+        if importlib.util.find_spec(module.rsplit(".", 1)[0]) is not None:
+            importlib.import_module(module)
+    for folder in game_dirs():
+        if folder.is_dir():
+            for path in sorted(folder.glob(GAME_FILE_GLOB)):
+                _import_game_file(path)
+
+
+def get_game(name: str) -> GameSpec:
+    """The spec of a registered game; unknown names raise KeyError listing the known ones."""
+    discover_games()
+    if name not in _REGISTRY:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise KeyError(f"unknown game {name!r}; registered games: {known}")
+    return _REGISTRY[name]
+
+
+def list_games() -> list[str]:
+    discover_games()
+    return sorted(_REGISTRY)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="List the registered games.")
+    parser.add_argument("--list", action="store_true", help="print each game with its capability and tool count")
+    args = parser.parse_args(argv)
+    if not args.list:
+        parser.print_help()
+        return 0
+    try:
+        names = list_games()
+    except GameImportError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{'game':44s} {'capability':34s} tools  max_turns")
+    for name in names:
+        spec = _REGISTRY[name]
+        n_tools = len(spec.make_env().get_tool_schemas())
+        print(f"{name:44s} {spec.capability or '-':34s} {n_tools:5d}  {spec.max_turns:9d}")
+    return 0
+
+
+if __name__ == "__main__":
+    # Run through the importable module so game files that `import game_registry` share one registry.
+    sys.path.insert(0, str(REPO_ROOT))
+    import game_registry
+
+    sys.exit(game_registry.main())
