@@ -1,0 +1,105 @@
+"""Work queue over the selected capabilities (`pipeline/selected_capabilities.json`).
+
+    python -m pipeline.capabilities next [--file F] [--json]   # PENDING capability with the highest mean Δ
+    python -m pipeline.capabilities mark NAME STATUS [--file F] # STATUS: PENDING / IN_PROGRESS / DONE
+    python -m pipeline.capabilities list [--file F]
+
+`next` exits 1 when nothing is PENDING; a missing/broken file, an unknown name or status exit 2.
+`mark` rewrites the file atomically and keeps every other key of the entries (e.g. environment_path).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from pipeline._io import InputError, atomic_write_json, load_json
+
+DEFAULT_FILE = "pipeline/selected_capabilities.json"
+STATUSES = ("PENDING", "IN_PROGRESS", "DONE")
+
+
+def load_selected(path: str | Path) -> list[dict]:
+    """Read the selected-capabilities list; InputError unless it is a list of {skill, status, mean_delta, ...}."""
+    data = load_json(path)
+    if not isinstance(data, list):
+        raise InputError(f"{path}: expected a JSON list of capabilities (the --export of aggregate_capabilities)")
+    seen = set()
+    for index, entry in enumerate(data):
+        if not isinstance(entry, dict) or not isinstance(entry.get("skill"), str):
+            raise InputError(f"{path}: entry {index} needs a string 'skill'")
+        if entry.get("status") not in STATUSES:
+            raise InputError(f"{path}: entry {entry['skill']!r} has status {entry.get('status')!r}; "
+                             f"expected one of {', '.join(STATUSES)}")
+        mean_delta = entry.get("mean_delta")
+        if isinstance(mean_delta, bool) or not isinstance(mean_delta, (int, float)) or not math.isfinite(mean_delta):
+            raise InputError(f"{path}: entry {entry['skill']!r} needs a numeric 'mean_delta'")
+        if entry["skill"] in seen:
+            raise InputError(f"{path}: capability {entry['skill']!r} is listed twice")
+        seen.add(entry["skill"])
+    return data
+
+
+def next_pending(entries: list[dict]) -> dict | None:
+    """The PENDING entry with the highest mean Δ (first in file order on ties), or None."""
+    pending = [entry for entry in entries if entry["status"] == "PENDING"]
+    return max(pending, key=lambda entry: entry["mean_delta"]) if pending else None
+
+
+def mark(entries: list[dict], name: str, status: str) -> list[dict]:
+    """Set the status of capability `name` (in place, also returned); InputError for an unknown name/status."""
+    status = status.upper()
+    if status not in STATUSES:
+        raise InputError(f"unknown status {status!r}; use one of {', '.join(STATUSES)}")
+    for entry in entries:
+        if entry["skill"] == name:
+            entry["status"] = status
+            return entries
+    known = ", ".join(entry["skill"] for entry in entries) or "(none)"
+    raise InputError(f"unknown capability {name!r}; known: {known}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; see the module docstring."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline.capabilities",
+                                     description="Pick and mark capabilities from the selected list.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    next_parser = sub.add_parser("next", help="print the PENDING capability with the highest mean Δ")
+    next_parser.add_argument("--json", action="store_true", help="print the whole entry as JSON")
+    mark_parser = sub.add_parser("mark", help="set the status of a capability")
+    mark_parser.add_argument("name")
+    mark_parser.add_argument("status", help="PENDING, IN_PROGRESS or DONE")
+    sub.add_parser("list", help="print every capability with its status")
+    for sub_parser in sub.choices.values():
+        sub_parser.add_argument("--file", default=DEFAULT_FILE, help=f"selected list (default {DEFAULT_FILE})")
+    args = parser.parse_args(argv)
+    try:
+        entries = load_selected(args.file)
+        if args.command == "mark":
+            mark(entries, args.name, args.status)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.command == "next":
+        entry = next_pending(entries)
+        if entry is None:
+            print(f"no PENDING capability in {args.file}", file=sys.stderr)
+            return 1
+        if args.json:
+            print(json.dumps(entry, indent=2, ensure_ascii=False))
+        else:
+            print(entry["skill"])
+            print(entry.get("description", ""))
+    elif args.command == "mark":
+        atomic_write_json(args.file, entries)
+        print(f"{args.name}: {args.status.upper()}")
+    else:
+        for entry in entries:
+            print(f"{entry['status']:<12} {entry['mean_delta']:+.3f}  {entry['skill']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

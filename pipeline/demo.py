@@ -1,0 +1,122 @@
+"""The embedded CPU demo (`make demo`).
+
+Today it runs Step 1, capability selection, on the bundled real τ²-bench results (gpt-4.1 agent on
+the airline and retail domains): compact the trajectories, write the candidate capabilities, let ten
+rule-based stand-in labelers (`pipeline/rule_labeler.py`; there is no LLM here) mark every
+(trajectory, capability) pair, convert their flat labels into run files, aggregate, and print the
+capability table. Everything lands in `runs/demo/select/` in the formats of design/ARTIFACTS.md.
+
+    python -m pipeline.demo [--run-dir runs/demo] [--runs 10] [--k 8]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pipeline import rule_labeler
+from pipeline._io import InputError, atomic_write_json, atomic_write_jsonl, load_json
+from pipeline._summarize import summarize_paths
+from pipeline.aggregate_capabilities import aggregate, format_table, write_outputs
+from pipeline.labels_to_run import labels_to_run
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TAU2_RESULTS = sorted((REPO_ROOT / "tests" / "fixtures" / "real" / "tau2-bench").glob("*.json"))
+BANNER = "=" * 78
+
+
+def rule_verdicts_for(result_files: list[Path], summary: list[dict]) -> dict[str, dict[str, str]]:
+    """Noiseless rule labels keyed by the summary's trajectory ids.
+
+    `summarize_paths` keeps file order and simulation order, so the i-th simulation across the files is
+    the i-th summary record (its id may carry a domain prefix).
+    """
+    pairs = []
+    for path in result_files:
+        data = load_json(path)
+        tasks = {str(task["id"]): task for task in data.get("tasks") or []}
+        pairs.extend((sim, tasks.get(str(sim["task_id"]))) for sim in data["simulations"])
+    if len(pairs) != len(summary):
+        raise InputError(f"summary has {len(summary)} records but the results files hold {len(pairs)} simulations")
+    return {
+        record["id"]: rule_labeler.rule_labels(rule_labeler.extract_evidence(sim, task))
+        for record, (sim, task) in zip(summary, pairs)
+    }
+
+
+def candidates_with_examples(verdicts: dict[str, dict[str, str]], summary: list[dict]) -> dict:
+    """Phase 1 output: the candidate list with up to three failed example trajectories each."""
+    by_id = {record["id"]: record for record in summary}
+    candidates = []
+    for candidate in rule_labeler.CANDIDATES:
+        examples = [
+            {"task_id": tid, "reward": by_id[tid]["reward"], "note": "rule verdict LACKING"}
+            for tid in sorted(verdicts)
+            if by_id[tid]["passed"] is False and verdicts[tid][candidate["name"]] == "LACKING"
+        ][:3]
+        candidates.append({**candidate, "example_trajectories": examples})
+    return {"candidates": candidates}
+
+
+def run_selection(run_dir: Path, n_runs: int, k: int, rho: float, delta: float) -> dict:
+    select_dir = run_dir / "select"
+    summary = summarize_paths(TAU2_RESULTS, max_chars=1500)
+    atomic_write_jsonl(select_dir / "summary.jsonl", summary)
+    n_failed = sum(1 for r in summary if r["passed"] is False)
+    print(f"[1/4] summarized {len(summary)} trajectories from {len(TAU2_RESULTS)} τ²-bench results files "
+          f"({len(summary) - n_failed} passed, {n_failed} failed) -> {select_dir / 'summary.jsonl'}")
+
+    verdicts = rule_verdicts_for(TAU2_RESULTS, summary)
+    candidates = candidates_with_examples(verdicts, summary)
+    atomic_write_json(select_dir / "candidates.json", candidates)
+    print(f"[2/4] {len(candidates['candidates'])} candidate capabilities -> {select_dir / 'candidates.json'}")
+
+    run_paths = []
+    for run in range(1, n_runs + 1):
+        records = rule_labeler.noisy_labeler(verdicts, run)
+        atomic_write_jsonl(select_dir / "labels" / f"labels_{run:02d}.jsonl", records)
+        run_file = labels_to_run(records, summary, attempt=run)
+        run_paths.append(atomic_write_json(select_dir / "labels" / f"run_{run:02d}.json", run_file))
+    print(f"[3/4] {n_runs} stand-in labelers (rules + seeded per-labeler noise; NOT an LLM) -> "
+          f"{select_dir / 'labels'}/run_*.json")
+
+    report = aggregate(run_paths, candidates=candidates, rho=rho, delta=delta, k=k)
+    export, report_path = write_outputs(report, select_dir / "selected_capabilities.json")
+    print(f"[4/4] aggregated (rho={rho}, delta={delta}, K={k} of N={n_runs}) -> {export}, {report_path}")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-dir", type=Path, default=REPO_ROOT / "runs" / "demo")
+    parser.add_argument("--runs", type=int, default=10, help="number of stand-in labelers (default 10)")
+    parser.add_argument("--k", type=int, default=8, help="runs a capability must pass (default 8)")
+    parser.add_argument("--rho", type=float, default=0.10)
+    parser.add_argument("--delta", type=float, default=0.20)
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    if not TAU2_RESULTS:
+        print(f"error: no τ²-bench results found under {REPO_ROOT / 'tests/fixtures/real/tau2-bench'}", file=sys.stderr)
+        return 2
+
+    print(BANNER)
+    print("TRACE demo, Step 1: capability selection on real τ²-bench results (gpt-4.1, airline + retail)")
+    print("Labels come from a documented RULE-BASED STAND-IN for LLM labelers (pipeline/rule_labeler.py).")
+    print(BANNER)
+    try:
+        report = run_selection(args.run_dir, args.runs, args.k, args.rho, args.delta)
+    except (InputError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print()
+    print(format_table(report))
+    print()
+    selected = report["selected"]
+    print(f"selected capabilities ({len(selected)}): {', '.join(selected) if selected else 'none'}")
+    print(f"next for Step 2: python -m pipeline.capabilities next --file {args.run_dir / 'select' / 'selected_capabilities.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
