@@ -1,0 +1,21 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-init Qwen3 model + BPE tokenizer (built-in corpus), built once per test session.
+
+    vocab target 400, hidden 64, 2 layers, 2 heads, seed 0 (its tiny_build.json records them); builds in a
+    few seconds. Load it with `AutoTokenizer.from_pretrained(...)` / `AutoModelForCausalLM.from_pretrained(...)`.
+    Treat the folder as read-only: other tests share it.
+    """
+    from train.tiny import build_tiny_model
+
+    out = tmp_path_factory.mktemp("tiny") / "model"
+    return build_tiny_model(out, vocab_size=400, hidden_size=64, num_layers=2, num_heads=2, seed=0)

@@ -1,0 +1,149 @@
+"""Per-token log-probabilities of a sequence under a causal LM, in the layout the GRPO loss expects.
+
+Alignment convention (shared with `train.grpo_loss.RolloutBatch`):
+
+    out[b, t] = log p(input_ids[b, t] | input_ids[b, :t])      for t >= 1
+    out[b, 0] = 0                                               (nothing predicts the first token)
+
+i.e. column t holds the logprob *of token t*, not of the token after it. The model's logits at position t-1
+predict token t, so we take `logits[:, :-1]` and gather at `input_ids[:, 1:]`, then shift right by one column.
+A value is only meaningful when both token t and its predecessor t-1 are real (attention_mask == 1); every other
+entry (column 0, padding, the first real token of a left-padded row) is exactly 0, so right- and left-padded
+copies of the same sequence give the same numbers for the same real tokens.
+
+Positions: HF causal LMs number positions 0..T-1 by default regardless of the attention mask, so a left-padded
+row starts its real tokens at position > 0. Rotary models (Qwen, Llama) do not care (RoPE only sees position
+differences), but models with absolute position embeddings (GPT-2) do. We pass `position_ids =
+cumsum(attention_mask) - 1` (clamped at 0), as `generate()` does, so the padding side never changes the result.
+
+Memory: `log_softmax(logits)` would allocate a second [B, T, V] tensor in fp32 (and autograd keeps it for
+backward). We use log p(y) = logit[y] - logsumexp(logits) instead: the gather is a [B, T] read, and the
+logsumexp runs over chunks of the sequence in fp32. When gradients are needed, each chunk is wrapped in
+activation checkpointing so autograd keeps only the model's own logits, not an fp32 copy per chunk; the chunk is
+recomputed in backward. The model's logits themselves ([B, T, V] in the model dtype) are unavoidable without
+reaching into the model's lm_head, which would not be model-agnostic (PEFT, routed multi-adapter models).
+
+Nothing here assumes a particular adapter setup: any `model(input_ids=..., attention_mask=..., position_ids=...)`
+that returns an object with `.logits` of shape [B, T, V] works (HF causal LMs, PEFT-wrapped ones, custom wrappers).
+"""
+from __future__ import annotations
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+# Sequence positions per logsumexp chunk. 1024 positions x 152k vocab x 4 bytes ~ 620 MB of fp32 per chunk for a
+# Qwen-size vocabulary; small enough to fit next to the model, large enough to stay fast.
+DEFAULT_CHUNK_TOKENS = 1024
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions 0, 1, 2, ... counted over real tokens only (padding gets 0). [B, T] long."""
+    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+
+def _check_ids_and_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be [B, T]; got shape {tuple(input_ids.shape)}. Add a batch dimension.")
+    if attention_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"attention_mask shape {tuple(attention_mask.shape)} must equal input_ids shape {tuple(input_ids.shape)}."
+        )
+    if input_ids.dtype not in (torch.long, torch.int32, torch.int64):
+        raise ValueError(f"input_ids must be an integer tensor (torch.long); got {input_ids.dtype}.")
+
+
+def _chunk_logsumexp(logits_chunk: torch.Tensor, temperature: float) -> torch.Tensor:
+    # logits_chunk: [B, C, V] in the model dtype -> [B, C] fp32
+    scaled = logits_chunk.float()
+    if temperature != 1.0:
+        scaled = scaled / temperature
+    return torch.logsumexp(scaled, dim=-1)
+
+
+def logprobs_from_logits(
+    logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+) -> torch.Tensor:
+    """Per-token logprobs from already computed logits, using the alignment convention of this module.
+
+    Args:
+        logits: [B, T, V] next-token logits (position t predicts token t+1), any float dtype.
+        input_ids: [B, T] token ids.
+        attention_mask: [B, T], 1 on real tokens, 0 on padding.
+        temperature: the sampling temperature; logits are divided by it (the policy that sampled at temperature
+            tau is softmax(logits / tau), so its logprobs must be computed the same way).
+        chunk_tokens: positions per fp32 logsumexp chunk (memory/speed trade-off only; results do not change).
+
+    Returns:
+        [B, T] fp32; out[:, t] = log p(token t | tokens < t), 0 where undefined (see module docstring).
+    """
+    _check_ids_and_mask(input_ids, attention_mask)
+    if logits.dim() != 3 or logits.shape[:2] != input_ids.shape:
+        raise ValueError(
+            f"logits must be [B, T, V] with [B, T] = input_ids shape {tuple(input_ids.shape)}; "
+            f"got {tuple(logits.shape)}."
+        )
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0; got {temperature}.")
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be >= 1; got {chunk_tokens}.")
+    batch, seq_len = input_ids.shape
+    out = logits.new_zeros((batch, seq_len), dtype=torch.float32)  # [B, T]
+    if seq_len < 2:
+        return out
+
+    pred_logits = logits[:, :-1]  # [B, T-1, V]; position t-1 predicts token t
+    targets = input_ids[:, 1:].long()  # [B, T-1]
+    # Target logit: a [B, T-1] gather, no vocabulary-sized copy.
+    target_logits = pred_logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1).float()  # [B, T-1]
+    if temperature != 1.0:
+        target_logits = target_logits / temperature
+
+    needs_grad = torch.is_grad_enabled() and pred_logits.requires_grad
+    lse_chunks = []
+    for start in range(0, seq_len - 1, chunk_tokens):
+        chunk = pred_logits[:, start : start + chunk_tokens]  # [B, C, V] view, no copy
+        if needs_grad:
+            # Recompute the fp32 copy in backward instead of keeping one per chunk alive.
+            lse_chunks.append(checkpoint(_chunk_logsumexp, chunk, temperature, use_reentrant=False))
+        else:
+            lse_chunks.append(_chunk_logsumexp(chunk, temperature))
+    log_norm = torch.cat(lse_chunks, dim=1)  # [B, T-1]
+
+    token_lp = target_logits - log_norm  # [B, T-1]
+    real = attention_mask.bool()
+    defined = real[:, 1:] & real[:, :-1]  # [B, T-1]: token and its predecessor are both real
+    # `where`, not multiply: padding logits may be garbage (even non-finite) and must not leak into values or grads.
+    token_lp = torch.where(defined, token_lp, torch.zeros_like(token_lp))
+    return torch.cat([out[:, :1], token_lp], dim=1)  # [B, T]
+
+
+def token_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+) -> torch.Tensor:
+    """Logprob of each actual token of `input_ids` under `model`, [B, T] fp32 (column 0 and padding are 0).
+
+    Runs one forward pass with padding-aware position ids and no KV cache. Gradients flow to whatever parameters
+    of `model` require grad (a LoRA adapter, router gates, ...); call under `torch.no_grad()` for old/ref logprobs.
+    See the module docstring for the alignment convention and the memory strategy.
+    """
+    _check_ids_and_mask(input_ids, attention_mask)
+    outputs = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+    )
+    logits = outputs.logits  # [B, T, V]
+    return logprobs_from_logits(
+        logits, input_ids, attention_mask, temperature=temperature, chunk_tokens=chunk_tokens
+    )
