@@ -120,6 +120,8 @@ def parse_hermes_action(text: str) -> Action:
             payload = json.loads(block.strip())
         except json.JSONDecodeError as err:
             return Action(kind="malformed", raw=text, error=f"tool call is not valid JSON: {err.msg}")
+        except RecursionError:  # pathologically nested JSON is still just bad model output
+            return Action(kind="malformed", raw=text, error="tool call JSON is nested too deeply")
         if not isinstance(payload, dict) or not isinstance(payload.get("name"), str) or not payload["name"]:
             return Action(kind="malformed", raw=text, error='tool call needs a string "name"')
         arguments = payload.get("arguments", {})
@@ -128,6 +130,8 @@ def parse_hermes_action(text: str) -> Action:
                 arguments = json.loads(arguments) if arguments.strip() else {}
             except json.JSONDecodeError as err:
                 return Action(kind="malformed", raw=text, error=f"tool arguments are not valid JSON: {err.msg}")
+            except RecursionError:
+                return Action(kind="malformed", raw=text, error="tool arguments JSON is nested too deeply")
         if not isinstance(arguments, dict):
             return Action(kind="malformed", raw=text, error='tool call "arguments" must be a JSON object')
         calls.append(ToolCall(name=payload["name"], arguments=arguments))

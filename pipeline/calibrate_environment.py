@@ -1,0 +1,305 @@
+"""Is a game calibrated? Metrics and bands over the base model's rollouts on it.
+
+Usage:
+    python pipeline/calibrate_environment.py ROLLOUTS.json [--json-output FILE] [--success-threshold 1.0]
+        [--min-mean-reward 0.2] [--max-mean-reward 0.6] [--min-success-rate 0.2] [--max-success-rate 0.6]
+        [--min-reward-std 0.05] [--max-frac-all-success 0.2] [--max-frac-all-zero 0.2]
+        [--max-frac-constant 0.5] [--min-frac-informative 0.5] [--min-pass-at-k 1=0.1] [--max-pass-at-k 8=0.9]
+
+ROLLOUTS.json is τ²-bench results JSON whose simulations carry `task_id` (the seed), `sample_idx` (or
+`trial`) and `reward_info.reward`; the samples sharing a task_id form a group (GRPO learns only from groups
+whose rewards differ, hence the constant/informative shares).
+
+Exit codes: 0 every band holds, 1 some band fails (each listed), 2 bad input (nothing written).
+`--json-output` writes {"metrics", "errors", "warnings"}; errors are the failed bands.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make `pipeline._io` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pipeline._io import InputError, atomic_write_json, load_json  # noqa: E402
+
+PASS_AT_K = (1, 4, 8, 16)
+CONSTANT_TOLERANCE = 1e-12  # rewards closer than this count as equal
+
+
+@dataclass(frozen=True)
+class Sample:
+    task_id: str
+    sample_idx: int
+    reward: float
+
+
+def parse_simulations(simulations: Any, source: str = "rollouts") -> list[Sample]:
+    """Validate simulations and return one Sample each; raises InputError naming the problem.
+
+    A sample's index is `sample_idx`, or `trial` when there is no sample_idx. task_ids are compared as
+    strings (τ²-bench writes them as strings; our games write the integer seed).
+    """
+    if not isinstance(simulations, list):
+        raise InputError(f"{source}: `simulations` must be a list, got {type(simulations).__name__}")
+    if not simulations:
+        raise InputError(f"{source}: no simulations")
+    samples: list[Sample] = []
+    seen: set[tuple[str, int]] = set()
+    for position, sim in enumerate(simulations):
+        where = f"{source}: simulation {position}"
+        if not isinstance(sim, dict):
+            raise InputError(f"{where} is a {type(sim).__name__}, not an object")
+        task_id = sim.get("task_id")
+        if isinstance(task_id, bool) or not isinstance(task_id, (str, int)) or task_id == "":
+            raise InputError(f"{where} has no task_id (got {task_id!r})")
+        index = sim.get("sample_idx", sim.get("trial"))
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise InputError(f"{where} (task_id {task_id!r}) needs an integer sample_idx or trial, got {index!r}")
+        reward_info = sim.get("reward_info")
+        reward = reward_info.get("reward") if isinstance(reward_info, dict) else None
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+            raise InputError(f"{where} (task_id {task_id!r}) has no numeric reward_info.reward (got {reward!r})")
+        if not math.isfinite(reward) or not 0.0 <= reward <= 1.0:
+            raise InputError(f"{where} (task_id {task_id!r}) has reward {reward!r} outside [0, 1]")
+        key = (str(task_id), index)
+        if key in seen:
+            raise InputError(f"{where}: duplicate (task_id, sample_idx) = ({task_id!r}, {index})")
+        seen.add(key)
+        samples.append(Sample(str(task_id), index, float(reward)))
+    return samples
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one group: 1 - C(n-c, k) / C(n, k), as a product (no huge binomials)."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, the group has {n}")
+    if n - c < k:
+        return 1.0
+    # C(n-c, k) / C(n, k) = prod_{i=0}^{k-1} (n-c-i) / (n-i)
+    return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
+
+
+def compute_metrics(
+    simulations: Any, success_threshold: float = 1.0, ks: tuple[int, ...] = PASS_AT_K, source: str = "rollouts"
+) -> dict[str, Any]:
+    """Calibration metrics of τ²-bench simulations (see the module docstring); raises InputError on bad input.
+
+    pass@k maps are keyed by k as a string and hold only the k <= the smallest group's size. `source`
+    names the input in error messages.
+    """
+    samples = parse_simulations(simulations, source)
+    groups: dict[str, list[Sample]] = defaultdict(list)
+    for sample in samples:
+        groups[sample.task_id].append(sample)
+    rewards = [s.reward for s in samples]
+    n = len(rewards)
+    mean = sum(rewards) / n
+    sizes = [len(g) for g in groups.values()]
+    smallest = min(sizes)
+
+    def success(reward: float) -> bool:
+        return reward >= success_threshold
+
+    all_success = all_zero = constant = 0
+    for group in groups.values():
+        values = [s.reward for s in group]
+        all_success += all(success(v) for v in values)
+        all_zero += all(v == 0.0 for v in values)
+        constant += max(values) - min(values) <= CONSTANT_TOLERANCE
+    n_groups = len(groups)
+    unbiased: dict[str, float] = {}
+    first: dict[str, float] = {}
+    for k in sorted(set(ks)):
+        if k > smallest:
+            continue
+        unbiased[str(k)] = sum(
+            pass_at_k(len(g), sum(success(s.reward) for s in g), k) for g in groups.values()
+        ) / n_groups
+        first[str(k)] = sum(
+            any(success(s.reward) for s in sorted(g, key=lambda s: s.sample_idx)[:k]) for g in groups.values()
+        ) / n_groups
+    return {
+        "mean_reward": mean,
+        "success_rate": sum(success(r) for r in rewards) / n,
+        "reward_std": math.sqrt(sum((r - mean) ** 2 for r in rewards) / n),
+        "n_groups": n_groups,
+        "n_samples": n,
+        "frac_all_success": all_success / n_groups,
+        "frac_all_zero": all_zero / n_groups,
+        "frac_constant": constant / n_groups,
+        "frac_informative": 1.0 - constant / n_groups,
+        "pass_at_k": unbiased,
+        "pass_at_k_first": first,
+        "min_group_size": smallest,
+        "max_group_size": max(sizes),
+        "n_groups_size_1": sizes.count(1),
+        "success_threshold": success_threshold,
+    }
+
+
+@dataclass
+class Bands:
+    """Where a calibrated game's metrics must lie (defaults: the base model succeeds 20-60% of the time)."""
+
+    min_mean_reward: float = 0.2
+    max_mean_reward: float = 0.6
+    min_success_rate: float = 0.2
+    max_success_rate: float = 0.6
+    min_reward_std: float = 0.05
+    max_frac_all_success: float = 0.2
+    max_frac_all_zero: float = 0.2
+    max_frac_constant: float = 0.5
+    min_frac_informative: float = 0.5
+    min_pass_at_k: dict[int, float] = field(default_factory=dict)  # k -> lowest allowed unbiased pass@k
+    max_pass_at_k: dict[int, float] = field(default_factory=dict)  # k -> highest allowed unbiased pass@k
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if name.endswith("pass_at_k"):
+                for k, bound in value.items():
+                    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+                        raise ValueError(f"{name}: k must be a positive int, got {k!r} (write K=VALUE, e.g. 4=0.5)")
+                    if not 0.0 <= bound <= 1.0:
+                        raise ValueError(f"{name}: bound for k={k} must be in [0, 1], got {bound}")
+            elif not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+        for low, high in (("min_mean_reward", "max_mean_reward"), ("min_success_rate", "max_success_rate")):
+            if getattr(self, low) > getattr(self, high):
+                raise ValueError(f"{low} ({getattr(self, low)}) is above {high} ({getattr(self, high)}); swap them")
+
+
+# (metric, bound attribute, "min" or "max", flag)
+_SCALAR_BANDS = (
+    ("mean_reward", "min_mean_reward", "min"),
+    ("mean_reward", "max_mean_reward", "max"),
+    ("success_rate", "min_success_rate", "min"),
+    ("success_rate", "max_success_rate", "max"),
+    ("reward_std", "min_reward_std", "min"),
+    ("frac_all_success", "max_frac_all_success", "max"),
+    ("frac_all_zero", "max_frac_all_zero", "max"),
+    ("frac_constant", "max_frac_constant", "max"),
+    ("frac_informative", "min_frac_informative", "min"),
+)
+
+
+def _flag(attribute: str) -> str:
+    return "--" + attribute.replace("_", "-")
+
+
+def check_bands(metrics: dict[str, Any], bands: Bands) -> tuple[list[str], list[str]]:
+    """(errors, warnings): one error per band the metrics miss; warnings about the group shapes.
+
+    Raises InputError when a pass@k band asks for k larger than the smallest group.
+    """
+    errors: list[str] = []
+    for metric, attribute, side in _SCALAR_BANDS:
+        value, bound = metrics[metric], getattr(bands, attribute)
+        if (side == "min" and value < bound) or (side == "max" and value > bound):
+            word = "below the minimum" if side == "min" else "above the maximum"
+            errors.append(f"{metric} = {value:.4f} is {word} {bound} ({_flag(attribute)})")
+    for attribute, side in (("min_pass_at_k", "min"), ("max_pass_at_k", "max")):
+        for k, bound in sorted(getattr(bands, attribute).items()):
+            value = metrics["pass_at_k"].get(str(k))
+            if value is None:
+                if k > metrics["min_group_size"]:
+                    raise InputError(
+                        f"k={k} needs groups of at least {k} samples; smallest group has {metrics['min_group_size']}"
+                    )
+                raise InputError(f"pass@{k} was not computed; pass ks=({k},) to compute_metrics")
+            if (side == "min" and value < bound) or (side == "max" and value > bound):
+                word = "below the minimum" if side == "min" else "above the maximum"
+                errors.append(f"pass@{k} = {value:.4f} is {word} {bound} ({_flag(attribute)} {k}={bound})")
+    warnings: list[str] = []
+    if metrics["min_group_size"] != metrics["max_group_size"]:
+        warnings.append(
+            f"unequal group sizes ({metrics['min_group_size']} to {metrics['max_group_size']} samples per task_id); "
+            "pass@k is limited by the smallest group"
+        )
+    if metrics["n_groups_size_1"]:
+        warnings.append(
+            f"{metrics['n_groups_size_1']} group(s) of size 1: a single sample per task tells nothing about "
+            "within-group variance (GRPO needs several samples per task)"
+        )
+    return errors, warnings
+
+
+def _k_bound(text: str) -> tuple[int, float]:
+    """argparse type for K=VALUE."""
+    k_text, sep, value_text = text.partition("=")
+    try:
+        if not sep:
+            raise ValueError
+        return int(k_text), float(value_text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected K=VALUE (e.g. 4=0.5), got {text!r}") from None
+
+
+def format_summary(source: str, metrics: dict[str, Any], errors: list[str], warnings: list[str]) -> str:
+    """Readable summary of the metrics and the band verdict."""
+    lines = [
+        f"calibration of {source}: {metrics['n_samples']} samples in {metrics['n_groups']} groups "
+        f"(size {metrics['min_group_size']}-{metrics['max_group_size']})",
+        f"  mean_reward {metrics['mean_reward']:.4f}   success_rate {metrics['success_rate']:.4f} "
+        f"(reward >= {metrics['success_threshold']})   reward_std {metrics['reward_std']:.4f}",
+        f"  groups: all-success {metrics['frac_all_success']:.3f}   all-zero {metrics['frac_all_zero']:.3f}   "
+        f"constant {metrics['frac_constant']:.3f}   informative {metrics['frac_informative']:.3f}",
+        "  pass@k (unbiased):      " + "   ".join(f"k={k} {v:.4f}" for k, v in metrics["pass_at_k"].items()),
+        "  pass@k (first k by idx): " + "   ".join(f"k={k} {v:.4f}" for k, v in metrics["pass_at_k_first"].items()),
+    ]
+    lines += [f"WARN  {w}" for w in warnings]
+    lines += [f"FAIL  {e}" for e in errors]
+    lines.append("RESULT: " + ("PASS, every band holds" if not errors else f"FAIL, {len(errors)} band(s) missed"))
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="Calibration metrics and bands of a game's rollouts.")
+    parser.add_argument("rollouts", help="τ²-bench results JSON with task_id, sample_idx (or trial), reward_info.reward")
+    parser.add_argument("--json-output", help="write {metrics, errors, warnings} here")
+    parser.add_argument("--success-threshold", type=float, default=1.0, help="success = reward >= this (default 1.0)")
+    defaults = Bands()
+    for _, attribute, _ in _SCALAR_BANDS:
+        parser.add_argument(_flag(attribute), type=float, default=getattr(defaults, attribute),
+                            help=f"default {getattr(defaults, attribute)}")
+    parser.add_argument("--min-pass-at-k", type=_k_bound, action="append", default=[], metavar="K=VALUE")
+    parser.add_argument("--max-pass-at-k", type=_k_bound, action="append", default=[], metavar="K=VALUE")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        bands = Bands(
+            **{attribute: getattr(args, attribute) for _, attribute, _ in _SCALAR_BANDS},
+            min_pass_at_k=dict(args.min_pass_at_k),
+            max_pass_at_k=dict(args.max_pass_at_k),
+        )
+        if not 0.0 < args.success_threshold <= 1.0:
+            raise ValueError(f"--success-threshold must be in (0, 1], got {args.success_threshold}")
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        data = load_json(args.rollouts)
+        if not isinstance(data, dict) or "simulations" not in data:
+            raise InputError(f"{args.rollouts}: not τ²-bench results JSON (no `simulations` key)")
+        ks = tuple(sorted({*PASS_AT_K, *bands.min_pass_at_k, *bands.max_pass_at_k}))
+        metrics = compute_metrics(data["simulations"], args.success_threshold, ks, source=args.rollouts)
+        errors, warnings = check_bands(metrics, bands)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(format_summary(args.rollouts, metrics, errors, warnings))
+    if args.json_output:
+        atomic_write_json(args.json_output, {"metrics": metrics, "errors": errors, "warnings": warnings})
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,403 @@
+"""Recalibrate a game: find a value of one difficulty knob that puts the base model's success rate in a band.
+
+A knob is a field of the game's config dataclass (`spec.config_cls`). Difficulty is assumed monotone in
+the knob; which way is harder is read from the measurements (or given with --harder).
+
+File mode (rollouts already collected, one τ²-bench results file per knob value):
+    python -m pipeline.recalibrate --game NAME --knob KEY --rollouts VALUE=FILE [VALUE=FILE ...]
+        [--band 0.2,0.6] [--harder increase|decrease] [--success-threshold 1.0] [--json-output FILE]
+reports the in-band value closest to the band's centre, or which way to move and (for numeric knobs) the
+next value to try by bisection. Exit 0 when a value is in the band, 1 when not, 2 on bad input.
+
+Search mode (library): `search_knob(spec, knob, values, collect, band)` bisects a sorted candidate list,
+calling `collect(spec, {knob: value}) -> simulations` (τ²-bench simulations) for each probe. The rollout
+collector of the training code plugs in there; `policy_collector` builds one from a scripted policy.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import random
+import sys
+import types
+import typing
+from typing import Any, Callable
+
+from game_registry import Game, GameSpec, get_game
+from pipeline._io import InputError, atomic_write_json, load_json
+from pipeline.calibrate_environment import compute_metrics
+
+DEFAULT_BAND = (0.2, 0.6)
+HARDER_CHOICES = ("increase", "decrease")  # which way of moving the knob makes the game harder
+
+Collect = Callable[[GameSpec, dict[str, Any]], list[dict[str, Any]]]
+
+
+# --------------------------------------------------------------------------------------------------
+# Knob and value checks
+# --------------------------------------------------------------------------------------------------
+def knob_type(spec: GameSpec, knob: str) -> type:
+    """The declared type of config field `knob` (Optional[X] gives X); InputError when it is not a field."""
+    config_cls = spec.config_cls
+    if config_cls is None or not dataclasses.is_dataclass(config_cls):
+        raise InputError(f"game {spec.name!r} has no config dataclass (spec.config_cls); it has no knobs")
+    names = [f.name for f in dataclasses.fields(config_cls)]
+    if knob not in names:
+        raise InputError(f"{knob!r} is not a field of {config_cls.__name__}; fields: {', '.join(names)}")
+    hint = typing.get_type_hints(config_cls).get(knob)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        hint = options[0] if len(options) == 1 else hint
+    if hint not in (int, float, bool, str):
+        raise InputError(f"knob {knob!r} has type {hint!r}; only int, float, bool and str knobs are supported")
+    return hint
+
+
+def parse_knob_value(spec: GameSpec, knob: str, text: str) -> Any:
+    """`text` parsed to the knob's type and accepted by the config dataclass; InputError otherwise."""
+    kind = knob_type(spec, knob)
+    try:
+        if kind is bool:
+            lowered = text.strip().lower()
+            if lowered not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError("expected true/false")
+            value: Any = lowered in ("true", "1", "yes")
+        else:
+            value = kind(text)
+    except ValueError as err:
+        raise InputError(f"value {text!r} for knob {knob!r} is not of type {kind.__name__} ({err})") from None
+    try:
+        spec.config_cls(**{knob: value})
+    except (ValueError, TypeError) as err:
+        raise InputError(f"{spec.config_cls.__name__}({knob}={value!r}) is rejected: {err}") from None
+    return value
+
+
+# --------------------------------------------------------------------------------------------------
+# Decisions
+# --------------------------------------------------------------------------------------------------
+def _band_side(rate: float, band: tuple[float, float]) -> str:
+    if rate > band[1]:
+        return "too_easy"
+    if rate < band[0]:
+        return "too_hard"
+    return "in_band"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def infer_harder(measurements: list[dict[str, Any]]) -> str | None:
+    """'increase' when the success rate falls as the knob grows, 'decrease' when it rises, else None."""
+    numeric = sorted((m for m in measurements if _is_number(m["value"])), key=lambda m: m["value"])
+    if len(numeric) < 2 or numeric[0]["success_rate"] == numeric[-1]["success_rate"]:
+        return None
+    return "increase" if numeric[-1]["success_rate"] < numeric[0]["success_rate"] else "decrease"
+
+
+def _midpoint(a: Any, b: Any) -> Any:
+    """Bisection point between two knob values (integers stay integers); None when none lies between."""
+    low, high = min(a, b), max(a, b)
+    if isinstance(a, int) and isinstance(b, int):
+        middle = (low + high) // 2
+        return middle if low < middle < high else None
+    middle = (low + high) / 2
+    return middle if low < middle < high else None
+
+
+def _step_out(edge: Any, step: Any, grow: bool, accept: Callable[[Any], bool]) -> Any:
+    """A value `step` beyond `edge` that `accept` allows, halving the step until one is; None if none is."""
+    integer = isinstance(edge, int) and isinstance(step, int)
+    while step:
+        candidate = edge + step if grow else edge - step
+        if accept(candidate):
+            return candidate
+        step = step // 2 if integer else (step / 2 if abs(step) > 1e-9 * max(abs(edge), 1) else 0)
+    return None
+
+
+def decide(
+    measurements: list[dict[str, Any]], band: tuple[float, float], harder: str | None = None,
+    accept: Callable[[Any], bool] = lambda value: True,
+) -> dict[str, Any]:
+    """What to do next, from {"value", "success_rate"} measurements of one knob.
+
+    `accept(value)` says whether a proposed next value is allowed (e.g. the config dataclass accepts it).
+
+    Returns {"status": in_band | too_easy | too_hard | bracketed, "value", "harder", "move", "next_value",
+    "message", "warnings"}. too_easy/too_hard: every measured value is above/below the band; bracketed:
+    some are above and some below but none inside (the band lies between two neighbours).
+    """
+    if not measurements:
+        raise ValueError("decide needs at least one measurement")
+    low, high = band
+    centre = (low + high) / 2
+    warnings: list[str] = []
+    inferred = infer_harder(measurements)
+    if harder is not None and inferred is not None and harder != inferred:
+        warnings.append(f"--harder {harder} disagrees with the measurements, which say {inferred}")
+    harder = harder or inferred
+    numeric = all(_is_number(m["value"]) for m in measurements)
+    ordered = sorted(measurements, key=lambda m: m["value"]) if numeric else list(measurements)
+    rates = [m["success_rate"] for m in ordered]
+    if numeric and len(rates) > 2:
+        rising = all(a <= b for a, b in zip(rates, rates[1:]))
+        falling = all(a >= b for a, b in zip(rates, rates[1:]))
+        if not (rising or falling):
+            warnings.append("success rate is not monotone in the knob (noise, or the knob is not a difficulty knob)")
+    decision: dict[str, Any] = {"value": None, "harder": harder, "move": None, "next_value": None, "warnings": warnings}
+    inside = [m for m in ordered if low <= m["success_rate"] <= high]
+    if inside:
+        best = min(inside, key=lambda m: abs(m["success_rate"] - centre))
+        decision.update(
+            status="in_band", value=best["value"],
+            message=f"use {best['value']!r}: success rate {best['success_rate']:.3f} is in [{low}, {high}] "
+                    f"and closest to the centre {centre:.2f}",
+        )
+        return decision
+    sides = {_band_side(r, band) for r in rates}
+    if len(sides) == 2:  # some too easy, some too hard: bisect between the neighbours that straddle the band
+        pair = next(
+            (a, b) for a, b in zip(ordered, ordered[1:])
+            if _band_side(a["success_rate"], band) != _band_side(b["success_rate"], band)
+        )
+        between = _midpoint(pair[0]["value"], pair[1]["value"]) if numeric else None
+        decision.update(status="bracketed", next_value=between)
+        if between is None:
+            decision["message"] = (
+                f"the band lies between {pair[0]['value']!r} ({pair[0]['success_rate']:.3f}) and "
+                f"{pair[1]['value']!r} ({pair[1]['success_rate']:.3f}) and no value of the knob's type lies between "
+                "them: make the knob finer or widen the band"
+            )
+        else:
+            decision["message"] = (
+                f"the band lies between {pair[0]['value']!r} ({pair[0]['success_rate']:.3f}) and "
+                f"{pair[1]['value']!r} ({pair[1]['success_rate']:.3f}): try {between!r} next"
+            )
+        return decision
+    status = sides.pop()
+    move = "harder" if status == "too_easy" else "easier"
+    decision.update(status=status, move=move)
+    summary = f"every measured value is {'above' if status == 'too_easy' else 'below'} the band [{low}, {high}]"
+    if harder is None:
+        decision["message"] = f"{summary}: make the game {move}; measure a second value to learn which way that is"
+        return decision
+    grow = (harder == "increase") == (move == "harder")  # does moving the right way mean a larger value?
+    if numeric:
+        values = [m["value"] for m in ordered]
+        edge = values[-1] if grow else values[0]
+        step = (values[-1] - values[0]) or max(abs(edge), 1)  # step out by the measured span (or double)
+        next_value = _step_out(edge, step, grow, accept)
+        decision["next_value"] = next_value
+        way = "raising" if grow else "lowering"
+        if next_value is None:
+            decision["message"] = f"{summary}: the knob cannot go further by {way} it from {edge!r}; this knob is exhausted"
+        else:
+            decision["message"] = f"{summary}: make the game {move} by {way} the knob; try {next_value!r}"
+    else:
+        decision["message"] = f"{summary}: make the game {move} ({'increase' if grow else 'decrease'} the knob)"
+    return decision
+
+
+def _measurement(value: Any, simulations: Any, success_threshold: float, source: str) -> dict[str, Any]:
+    metrics = compute_metrics(simulations, success_threshold, source=source)
+    return {
+        "value": value,
+        "success_rate": metrics["success_rate"],
+        "mean_reward": metrics["mean_reward"],
+        "n_samples": metrics["n_samples"],
+        "metrics": metrics,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Search with a collector
+# --------------------------------------------------------------------------------------------------
+def search_knob(
+    spec: GameSpec,
+    knob: str,
+    values: list[Any],
+    collect: Collect,
+    band: tuple[float, float] = DEFAULT_BAND,
+    max_rounds: int = 5,
+    success_threshold: float = 1.0,
+    harder: str | None = None,
+) -> dict[str, Any]:
+    """Bisect the candidate `values` of `knob` for a success rate inside `band`; one `collect` call per round.
+
+    Values are sorted (numbers) and must be accepted by the config dataclass. Without `harder`, the two ends
+    are measured first to learn the direction (and whether the band is reachable at all). Returns
+    {"status": in_band | out_of_range | not_found | max_rounds, "value", "success_rate", "harder", "rounds",
+    "history": [measurements in probe order]}. not_found: the band falls between two neighbouring candidates.
+    """
+    if harder not in (None, *HARDER_CHOICES):
+        raise ValueError(f"harder must be one of {HARDER_CHOICES} or None, got {harder!r}")
+    if not values:
+        raise ValueError("search_knob needs at least one candidate value")
+    if max_rounds < 1:
+        raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
+    low, high = band
+    if not 0.0 <= low <= high <= 1.0:
+        raise ValueError(f"band must satisfy 0 <= low <= high <= 1, got {band}")
+    knob_type(spec, knob)
+    candidates = sorted(set(values)) if all(_is_number(v) for v in values) else list(dict.fromkeys(values))
+    for value in candidates:
+        spec.config_cls(**{knob: value})  # ValueError from the config names a bad candidate before any rollout
+    measured: dict[int, dict[str, Any]] = {}
+    history: list[dict[str, Any]] = []
+
+    def measure(index: int) -> dict[str, Any]:
+        if index not in measured:
+            simulations = collect(spec, {knob: candidates[index]})
+            measured[index] = _measurement(candidates[index], simulations, success_threshold, f"{knob}={candidates[index]!r}")
+            history.append(measured[index])
+        return measured[index]
+
+    def result(status: str, chosen: dict[str, Any] | None) -> dict[str, Any]:
+        if chosen is None and history:  # report the closest probe to the band's centre
+            chosen = min(history, key=lambda m: abs(m["success_rate"] - (low + high) / 2))
+        return {
+            "status": status, "value": chosen["value"] if chosen else None,
+            "success_rate": chosen["success_rate"] if chosen else None,
+            "harder": harder, "rounds": len(history), "band": [low, high], "history": history,
+        }
+
+    lo, hi = 0, len(candidates) - 1
+    if harder is None:
+        ends = [measure(lo)] + ([measure(hi)] if hi > lo and len(history) < max_rounds else [])
+        harder = infer_harder(ends)
+        inside = [m for m in ends if low <= m["success_rate"] <= high]
+        if inside:
+            return result("in_band", min(inside, key=lambda m: abs(m["success_rate"] - (low + high) / 2)))
+        if len(ends) < 2:
+            return result("max_rounds" if hi > lo else "out_of_range", None)
+        if harder is None or _band_side(ends[0]["success_rate"], band) == _band_side(ends[1]["success_rate"], band):
+            return result("out_of_range", None)  # both ends on the same side: no candidate can be in the band
+        lo, hi = lo + 1, hi - 1
+    while lo <= hi:
+        if len(history) >= max_rounds:
+            return result("max_rounds", None)
+        mid = (lo + hi) // 2
+        probe = measure(mid)
+        side = _band_side(probe["success_rate"], band)
+        if side == "in_band":
+            return result("in_band", probe)
+        go_up = (side == "too_easy") == (harder == "increase")  # harder is upward when harder == "increase"
+        lo, hi = (mid + 1, hi) if go_up else (lo, mid - 1)
+    all_sides = {_band_side(m["success_rate"], band) for m in history}
+    return result("not_found" if len(all_sides) == 2 else "out_of_range", None)
+
+
+def policy_collector(
+    policy: Callable[[Game, random.Random], str], n_tasks: int = 20, n_samples: int = 4, first_seed: int = 0,
+    rng_seed: int = 0,
+) -> Collect:
+    """A `collect` callable that plays `policy(game, rng) -> text` on seeds first_seed.. (n_samples each).
+
+    The policy's rng depends only on (rng_seed, task seed, sample index), so every knob value sees the same
+    random draws (common random numbers: differences come from the knob, not the noise).
+    """
+    if n_tasks < 1 or n_samples < 1:
+        raise ValueError(f"n_tasks and n_samples must be >= 1, got {n_tasks}, {n_samples}")
+
+    def collect(spec: GameSpec, overrides: dict[str, Any]) -> list[dict[str, Any]]:
+        simulations = []
+        for seed in range(first_seed, first_seed + n_tasks):
+            for sample in range(n_samples):
+                game = spec.make(**overrides)
+                rng = random.Random((rng_seed * 1_000_003 + seed) * 1_009 + sample)
+                game.reset(seed)
+                turns = 0
+                while not game.done and turns < spec.max_turns:
+                    game.step(spec.extract_action(policy(game, rng)))
+                    turns += 1
+                summary = game.get_summary()
+                simulations.append({
+                    "id": f"{spec.name}-{seed}-{sample}", "task_id": seed, "trial": 0, "sample_idx": sample,
+                    "seed": seed, "messages": game.get_messages(),
+                    "reward_info": {"reward": float(summary["reward"])},
+                    "termination_reason": "done" if game.done else "max_turns",
+                })
+        return simulations
+
+    return collect
+
+
+# --------------------------------------------------------------------------------------------------
+# CLI (file mode)
+# --------------------------------------------------------------------------------------------------
+def _band(text: str) -> tuple[float, float]:
+    parts = text.split(",")
+    try:
+        low, high = (float(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LOW,HIGH (e.g. 0.2,0.6), got {text!r}") from None
+    if not 0.0 <= low <= high <= 1.0:
+        raise argparse.ArgumentTypeError(f"band needs 0 <= LOW <= HIGH <= 1, got {text!r}")
+    return low, high
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Pick a difficulty-knob value from per-value rollouts.")
+    parser.add_argument("--game", required=True, help="registered game name")
+    parser.add_argument("--knob", required=True, help="field of the game's config dataclass")
+    parser.add_argument("--rollouts", required=True, nargs="+", metavar="VALUE=FILE",
+                        help="τ²-bench results file measured with the knob at VALUE")
+    parser.add_argument("--band", type=_band, default=DEFAULT_BAND, help="target success-rate band (default 0.2,0.6)")
+    parser.add_argument("--harder", choices=HARDER_CHOICES, help="which way makes the game harder (default: inferred)")
+    parser.add_argument("--success-threshold", type=float, default=1.0, help="success = reward >= this")
+    parser.add_argument("--json-output", help="write the decision here (JSON)")
+    args = parser.parse_args(argv)
+    try:
+        try:
+            spec = get_game(args.game)
+        except KeyError as err:
+            raise InputError(err.args[0]) from None
+        except ImportError as err:  # GameImportError, or a built-in game module that is missing
+            raise InputError(str(err)) from None
+        measurements = []
+        seen: set[Any] = set()
+        for item in args.rollouts:
+            value_text, sep, path = item.partition("=")
+            if not sep or not path:
+                raise InputError(f"--rollouts expects VALUE=FILE, got {item!r}")
+            value = parse_knob_value(spec, args.knob, value_text)
+            if value in seen:
+                raise InputError(f"knob value {value!r} is given twice in --rollouts")
+            seen.add(value)
+            data = load_json(path)
+            if not isinstance(data, dict) or "simulations" not in data:
+                raise InputError(f"{path}: not τ²-bench results JSON (no `simulations` key)")
+            measurement = _measurement(value, data["simulations"], args.success_threshold, path)
+            measurement["file"] = path
+            measurements.append(measurement)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    def accept(value: Any) -> bool:
+        try:
+            spec.config_cls(**{args.knob: value})
+        except (ValueError, TypeError):
+            return False
+        return True
+
+    decision = decide(measurements, args.band, args.harder, accept)
+    report = {
+        "game": spec.name, "knob": args.knob, "band": list(args.band), **decision,
+        "measurements": [{k: v for k, v in m.items() if k != "metrics"} for m in measurements],
+    }
+    print(f"recalibrate {spec.name}: knob {args.knob}, band [{args.band[0]}, {args.band[1]}]")
+    for m in sorted(measurements, key=lambda m: m["value"]) if all(_is_number(m["value"]) for m in measurements) else measurements:
+        print(f"  {args.knob}={m['value']!r:10} success_rate {m['success_rate']:.3f}  "
+              f"({_band_side(m['success_rate'], args.band)}, {m['n_samples']} samples)")
+    for warning in decision["warnings"]:
+        print(f"WARN  {warning}")
+    print(f"{decision['status'].upper()}: {decision['message']}")
+    if args.json_output:
+        atomic_write_json(args.json_output, report)
+    return 0 if decision["status"] == "in_band" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

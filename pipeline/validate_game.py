@@ -1,0 +1,691 @@
+"""Self-test of one game: determinism, a winning oracle, losing baselines, bounded rewards, tool schemas
+shared with the target benchmark, and robustness to garbage actions.
+
+Usage:
+    python -m pipeline.validate_game NAME [--seeds 200] [--fuzz-actions 1000] [--max-baseline 0.5]
+                                          [--json-output FILE]
+
+Exit codes: 0 every check passed (warnings allowed), 1 some check failed (each failure listed),
+2 unknown game or bad flags (nothing written). `validate(spec, ...)` returns the same report as a dict.
+
+Every episode is driven the way the trainer drives it: model text -> `spec.extract_action` -> `game.step`,
+until `game.done` or `spec.max_turns` turns.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import re
+import string
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from tqdm import tqdm
+
+from game_registry import REPO_ROOT, Action, Game, GameSpec, get_game
+from pipeline._io import InputError, atomic_write_json, load_json
+
+PASS, FAIL, WARN = "PASS", "FAIL", "WARN"
+ORACLE_MIN_SUCCESS = 0.99
+MIN_DISTINCT_SHARE = 0.5  # below this share of distinct initial conversations, seeds barely matter
+MAX_EXAMPLES = 5  # failure examples kept per check
+HUGE = 100_000  # characters in the "huge string" fuzz inputs
+DO_NOTHING_REPLIES = (
+    "I cannot help with that.",
+    "Sorry, I am not able to do that.",
+    "Could you please repeat the question?",
+    "Thank you, goodbye.",
+)
+
+# A policy maps (turn index, game, rng) to the model's text for that turn.
+Policy = Callable[[int, Game, random.Random], str]
+
+
+def canonical(obj: Any) -> str:
+    """Canonical JSON used for every equality test (key order and float formatting fixed)."""
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, default=repr)
+
+
+def _describe(err: BaseException) -> str:
+    return f"{type(err).__name__}: {str(err)[:200]}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Episodes
+# --------------------------------------------------------------------------------------------------
+@dataclass
+class Episode:
+    """What one episode produced; `error` names the phase and exception if the game raised."""
+
+    seed: int
+    initial: list[dict[str, Any]] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)  # {"observation", "reward", "done"} per turn
+    summary: dict[str, Any] | None = None
+    final_messages: list[dict[str, Any]] = field(default_factory=list)
+    system_prompt: str = ""
+    error: str | None = None
+
+    @property
+    def reward(self) -> float:
+        value = (self.summary or {}).get("reward")
+        return float(value) if _is_valid_reward(value) else 0.0
+
+    def outcome(self) -> str:
+        """Everything a replay must reproduce, as one canonical string."""
+        return canonical([self.initial, self.steps, self.summary, self.final_messages, self.error])
+
+
+def run_episode(spec: GameSpec, game: Game, seed: int, policy: Policy, rng: random.Random) -> Episode:
+    """Play one episode of `game` from `seed` with `policy`; exceptions are recorded, not raised.
+
+    Catching every exception here is deliberate: a game that raises is exactly what validation reports
+    (the message names the phase and the exception), and one bad seed must not hide the other checks.
+    """
+    episode = Episode(seed=seed)
+    phase = "reset"
+    try:
+        episode.initial = game.reset(seed)
+        phase = "get_system_prompt"
+        episode.system_prompt = game.get_system_prompt()
+        for turn in range(spec.max_turns):
+            phase = "done"
+            if game.done:
+                break
+            phase = f"policy (turn {turn})"
+            text = policy(turn, game, rng)
+            if text is None:  # a replay ran out of recorded texts
+                break
+            episode.texts.append(text)
+            phase = f"extract_action (turn {turn})"
+            action = spec.extract_action(text)
+            phase = f"step (turn {turn})"
+            result = game.step(action)
+            episode.steps.append(
+                {"observation": result.observation_messages, "reward": result.reward, "done": result.done}
+            )
+        phase = "get_summary"
+        episode.summary = game.get_summary()
+        phase = "get_messages"
+        episode.final_messages = game.get_messages()
+    except Exception as err:  # noqa: BLE001 -- reported as a failure, see docstring
+        episode.error = f"seed {seed}, {phase}: {_describe(err)}"
+    return episode
+
+
+def oracle_policy(turn: int, game: Game, rng: random.Random) -> str:
+    return game.oracle_response()
+
+
+def do_nothing_policy(turn: int, game: Game, rng: random.Random) -> str:
+    return DO_NOTHING_REPLIES[turn % len(DO_NOTHING_REPLIES)]
+
+
+def replay_policy(texts: list[str]) -> Policy:
+    def policy(turn: int, game: Game, rng: random.Random) -> str | None:
+        return texts[turn] if turn < len(texts) else None
+
+    return policy
+
+
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_#@.\-]{1,40}")
+_INT = re.compile(r"(?<![A-Za-z0-9])-?\d{1,9}")  # "IT-557" gives 557, not -557
+
+
+def _conversation_values(game: Game) -> tuple[list[str], list[int]]:
+    """Words and integers seen in the conversation (not the system prompt): plausible argument values."""
+    # Only the start of each message: fuzz inputs put 100k-character strings into the conversation.
+    text = " ".join(
+        (m.get("content") or "")[:2000] for m in game.get_messages()[1:] if isinstance(m.get("content"), str)
+    )
+    return _WORD.findall(text), [int(x) for x in _INT.findall(text)]
+
+
+def random_value(schema: Any, rng: random.Random, words: list[str], ints: list[int], depth: int = 0) -> Any:
+    """A random value of the JSON type `schema` asks for; half the time a value copied from the conversation."""
+    if not isinstance(schema, dict):
+        schema = {}
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return rng.choice(schema["enum"])
+    kind = schema.get("type", "string")
+    if isinstance(kind, list):
+        kind = rng.choice(kind) if kind else "string"
+    plausible = rng.random() < 0.5
+    if kind == "integer":
+        return rng.choice(ints) if plausible and ints else rng.randint(-10, 1000)
+    if kind == "number":
+        return float(rng.choice(ints)) if plausible and ints else round(rng.uniform(-10, 1000), 2)
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "array":
+        if depth > 3:
+            return []
+        return [random_value(schema.get("items", {}), rng, words, ints, depth + 1) for _ in range(rng.randint(0, 3))]
+    if kind == "object":
+        if depth > 3:
+            return {}
+        return random_arguments(schema, rng, words, ints, depth + 1)
+    if kind == "null":
+        return None
+    if plausible and words:
+        return rng.choice(words)
+    return "".join(rng.choice(string.ascii_letters + string.digits + "-_") for _ in range(rng.randint(1, 12)))
+
+
+def random_arguments(params: Any, rng: random.Random, words: list[str], ints: list[int], depth: int = 0) -> dict:
+    """Random arguments for a function's `parameters` schema: every required one, each optional one half the time."""
+    if not isinstance(params, dict):
+        return {}
+    properties = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+    required = set(params.get("required") or [])
+    return {
+        name: random_value(prop, rng, words, ints, depth)
+        for name, prop in properties.items()
+        if name in required or rng.random() < 0.5
+    }
+
+
+def tool_call_markup(name: str, arguments: Any) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False) + "\n</tool_call>"
+
+
+def _functions(game: Game) -> list[dict[str, Any]]:
+    schemas = game.get_tool_schemas()
+    return [s["function"] for s in schemas if isinstance(s, dict) and isinstance(s.get("function"), dict)]
+
+
+def random_tool_policy(turn: int, game: Game, rng: random.Random) -> str:
+    """A random tool from the game's schemas with random arguments of the right JSON types."""
+    functions = _functions(game)
+    if not functions:
+        return do_nothing_policy(turn, game, rng)
+    function = rng.choice(functions)
+    words, ints = _conversation_values(game)
+    return tool_call_markup(str(function.get("name")), random_arguments(function.get("parameters"), rng, words, ints))
+
+
+def _policy_rng(kind: int, seed: int) -> random.Random:
+    # Integer seeding: identical across processes (str/tuple hashing is salted per process).
+    return random.Random(seed * 7919 + kind)
+
+
+# --------------------------------------------------------------------------------------------------
+# Value checks
+# --------------------------------------------------------------------------------------------------
+def _is_valid_reward(value: Any) -> bool:
+    return isinstance(value, float) and math.isfinite(value) and 0.0 <= value <= 1.0
+
+
+def reward_problem(value: Any) -> str | None:
+    """Why `value` is not a reward (a float in [0, 1]), or None."""
+    if isinstance(value, bool) or not isinstance(value, float):
+        return f"{value!r} is a {type(value).__name__}, not a float"
+    if not math.isfinite(value):
+        return f"{value!r} is not finite"
+    if not 0.0 <= value <= 1.0:
+        return f"{value!r} is outside [0, 1]"
+    return None
+
+
+def summary_problem(summary: Any) -> str | None:
+    """Why `summary` breaks the protocol ({"reward", "steps": int, "success": bool, ...}), or None."""
+    if not isinstance(summary, dict):
+        return f"summary is a {type(summary).__name__}, not a dict"
+    missing = [k for k in ("reward", "steps", "success") if k not in summary]
+    if missing:
+        return f"summary lacks {', '.join(missing)}"
+    if isinstance(summary["steps"], bool) or not isinstance(summary["steps"], int):
+        return f"summary steps {summary['steps']!r} is not an int"
+    if not isinstance(summary["success"], bool):
+        return f"summary success {summary['success']!r} is not a bool"
+    return None
+
+
+def initial_problem(initial: Any, system_prompt: str) -> str | None:
+    """Why reset's return value breaks the protocol (a list starting with the system prompt), or None."""
+    if not isinstance(initial, list) or not initial:
+        return f"reset returned {type(initial).__name__} {str(initial)[:60]!r}, not a non-empty list"
+    first = initial[0]
+    if not isinstance(first, dict) or first.get("role") != "system":
+        return "reset's first message is not a system message"
+    if first.get("content") != system_prompt:
+        return "reset's system message content differs from get_system_prompt()"
+    return None
+
+
+class Problems:
+    """Counts problems of one kind and keeps the first few as examples."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.examples: list[str] = []
+
+    def add(self, message: str) -> None:
+        self.count += 1
+        if len(self.examples) < MAX_EXAMPLES and message not in self.examples:
+            self.examples.append(message)
+
+    def text(self) -> str:
+        more = f" (+{self.count - len(self.examples)} more, similar or not shown)" if self.count > len(self.examples) else ""
+        return "; ".join(self.examples) + more
+
+
+def _audit(episode: Episode, label: str, rewards: Problems, protocol: Problems) -> None:
+    """Record reward and protocol problems of one finished episode."""
+    where = f"{label} seed {episode.seed}"
+    for turn, step in enumerate(episode.steps):
+        problem = reward_problem(step["reward"])
+        if problem:
+            rewards.add(f"{where} turn {turn} step reward {problem}")
+    if episode.summary is not None:
+        problem = summary_problem(episode.summary)
+        if problem:
+            protocol.add(f"{where}: {problem}")
+        elif reward_problem(episode.summary["reward"]):
+            rewards.add(f"{where} summary reward {reward_problem(episode.summary['reward'])}")
+    if episode.error is None or not episode.error.startswith(f"seed {episode.seed}, reset"):
+        problem = initial_problem(episode.initial, episode.system_prompt)
+        if problem:
+            protocol.add(f"{where}: {problem}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Fuzz inputs
+# --------------------------------------------------------------------------------------------------
+_UNICODE = "héllo wörld ✓ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 😀🔥 مرحبا שלום 中文 \u200b\u200d\ufeff e\u0301 \x00 \x1b[31m"
+
+
+def fuzz_text(rng: random.Random, functions: list[dict[str, Any]], words: list[str], ints: list[int]) -> tuple[str, str]:
+    """One random or malformed model output and its category name."""
+    names = [str(f.get("name")) for f in functions] or ["some_tool"]
+    name = rng.choice(names)
+    params = next((f.get("parameters") for f in functions if f.get("name") == name), {})
+    wrong = [None, 12345, -1.5, True, [], [1, "a"], {"x": {"y": []}}, "", "x" * 50, "😀"]
+    category = rng.choice(
+        [
+            "garbage", "empty", "unknown_tool", "wrong_types", "missing_args", "extra_args", "huge_reply",
+            "huge_argument", "unbalanced_tags", "non_object_json", "bad_arguments", "unicode", "deep_nesting",
+            "multiple_calls", "valid_random_call", "truncated_json",
+        ]
+    )
+    if category == "garbage":
+        text = "".join(rng.choice(string.printable) for _ in range(rng.randint(1, 300)))
+    elif category == "empty":
+        text = rng.choice(["", " ", "\n\n", "\t"])
+    elif category == "unknown_tool":
+        text = tool_call_markup(rng.choice(["no_such_tool", "", "DROP TABLE", name.upper() + "_x", "😀"]), {})
+    elif category == "wrong_types":
+        properties = (params or {}).get("properties") or {"arg": {}}
+        text = tool_call_markup(name, {key: rng.choice(wrong) for key in properties})
+    elif category == "missing_args":
+        text = tool_call_markup(name, {})
+    elif category == "extra_args":
+        args = random_arguments(params, rng, words, ints)
+        args["unexpected_argument"] = rng.choice(wrong)
+        text = tool_call_markup(name, args)
+    elif category == "huge_reply":
+        text = rng.choice(string.ascii_letters) * HUGE
+    elif category == "huge_argument":
+        properties = (params or {}).get("properties") or {"arg": {}}
+        text = tool_call_markup(name, {key: "A" * HUGE for key in properties})
+    elif category == "unbalanced_tags":
+        text = rng.choice(
+            [
+                '<tool_call>{"name": "%s", "arguments": {}}' % name,
+                '{"name": "%s", "arguments": {}}</tool_call>' % name,
+                "<tool_call><tool_call>{}</tool_call>",
+                "</tool_call><tool_call>",
+                "<tool_call>",
+            ]
+        )
+    elif category == "non_object_json":
+        text = "<tool_call>" + rng.choice(["[1, 2]", '"text"', "null", "42", "true", "[]", "{}", "{name}"]) + "</tool_call>"
+    elif category == "bad_arguments":
+        arguments = rng.choice(['"not json {"', "[1, 2]", '"[]"', "null", "7", '"\\"x\\""'])
+        text = '<tool_call>{"name": "%s", "arguments": %s}</tool_call>' % (name, arguments)
+    elif category == "unicode":
+        text = rng.choice([_UNICODE, tool_call_markup(name, {k: _UNICODE for k in ((params or {}).get("properties") or {"a": 0})})])
+    elif category == "deep_nesting":
+        depth = rng.choice([100, 5000])
+        text = "<tool_call>" + "[" * depth + "]" * depth + "</tool_call>"
+    elif category == "multiple_calls":
+        text = "".join(
+            tool_call_markup(rng.choice(names), random_arguments(params, rng, words, ints)) for _ in range(rng.randint(2, 5))
+        )
+    elif category == "valid_random_call":
+        text = tool_call_markup(name, random_arguments(params, rng, words, ints))
+    else:  # truncated_json
+        full = tool_call_markup(name, random_arguments(params, rng, words, ints))
+        text = full[: rng.randint(1, max(1, len(full) - 1))]
+    return category, text
+
+
+# --------------------------------------------------------------------------------------------------
+# Tool schemas against the target
+# --------------------------------------------------------------------------------------------------
+def _wrap_schema(schema: Any) -> Any:
+    """OpenAI tool schemas come wrapped ({"type": "function", "function": {...}}) or bare; compare wrapped."""
+    if isinstance(schema, dict) and "function" not in schema and "name" in schema:
+        return {"type": "function", "function": schema}
+    return schema
+
+
+def _schema_name(schema: Any) -> str | None:
+    if isinstance(schema, dict) and isinstance(schema.get("function"), dict):
+        name = schema["function"].get("name")
+        return name if isinstance(name, str) and name else None
+    return None
+
+
+def load_target_schemas(target: str) -> tuple[list[Any] | None, str]:
+    """Tool schemas of `target` (a JSON file or a registered game name), or (None, why not)."""
+    candidates = [Path(target), REPO_ROOT / target]
+    path = next((p for p in candidates if p.is_file()), None)
+    if path is not None:
+        data = load_json(path)  # InputError on broken JSON: the caller reports it as a failure
+        if not isinstance(data, list):
+            raise InputError(f"{path}: target tool schemas must be a JSON list, got {type(data).__name__}")
+        return data, f"file {path}"
+    if target.endswith(".json") or "/" in target:
+        return None, f"target file {target} not found"
+    try:
+        target_spec = get_game(target)
+    except KeyError as err:
+        return None, str(err.args[0])
+    return target_spec.make_env().get_tool_schemas(), f"game {target!r}"
+
+
+# --------------------------------------------------------------------------------------------------
+# The checks
+# --------------------------------------------------------------------------------------------------
+def _check(status: str, detail: str, seconds: float, **numbers: Any) -> dict[str, Any]:
+    return {"status": status, "detail": detail, "seconds": round(seconds, 3), **numbers}
+
+
+@dataclass
+class _Run:
+    """State shared by the checks of one validation: the seeds, and problems gathered across checks."""
+
+    spec: GameSpec
+    seeds: list[int]
+    progress: bool
+    rewards: Problems = field(default_factory=Problems)
+    protocol: Problems = field(default_factory=Problems)
+
+    def bar(self, label: str, items: Any = None) -> Any:
+        return tqdm(self.seeds if items is None else items, desc=f"{self.spec.name}: {label}", file=sys.stderr,
+                    disable=not self.progress, leave=False)
+
+    def play(self, seed: int, policy: Policy, rng: random.Random, label: str, errors: Problems) -> Episode:
+        """One episode on a fresh instance, audited for reward and protocol problems."""
+        episode = run_episode(self.spec, self.spec.make_env(), seed, policy, rng)
+        _audit(episode, label, self.rewards, self.protocol)
+        if episode.error:
+            errors.add(f"{label}: {episode.error}")
+        return episode
+
+
+def _oracle_check(run: _Run, min_success: float) -> tuple[dict[str, Any], list[Episode]]:
+    """The oracle's text, parsed and stepped, reaches reward 1.0 on at least `min_success` of the seeds."""
+    t0, errors = time.perf_counter(), Problems()
+    episodes = [run.play(seed, oracle_policy, _policy_rng(0, seed), "oracle", errors) for seed in run.bar("oracle")]
+    n = len(episodes)
+    wins = sum(1 for e in episodes if e.error is None and e.reward >= 1.0)
+    lost = [e.seed for e in episodes if e.error is None and e.reward < 1.0][:MAX_EXAMPLES]
+    detail = f"reward 1.0 on {wins}/{n} seeds ({wins / n:.1%}, need >= {min_success:.0%})"
+    detail += f"; lost e.g. seeds {lost}" if lost else ""
+    detail += f"; {errors.count} raised: {errors.text()}" if errors.count else ""
+    check = _check(PASS if wins / n >= min_success else FAIL, detail, time.perf_counter() - t0,
+                   success_rate=wins / n, mean_turns=sum(len(e.steps) for e in episodes) / n)
+    return check, episodes
+
+
+def _baselines_check(run: _Run, max_baseline: float) -> tuple[dict[str, Any], list[Episode]]:
+    """Doing nothing and calling random tools both score a mean reward below `max_baseline`."""
+    t0, errors = time.perf_counter(), Problems()
+    nothing, randoms = [], []
+    for seed in run.bar("baselines"):
+        nothing.append(run.play(seed, do_nothing_policy, _policy_rng(1, seed), "do-nothing", errors))
+        randoms.append(run.play(seed, random_tool_policy, _policy_rng(2, seed), "random-tool", errors))
+    nothing_mean = sum(e.reward for e in nothing) / len(nothing)
+    random_mean = sum(e.reward for e in randoms) / len(randoms)
+    bad = nothing_mean >= max_baseline or random_mean >= max_baseline or errors.count
+    detail = f"mean reward do-nothing {nothing_mean:.3f}, random-tool {random_mean:.3f} (fail at >= {max_baseline})"
+    detail += f"; {errors.count} raised: {errors.text()}" if errors.count else ""
+    check = _check(FAIL if bad else PASS, detail, time.perf_counter() - t0,
+                   do_nothing_mean_reward=nothing_mean, random_tool_mean_reward=random_mean)
+    return check, randoms
+
+
+def _determinism_check(run: _Run, recorded: dict[str, list[Episode]]) -> dict[str, Any]:
+    """Recorded action texts replayed on fresh instances reproduce everything; seeds change the instance."""
+    t0, mismatches, mismatched_seeds = time.perf_counter(), Problems(), set()
+    for index, seed in enumerate(run.bar("determinism")):
+        before = mismatches.count
+        for label, episodes in recorded.items():
+            original = episodes[index]
+            replay = run_episode(run.spec, run.spec.make_env(), seed, replay_policy(original.texts), random.Random(0))
+            if canonical(replay.initial) != canonical(original.initial):
+                mismatches.add(f"seed {seed}: initial messages differ between two resets")
+            elif replay.outcome() != original.outcome():
+                mismatches.add(f"seed {seed}: replaying the {label} actions gives a different outcome")
+        # The same instance reset again must start over exactly (no state leaking across episodes).
+        reused = run.spec.make_env()
+        first = run_episode(run.spec, reused, seed, do_nothing_policy, random.Random(0))
+        again = run_episode(run.spec, reused, seed, do_nothing_policy, random.Random(0))
+        if first.outcome() != again.outcome():
+            mismatches.add(f"seed {seed}: a reused instance reset to the same seed plays differently")
+        if mismatches.count > before:
+            mismatched_seeds.add(seed)
+    n = len(run.seeds)
+    distinct = len({canonical(e.initial) for e in next(iter(recorded.values()))}) / n
+    detail = f"{n - len(mismatched_seeds)}/{n} seeds reproduce; distinct initial messages {distinct:.1%}"
+    status = PASS
+    if mismatches.count:
+        status, detail = FAIL, detail + f"; {mismatches.text()}"
+    if distinct < MIN_DISTINCT_SHARE and n > 1:
+        status, detail = FAIL, detail + f"; under {MIN_DISTINCT_SHARE:.0%} of seeds give distinct instances"
+    return _check(status, detail, time.perf_counter() - t0, mismatches=mismatches.count, distinct_initial_share=distinct)
+
+
+def _fuzz_check(run: _Run, n_actions: int, rng: random.Random) -> dict[str, Any]:
+    """Random and malformed texts through `spec.extract_action` and `game.step` never raise.
+
+    Episodes are reset when done or after `max_turns` actions; an instance that raised is replaced.
+    Exceptions are caught on purpose: each is counted and reported as a failure of this check.
+    """
+    t0, spec = time.perf_counter(), run.spec
+    extract_errors, step_errors = Problems(), Problems()
+    game, functions = spec.make_env(), []
+    episode_index, turns, needs_reset = 0, 0, True
+    for i in run.bar("fuzz", range(n_actions)):
+        try:
+            if needs_reset:
+                game.reset(run.seeds[episode_index % len(run.seeds)])
+                functions = _functions(game)
+                episode_index, turns, needs_reset = episode_index + 1, 0, False
+            words, ints = _conversation_values(game)
+        except Exception as err:  # noqa: BLE001 -- reported, see docstring
+            step_errors.add(f"action {i} (reset): {_describe(err)}")
+            game, needs_reset = spec.make_env(), True
+            continue
+        category, text = fuzz_text(rng, functions, words, ints)
+        try:
+            action = spec.extract_action(text)
+        except Exception as err:  # noqa: BLE001 -- reported, see docstring
+            extract_errors.add(f"{category}: {_describe(err)}")
+            continue
+        if not isinstance(action, Action):
+            extract_errors.add(f"{category}: returned {type(action).__name__}, not an Action")
+            continue
+        try:
+            result = game.step(action)
+            if reward_problem(result.reward):
+                run.rewards.add(f"fuzz {category} step reward {reward_problem(result.reward)}")
+            turns += 1
+            needs_reset = bool(game.done) or turns >= spec.max_turns
+            if needs_reset:
+                summary = game.get_summary()
+                if summary_problem(summary):
+                    run.protocol.add(f"fuzz: {summary_problem(summary)}")
+                elif reward_problem(summary["reward"]):
+                    run.rewards.add(f"fuzz summary reward {reward_problem(summary['reward'])}")
+        except Exception as err:  # noqa: BLE001 -- reported, see docstring
+            step_errors.add(f"{category} (action kind {action.kind}): {_describe(err)}")
+            game, needs_reset = spec.make_env(), True  # the instance may be corrupt: start a fresh one
+    detail = f"{n_actions} actions: extract_action raised {extract_errors.count}, step raised {step_errors.count}"
+    examples = "; ".join(x for x in (extract_errors.text(), step_errors.text()) if x)
+    return _check(FAIL if extract_errors.count or step_errors.count else PASS,
+                  detail + (f"; {examples}" if examples else ""), time.perf_counter() - t0,
+                  extract_errors=extract_errors.count, step_errors=step_errors.count)
+
+
+def _protocol_check(run: _Run) -> dict[str, Any]:
+    """Problems gathered from every episode, plus a fresh instance's summary and tool schema names."""
+    t0 = time.perf_counter()
+    try:
+        fresh = run.spec.make_env()
+        fresh.reset(run.seeds[0])
+        problem = summary_problem(fresh.get_summary())
+        if problem:
+            run.protocol.add(f"right after reset: {problem}")
+        for schema in fresh.get_tool_schemas():
+            if _schema_name(_wrap_schema(schema)) is None:
+                run.protocol.add(f"tool schema without function.name: {str(schema)[:80]}")
+    except Exception as err:  # noqa: BLE001 -- reported as a protocol failure
+        run.protocol.add(f"fresh instance: {_describe(err)}")
+    problems = run.protocol
+    detail = (f"{problems.count} problems: {problems.text()}" if problems.count
+              else "reset starts with the system prompt; summaries carry reward/steps/success")
+    return _check(FAIL if problems.count else PASS, detail, time.perf_counter() - t0, problems=problems.count)
+
+
+def validate(
+    spec: GameSpec,
+    seeds: int = 200,
+    fuzz_actions: int = 1000,
+    max_baseline: float = 0.5,
+    oracle_min_success: float = ORACLE_MIN_SUCCESS,
+    first_seed: int = 0,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Run every check on `spec` over seeds first_seed .. first_seed+seeds-1; return the report dict.
+
+    Report: {"game", "seeds", "first_seed", "fuzz_actions", "passed", "seconds",
+    "checks": {name: {"status": PASS|FAIL|WARN, "detail", "seconds", <numbers>}}, "failures", "warnings"}.
+    Checks, in order: oracle, baselines, determinism, fuzz, rewards, protocol, tool_schemas.
+    """
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    if fuzz_actions < 0:
+        raise ValueError(f"fuzz_actions must be >= 0, got {fuzz_actions}")
+    started = time.perf_counter()
+    run = _Run(spec, list(range(first_seed, first_seed + seeds)), progress)
+    checks: dict[str, dict[str, Any]] = {}
+    checks["oracle"], oracle_episodes = _oracle_check(run, oracle_min_success)
+    checks["baselines"], random_episodes = _baselines_check(run, max_baseline)
+    checks["determinism"] = _determinism_check(run, {"oracle": oracle_episodes, "random-tool": random_episodes})
+    checks["fuzz"] = _fuzz_check(run, fuzz_actions, random.Random(first_seed * 31 + 5))
+    checks["rewards"] = _check(  # gathered from every episode above
+        FAIL if run.rewards.count else PASS,
+        f"{run.rewards.count} rewards outside float [0, 1]" + (f": {run.rewards.text()}" if run.rewards.count else ""),
+        0.0, bad_rewards=run.rewards.count,
+    )
+    checks["protocol"] = _protocol_check(run)
+    t0 = time.perf_counter()
+    checks["tool_schemas"] = _check_tool_schemas(spec)
+    checks["tool_schemas"]["seconds"] = round(time.perf_counter() - t0, 3)
+    failures = [f"{name}: {c['detail']}" for name, c in checks.items() if c["status"] == FAIL]
+    warnings = [f"{name}: {c['detail']}" for name, c in checks.items() if c["status"] == WARN]
+    return {
+        "game": spec.name,
+        "seeds": seeds,
+        "first_seed": first_seed,
+        "fuzz_actions": fuzz_actions,
+        "passed": not failures,
+        "seconds": round(time.perf_counter() - started, 3),
+        "checks": checks,
+        "failures": failures,
+        "warnings": warnings,
+    }
+
+
+def _check_tool_schemas(spec: GameSpec) -> dict[str, Any]:
+    """Every tool the game offers exists, identical, in the target benchmark."""
+    try:
+        game = spec.make_env()
+        game.reset(0)  # some games build their tool list per instance
+        schemas = [_wrap_schema(s) for s in game.get_tool_schemas()]
+    except Exception as err:  # noqa: BLE001 -- reported as a failure
+        return _check(FAIL, f"get_tool_schemas raised {_describe(err)}", 0.0)
+    if not spec.target:
+        return _check(WARN, f"{len(schemas)} tools; no target set on the spec, not compared", 0.0)
+    try:
+        target_schemas, source = load_target_schemas(spec.target)
+    except (InputError, ImportError) as err:  # ImportError: the target game module is broken
+        return _check(FAIL, f"target {spec.target!r} cannot be loaded: {err}", 0.0)
+    if target_schemas is None:
+        return _check(WARN, f"target {spec.target!r} not available ({source}); not compared", 0.0)
+    by_name = {_schema_name(s): canonical(s) for s in map(_wrap_schema, target_schemas) if _schema_name(s)}
+    problems = Problems()
+    for schema in schemas:
+        name = _schema_name(schema)
+        if name is None:
+            problems.add(f"schema without a name: {str(schema)[:60]}")
+        elif name not in by_name:
+            problems.add(f"tool {name!r} is not in the target")
+        elif canonical(schema) != by_name[name]:
+            problems.add(f"tool {name!r} differs from the target's schema")
+    detail = f"{len(schemas) - problems.count}/{len(schemas)} tools match {source}"
+    return _check(FAIL if problems.count else PASS, detail + (f"; {problems.text()}" if problems.count else ""), 0.0,
+                  mismatched_tools=problems.count)
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The one-screen text report: a line per check, then the verdict."""
+    lines = [f"validate_game {report['game']}  ({report['seeds']} seeds, {report['fuzz_actions']} fuzz actions)"]
+    for name, check in report["checks"].items():
+        lines.append(f"{check['status']:4s}  {name:12s} {check['seconds']:7.2f}s  {check['detail']}")
+    verdict = "PASS" if report["passed"] else "FAIL"
+    lines.append(
+        f"RESULT: {verdict} ({len(report['failures'])} failed, {len(report['warnings'])} warnings) "
+        f"in {report['seconds']:.2f}s"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Validate a registered game (see module docstring).")
+    parser.add_argument("name", help="registered game name (python game_registry.py --list)")
+    parser.add_argument("--seeds", type=int, default=200, help="seeds 0..N-1 to play (default 200)")
+    parser.add_argument("--fuzz-actions", type=int, default=1000, help="random/malformed actions (default 1000)")
+    parser.add_argument("--max-baseline", type=float, default=0.5, help="fail when a baseline's mean reward >= this")
+    parser.add_argument("--json-output", help="write the report here (JSON)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    if args.seeds < 1 or args.fuzz_actions < 0 or not 0.0 < args.max_baseline <= 1.0:
+        print("error: need --seeds >= 1, --fuzz-actions >= 0 and 0 < --max-baseline <= 1", file=sys.stderr)
+        return 2
+    try:
+        spec = get_game(args.name)
+    except KeyError as err:
+        print(f"error: {err.args[0]}", file=sys.stderr)
+        return 2
+    except ImportError as err:  # GameImportError, or a built-in game module that is missing
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    report = validate(spec, seeds=args.seeds, fuzz_actions=args.fuzz_actions, max_baseline=args.max_baseline,
+                      progress=not args.no_progress)
+    print(format_report(report))
+    if args.json_output:
+        atomic_write_json(args.json_output, report)
+    return 0 if report["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""pipeline/recalibrate.py: file mode (CLI) on hand-made rollouts, and search_knob on a toy game."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import toy_games as toy
+from pipeline._io import InputError
+from pipeline.recalibrate import decide, main, parse_knob_value, policy_collector, search_knob
+
+
+def rollouts(tmp_path, name: str, successes: int, total: int = 10, samples: int = 2):
+    """A τ²-bench results file with `successes` of `total` samples succeeding (groups of `samples`)."""
+    sims = [
+        {"id": f"{name}-{i}", "task_id": i // samples, "sample_idx": i % samples,
+         "reward_info": {"reward": 1.0 if i < successes else 0.0}}
+        for i in range(total)
+    ]
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"info": {}, "tasks": [], "simulations": sims}))
+    return str(path)
+
+
+@pytest.fixture
+def game(monkeypatch):
+    toy.register_temporarily(monkeypatch, toy.make_spec(name="toy_vault_recal"))
+    return "toy_vault_recal"
+
+
+def run(game, tmp_path, *pairs, extra=()):
+    out = tmp_path / "decision.json"
+    code = main(["--game", game, "--knob", "n_keys", "--rollouts", *pairs, "--json-output", str(out), *extra])
+    return code, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def test_bracketed_proposes_the_bisection_point(game, tmp_path):
+    # n_keys=1 succeeds 9/10 (too easy), n_keys=8 1/10 (too hard): harder as n_keys grows; try (1+8)//2 = 4.
+    code, d = run(game, tmp_path, f"1={rollouts(tmp_path, 'k1', 9)}", f"8={rollouts(tmp_path, 'k8', 1)}")
+    assert code == 1
+    assert (d["status"], d["harder"], d["next_value"], d["value"]) == ("bracketed", "increase", 4, None)
+    assert [m["success_rate"] for m in d["measurements"]] == [0.9, 0.1]
+
+
+def test_in_band_value_closest_to_centre(game, tmp_path, capsys):
+    # 3 -> 0.55 and 4 -> 0.4 are both in [0.2, 0.6]; 4 is at the centre 0.4.
+    code, d = run(
+        game, tmp_path, f"1={rollouts(tmp_path, 'k1', 9)}", f"3={rollouts(tmp_path, 'k3', 11, total=20)}",
+        f"4={rollouts(tmp_path, 'k4', 4)}", f"8={rollouts(tmp_path, 'k8', 1)}",
+    )
+    assert code == 0
+    assert (d["status"], d["value"]) == ("in_band", 4)
+    assert "IN_BAND: use 4" in capsys.readouterr().out
+
+
+def test_all_too_easy_steps_out_in_the_harder_direction(game, tmp_path):
+    code, d = run(game, tmp_path, f"1={rollouts(tmp_path, 'k1', 10)}", f"2={rollouts(tmp_path, 'k2', 8)}")
+    assert code == 1
+    assert (d["status"], d["move"], d["harder"], d["next_value"]) == ("too_easy", "harder", "increase", 3)
+
+
+def test_single_measurement_has_no_direction_unless_told(game, tmp_path):
+    path = rollouts(tmp_path, "k2", 0)
+    code, d = run(game, tmp_path, f"2={path}")
+    assert (code, d["status"], d["move"], d["next_value"]) == (1, "too_hard", "easier", None)
+    assert "measure a second value" in d["message"]
+    code, d = run(game, tmp_path, f"2={path}", extra=("--harder", "increase"))
+    # Easier = fewer keys. Stepping 2 down from 2 gives 0, which VaultConfig rejects (n_keys >= 1): halve to 1.
+    assert (d["next_value"], d["harder"]) == (1, "increase")
+    code, d = run(game, tmp_path, f"1={path}", extra=("--harder", "increase"))
+    assert (d["status"], d["next_value"]) == ("too_hard", None) and "exhausted" in d["message"]
+
+
+def test_adjacent_integers_leave_nothing_to_bisect():
+    d = decide([{"value": 3, "success_rate": 0.8}, {"value": 4, "success_rate": 0.1}], (0.2, 0.6))
+    assert (d["status"], d["next_value"]) == ("bracketed", None)
+    assert "make the knob finer" in d["message"]
+    floats = decide([{"value": 0.5, "success_rate": 0.8}, {"value": 1.0, "success_rate": 0.1}], (0.2, 0.6))
+    assert floats["next_value"] == 0.75
+
+
+def test_non_monotone_measurements_warn():
+    d = decide([{"value": v, "success_rate": r} for v, r in [(1, 0.9), (2, 0.1), (3, 0.8)]], (0.2, 0.6))
+    assert any("not monotone" in w for w in d["warnings"])
+
+
+def test_bad_input_exits_2_and_writes_nothing(game, tmp_path, capsys):
+    good = rollouts(tmp_path, "ok", 5)
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    cases = [
+        (["--game", game, "--knob", "no_such_knob", "--rollouts", f"1={good}"], "not a field of VaultConfig"),
+        (["--game", game, "--knob", "n_keys", "--rollouts", f"1.5={good}"], "is not of type int"),
+        (["--game", game, "--knob", "n_keys", "--rollouts", f"0={good}"], "VaultConfig(n_keys=0) is rejected"),
+        (["--game", game, "--knob", "n_keys", "--rollouts", good], "expects VALUE=FILE"),
+        (["--game", game, "--knob", "n_keys", "--rollouts", f"2={good}", f"2={good}"], "given twice"),
+        (["--game", game, "--knob", "n_keys", "--rollouts", f"2={broken}"], "broken JSON"),
+        (["--game", "no_such_game", "--knob", "n_keys", "--rollouts", f"2={good}"], "unknown game"),
+    ]
+    out = tmp_path / "decision.json"
+    for argv, message in cases:
+        assert main([*argv, "--json-output", str(out)]) == 2, argv
+        assert message in capsys.readouterr().err, argv
+        assert not out.exists()
+    with pytest.raises(SystemExit):
+        main(["--game", game, "--knob", "n_keys", "--rollouts", f"2={good}", "--band", "0.7,0.2"])
+
+
+def test_parse_knob_value_types():
+    spec = toy.make_spec()
+    assert parse_knob_value(spec, "n_keys", "3") == 3
+    with pytest.raises(InputError, match="not of type int"):
+        parse_knob_value(spec, "n_keys", "three")
+
+
+# -- search_knob with a simulated model ----------------------------------------------------------------
+# The "model" plays the oracle move with probability 0.8 per turn, so it wins an n_keys episode (n_keys
+# lookups + one submit) with probability about 0.8 ** (n_keys + 1): 0.64, 0.51, 0.41, 0.33, 0.26, 0.21, ...
+COLLECT = policy_collector(toy.skilled_policy(0.8), n_tasks=20, n_samples=4)
+
+
+def test_search_finds_a_value_in_band_and_learns_the_direction():
+    spec = toy.make_spec()
+    result = search_knob(spec, "n_keys", [8, 1, 2, 3, 4, 5, 6, 7], COLLECT, band=(0.2, 0.3), max_rounds=5)
+    assert result["status"] == "in_band"
+    assert 0.2 <= result["success_rate"] <= 0.3
+    assert result["harder"] == "increase"
+    probes = [m["value"] for m in result["history"]]
+    assert probes[:2] == [1, 8]  # the ends first (direction unknown), then bisection inside
+    assert len(probes) <= 5 and len(set(probes)) == len(probes)
+    rates = {m["value"]: m["success_rate"] for m in result["history"]}
+    assert rates[1] > 0.3 > 0.2 > rates[8]
+
+
+def test_search_with_known_direction_starts_in_the_middle():
+    result = search_knob(toy.make_spec(), "n_keys", list(range(1, 9)), COLLECT, band=(0.2, 0.3), harder="increase")
+    assert result["status"] == "in_band"
+    assert result["history"][0]["value"] == 4
+
+
+def test_search_reports_an_unreachable_band_and_round_limits():
+    spec = toy.make_spec()
+    easy = search_knob(spec, "n_keys", [1, 2, 3], COLLECT, band=(0.01, 0.05))
+    assert easy["status"] == "out_of_range" and easy["rounds"] == 2
+    limited = search_knob(spec, "n_keys", list(range(1, 9)), COLLECT, band=(0.2, 0.3), max_rounds=1)
+    assert limited["status"] == "max_rounds" and limited["rounds"] == 1
+    with pytest.raises(ValueError, match="n_keys"):
+        search_knob(spec, "n_keys", [0, 1], COLLECT)  # VaultConfig rejects 0 before any rollout
+    with pytest.raises(InputError, match="not a field"):
+        search_knob(spec, "difficulty", [1], COLLECT)
+
+
+def test_collector_writes_tau2_simulations():
+    sims = policy_collector(toy.skilled_policy(1.0), n_tasks=3, n_samples=2)(toy.make_spec(), {"n_keys": 2})
+    assert len(sims) == 6
+    assert {(s["task_id"], s["sample_idx"]) for s in sims} == {(t, i) for t in range(3) for i in range(2)}
+    assert all(s["reward_info"]["reward"] == 1.0 for s in sims)  # the oracle always wins
+    assert sims[0]["messages"][0]["role"] == "system"
