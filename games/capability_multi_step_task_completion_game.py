@@ -1,0 +1,206 @@
+"""Capability game `multi_step_task_completion`: finish every request of a compound message.
+
+The customer's opening lists `n_requests` independent requests (cancel an order, change an order's
+shipping address, change the default address, return an order's items), every one of them allowed by
+the policy. As in the target benchmark, each statement the agent makes closes the current request and
+the customer only answers "Thanks." without repeating what is left: keeping track of the remaining
+requests is the agent's job. The customer leaves after the last statement.
+
+Expert (oracle): ask who the customer is, look them up, then per request: look the order up, write,
+state the result. 2 + 3 per order request + 2 per default-address request turns (8 for two order requests).
+
+Reward (in [0, 1]; success = 1.0), split evenly over the n requests:
+  0.6 / n  per request whose target is in the expected state (its order equals the expected order;
+           for the default address, the customer's address equals the expected one);
+  0.4 / n  per request done AND reported in a reply: order id (cancel, order address change), refund
+           amount (return), the words "default address" (default-address change);
+  x 0      when anything not asked for changed (another order, another user, the products, or the
+           customer's address when no default-address change was asked): writes nobody asked for void
+           the reward.
+Stopping after the first of two requests scores 0.5.
+
+Tools (the storefront's own schemas): find_user_id_by_email, find_user_id_by_name_zip, get_order_details,
+cancel_pending_order, modify_pending_order_address, return_delivered_order_items, modify_user_address.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from benchmarks.storefront.db import add_order, generate_db
+from benchmarks.storefront.policy import POLICY
+from game_registry import GameSpec, register_game
+from games._storefront_game_kit import (
+    TARGET_BENCHMARK,
+    Instance,
+    PlannedCall,
+    PlannedRequest,
+    StorefrontCapabilityGame,
+    StorefrontGameConfig,
+    address_text,
+    check_choices,
+    check_fraction,
+    check_int,
+    identity_sentence,
+    mentions_amount,
+    mentions_order_id,
+    mentions_phrase,
+    money,
+    new_address,
+    original_payment_method,
+    subset_toolkit,
+)
+
+CAPABILITY = "multi_step_task_completion"
+GAME_NAME = f"capability_{CAPABILITY}"
+REQUEST_KINDS = ("cancel", "modify_order_address", "modify_user_address", "return")
+DEFAULT_REQUEST_KINDS = ("cancel", "modify_order_address", "modify_user_address")  # the target's compound mix
+ORDER_STATUS = {"cancel": "pending", "modify_order_address": "pending", "return": "delivered"}
+REASON_TEXTS = {"no longer needed": "I no longer need it.", "ordered by mistake": "I ordered it by mistake."}
+MAX_REQUESTS = 4
+ACTION_WEIGHT, COMMUNICATION_WEIGHT = 0.6, 0.4
+
+HINT = ("Hint: the user asked for several things. Handle them one by one (look up, act, tell the result) and "
+        "after each 'Thanks.' go on with the next request until every one is done.")
+
+MultiStepTools = subset_toolkit("MultiStepTools", (
+    "find_user_id_by_email", "find_user_id_by_name_zip", "get_order_details", "cancel_pending_order",
+    "modify_pending_order_address", "return_delivered_order_items", "modify_user_address"))
+
+
+@dataclass
+class MultiStepTaskCompletionConfig(StorefrontGameConfig):
+    """Difficulty knobs of the compound-request game."""
+
+    n_requests: int = 2  # requests in the opening message (1..4)
+    request_kinds: tuple[str, ...] = DEFAULT_REQUEST_KINDS  # drawn with replacement; the default address once
+    email_auth_rate: float = 0.75  # share of customers who identify by email (the rest by name and zip)
+    max_steps: int = 14  # room for four order requests (2 + 3 * 4 turns)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        owner = type(self).__name__
+        check_int(owner, "n_requests", self.n_requests, 1, MAX_REQUESTS)
+        check_fraction(owner, "email_auth_rate", self.email_auth_rate)
+        self.request_kinds = check_choices(owner, "request_kinds", self.request_kinds, REQUEST_KINDS)
+        if self.request_kinds == ("modify_user_address",) and self.n_requests > 1:
+            raise ValueError(f"{owner}: the default address can be changed once per episode, so request_kinds="
+                             f"('modify_user_address',) allows only n_requests=1; add an order request kind")
+        self.check_room(2 + 3 * self.n_requests, f"the oracle with n_requests={self.n_requests}")
+
+
+class MultiStepTaskCompletionGame(StorefrontCapabilityGame):
+    """Several allowed requests in one opening message; all must be done."""
+
+    game_name = GAME_NAME
+    capability = CAPABILITY
+    toolkit_class = MultiStepTools
+    keeps_start_db = True  # to check that nothing outside the requests changed
+
+    def __init__(self, config: MultiStepTaskCompletionConfig | None = None) -> None:
+        super().__init__(config or MultiStepTaskCompletionConfig())
+
+    def build_instance(self, rng: random.Random) -> Instance:
+        config = self.config
+        db = generate_db(rng, n_users=2, n_products=4, min_orders=1, max_orders=1)
+        user = next(iter(db.users.values()))
+        auth = "email" if rng.random() < config.email_auth_rate else "name_zip"
+        kinds: list[str] = []
+        for _ in range(config.n_requests):
+            choices = [k for k in config.request_kinds if k != "modify_user_address" or k not in kinds]
+            kinds.append(rng.choice(choices))
+
+        requests, clauses = [], []
+        for kind in kinds:
+            if kind == "modify_user_address":
+                address = new_address(rng, user.address)
+                clauses.append(f"update my default address to {address_text(address)}.")
+                write = PlannedCall("modify_user_address", {"user_id": user.user_id, **address.to_dict()})
+                requests.append(PlannedRequest(kind, [write], "Your default address is updated.",
+                                               {"user_id": user.user_id}))
+                continue
+            order = add_order(rng, db, user, ORDER_STATUS[kind])
+            oid = order.order_id
+            look_up = PlannedCall("get_order_details", {"order_id": oid})
+            info = {"order_id": oid}
+            if kind == "cancel":
+                reason = rng.choice(tuple(REASON_TEXTS))
+                clauses.append(f"cancel order {oid}. {REASON_TEXTS[reason]}")
+                write = PlannedCall("cancel_pending_order", {"order_id": oid, "reason": reason})
+                statement = f"Order {oid} is cancelled."
+            elif kind == "modify_order_address":
+                address = new_address(rng, order.address)
+                clauses.append(f"change the shipping address of order {oid} to {address_text(address)}.")
+                write = PlannedCall("modify_pending_order_address", {"order_id": oid, **address.to_dict()})
+                statement = f"The address of order {oid} is updated."
+            else:
+                method = original_payment_method(order)
+                clauses.append(f"return the {' and the '.join(i.name for i in order.items)} from order {oid}.")
+                write = PlannedCall("return_delivered_order_items", {
+                    "order_id": oid, "item_ids": [i.item_id for i in order.items], "payment_method_id": method})
+                info["amount"] = order.total
+                statement = f"The return is requested. You will get {money(order.total)} back to {method}."
+            requests.append(PlannedRequest(kind, [look_up, write], statement, info))
+        identity = identity_sentence(user, auth)
+        return Instance(db=db, user=user, auth=auth, opening=self.make_opening(rng, identity, clauses),
+                        requests=requests, info={"n_requests": len(requests)}, identity_reply=identity)
+
+    def _request_done(self, request: PlannedRequest) -> bool:
+        if request.kind == "modify_user_address":
+            user_id = request.info["user_id"]
+            return self.db.users[user_id].address == self.expected_db.users[user_id].address
+        order_id = request.info["order_id"]
+        return self.db.orders[order_id] == self.expected_db.orders[order_id]
+
+    def _request_told(self, request: PlannedRequest, text: str) -> bool:
+        if request.kind == "modify_user_address":
+            return mentions_phrase(text, "default address")
+        if request.kind == "return":
+            return mentions_amount(text, request.info["amount"])
+        return mentions_order_id(text, request.info["order_id"])
+
+    def _nothing_else_changed(self) -> bool:
+        requests = self.instance.requests
+        customer_id = self.instance.user.user_id
+        targets = {r.info["order_id"] for r in requests if "order_id" in r.info}
+        if not self.orders_unchanged_except(targets):
+            return False
+        for user_id, start_user in self.start_db.users.items():
+            live_user = self.db.users[user_id]
+            if user_id != customer_id:
+                if live_user != start_user:
+                    return False
+            elif (live_user.address != start_user.address
+                  and not any(r.kind == "modify_user_address" for r in requests)):
+                return False
+            # The customer's gift-card balances move with the refunds of their own cancels (checked per order).
+        return True
+
+    def score(self) -> dict[str, float]:
+        requests = self.instance.requests
+        if not self._nothing_else_changed():
+            return {"action": 0.0, "communication": 0.0}
+        text = self.reply_text()
+        done = [self._request_done(r) for r in requests]
+        told = [d and self._request_told(r, text) for r, d in zip(requests, done)]
+        n = len(requests)
+        return {"action": ACTION_WEIGHT * sum(done) / n, "communication": COMMUNICATION_WEIGHT * sum(told) / n}
+
+
+def make_game(config: MultiStepTaskCompletionConfig | None = None) -> MultiStepTaskCompletionGame:
+    """A fresh game (default config when None)."""
+    return MultiStepTaskCompletionGame(config)
+
+
+register_game(GameSpec(
+    name=GAME_NAME,
+    make_env=make_game,
+    system_prompt=POLICY,
+    base_prompt="",
+    hint_prompt=HINT,
+    max_gen_tokens=160,  # as the target: the longest expert turn (an address change) is ~110 tokens
+    max_turns=MultiStepTaskCompletionConfig().max_steps,
+    capability=CAPABILITY,
+    config_cls=MultiStepTaskCompletionConfig,
+    target=TARGET_BENCHMARK,
+))

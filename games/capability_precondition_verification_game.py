@@ -1,0 +1,181 @@
+"""Capability game `precondition_verification`: check an order's status before changing it.
+
+The customer asks for one change to one order: cancel it, change its shipping address, or return its
+items. The storefront policy allows a cancel or an address change only for a *pending* order and a
+return only for a *delivered* one. A share of instances (`violating_fraction`) gives the order a status
+that forbids the request. The opening never says the status (with `eligibility_claim_rate` the customer
+even claims the order is eligible, truthfully or not), so the only way to know is `get_order_details`.
+
+Expert (oracle): ask who the customer is, look them up, look the order up, then either make the change
+and confirm it, or change nothing and tell the customer the status. 5 turns (4 when refusing).
+
+Reward (in [0, 1]; success = 1.0):
+  0.6  action: the final database equals the expected one (the write made when allowed; no write at all
+       when not allowed; any other write also breaks it);
+  0.4  communication, only on top of the action part:
+       allowed:     a reply confirms with the order id (cancel, address change) or the refund amount (return);
+       not allowed: the order was looked up and a reply names its actual status.
+A refusal without looking scores 0.6 on a forbidden instance and 0 on an allowed one; acting without
+looking scores 1.0 on allowed instances and 0 on forbidden ones.
+
+Tools (the storefront's own schemas): find_user_id_by_email, find_user_id_by_name_zip, get_order_details,
+cancel_pending_order, modify_pending_order_address, return_delivered_order_items.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from benchmarks.storefront.db import add_order, generate_db
+from benchmarks.storefront.policy import POLICY
+from game_registry import GameSpec, register_game
+from games._storefront_game_kit import (
+    TARGET_BENCHMARK,
+    Instance,
+    PlannedCall,
+    PlannedRequest,
+    StorefrontCapabilityGame,
+    StorefrontGameConfig,
+    address_text,
+    check_choices,
+    check_fraction,
+    identity_sentence,
+    mentions_amount,
+    mentions_order_id,
+    mentions_phrase,
+    money,
+    new_address,
+    original_payment_method,
+    subset_toolkit,
+)
+
+CAPABILITY = "precondition_verification"
+GAME_NAME = f"capability_{CAPABILITY}"
+REQUEST_KINDS = ("cancel", "modify_order_address", "return")
+ALLOWED_STATUS = {"cancel": "pending", "modify_order_address": "pending", "return": "delivered"}
+# Statuses an order can be generated with ("exchange requested" only arises from the exchange tool).
+FORBIDDEN_STATUSES = {
+    "cancel": ("processed", "delivered", "cancelled", "return requested"),
+    "modify_order_address": ("processed", "delivered", "cancelled", "return requested"),
+    "return": ("pending", "processed", "cancelled", "return requested"),
+}
+CANNOT = {"cancel": "it cannot be cancelled", "modify_order_address": "its address cannot be changed",
+          "return": "it cannot be returned"}
+# Claims the customer may add (true for allowed orders, false for forbidden ones).
+ELIGIBILITY_CLAIMS = {"cancel": " It has not shipped yet.", "modify_order_address": " It has not shipped yet.",
+                      "return": " It arrived last week."}
+REASON_TEXTS = {"no longer needed": "I no longer need it.", "ordered by mistake": "I ordered it by mistake."}
+ACTION_WEIGHT, COMMUNICATION_WEIGHT = 0.6, 0.4
+ORACLE_TURNS = 5  # ask identity, look the user up, look the order up, write, confirm
+
+HINT = ("Hint: call get_order_details first and read status. Cancel or change the address only if it is "
+        "'pending'; return only if 'delivered'. Otherwise change nothing and tell the user the status.")
+
+PreconditionTools = subset_toolkit("PreconditionTools", (
+    "find_user_id_by_email", "find_user_id_by_name_zip", "get_order_details", "cancel_pending_order",
+    "modify_pending_order_address", "return_delivered_order_items"))
+
+
+@dataclass
+class PreconditionVerificationConfig(StorefrontGameConfig):
+    """Difficulty knobs of the precondition game."""
+
+    violating_fraction: float = 0.5  # share of instances whose order status forbids the request
+    request_kinds: tuple[str, ...] = REQUEST_KINDS  # requests drawn (uniformly)
+    eligibility_claim_rate: float = 0.0  # share of openings where the customer claims the order is eligible
+    email_auth_rate: float = 0.75  # share of customers who identify by email (the rest by name and zip)
+    max_steps: int = 8
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        owner = type(self).__name__
+        check_fraction(owner, "violating_fraction", self.violating_fraction)
+        check_fraction(owner, "eligibility_claim_rate", self.eligibility_claim_rate)
+        check_fraction(owner, "email_auth_rate", self.email_auth_rate)
+        self.request_kinds = check_choices(owner, "request_kinds", self.request_kinds, REQUEST_KINDS)
+        self.check_room(ORACLE_TURNS, "the oracle")
+
+
+class PreconditionVerificationGame(StorefrontCapabilityGame):
+    """One request on one order whose status may forbid it."""
+
+    game_name = GAME_NAME
+    capability = CAPABILITY
+    toolkit_class = PreconditionTools
+
+    def __init__(self, config: PreconditionVerificationConfig | None = None) -> None:
+        super().__init__(config or PreconditionVerificationConfig())
+
+    def build_instance(self, rng: random.Random) -> Instance:
+        config = self.config
+        db = generate_db(rng, n_users=2, n_products=4, min_orders=1, max_orders=1)
+        user = next(iter(db.users.values()))
+        auth = "email" if rng.random() < config.email_auth_rate else "name_zip"
+        kind = rng.choice(config.request_kinds)
+        allowed = rng.random() >= config.violating_fraction
+        status = ALLOWED_STATUS[kind] if allowed else rng.choice(FORBIDDEN_STATUSES[kind])
+        order = add_order(rng, db, user, status)
+        oid = order.order_id
+        look_up = PlannedCall("get_order_details", {"order_id": oid})
+        info = {"order_id": oid, "status": status, "allowed": allowed}
+
+        if kind == "cancel":
+            reason = rng.choice(tuple(REASON_TEXTS))
+            clause = f"cancel order {oid}. {REASON_TEXTS[reason]}"
+            write = PlannedCall("cancel_pending_order", {"order_id": oid, "reason": reason})
+            done_statement = f"Order {oid} is cancelled."
+        elif kind == "modify_order_address":
+            address = new_address(rng, order.address)
+            clause = f"change the shipping address of order {oid} to {address_text(address)}."
+            write = PlannedCall("modify_pending_order_address", {"order_id": oid, **address.to_dict()})
+            done_statement = f"The address of order {oid} is updated."
+        else:
+            method = original_payment_method(order)
+            clause = f"return the {' and the '.join(i.name for i in order.items)} from order {oid}."
+            write = PlannedCall("return_delivered_order_items", {
+                "order_id": oid, "item_ids": [i.item_id for i in order.items], "payment_method_id": method})
+            info["amount"] = order.total
+            done_statement = f"The return is requested. You will get {money(order.total)} back to {method}."
+        claim = rng.random() < config.eligibility_claim_rate
+        if claim:
+            clause += ELIGIBILITY_CLAIMS[kind]
+        if allowed:
+            request = PlannedRequest(kind, [look_up, write], done_statement, info)
+        else:
+            request = PlannedRequest(kind, [look_up], f"Order {oid} is {status}, so {CANNOT[kind]}.", info)
+        identity = identity_sentence(user, auth)
+        return Instance(db=db, user=user, auth=auth, opening=self.make_opening(rng, identity, [clause]),
+                        requests=[request], info={"eligibility_claim": claim}, identity_reply=identity)
+
+    def score(self) -> dict[str, float]:
+        request = self.instance.requests[0]
+        info = request.info
+        action_ok = self.db == self.expected_db
+        text = self.reply_text()
+        if not info["allowed"]:
+            told = self.looked_up_order(info["order_id"]) and mentions_phrase(text, info["status"])
+        elif request.kind == "return":
+            told = mentions_amount(text, info["amount"])
+        else:
+            told = mentions_order_id(text, info["order_id"])
+        return {"action": ACTION_WEIGHT if action_ok else 0.0,
+                "communication": COMMUNICATION_WEIGHT if action_ok and told else 0.0}
+
+
+def make_game(config: PreconditionVerificationConfig | None = None) -> PreconditionVerificationGame:
+    """A fresh game (default config when None)."""
+    return PreconditionVerificationGame(config)
+
+
+register_game(GameSpec(
+    name=GAME_NAME,
+    make_env=make_game,
+    system_prompt=POLICY,
+    base_prompt="",
+    hint_prompt=HINT,
+    max_gen_tokens=160,  # as the target: the longest expert turn (an address change) is ~110 tokens
+    max_turns=PreconditionVerificationConfig().max_steps,
+    capability=CAPABILITY,
+    config_cls=PreconditionVerificationConfig,
+    target=TARGET_BENCHMARK,
+))

@@ -1,0 +1,210 @@
+"""Capability game `tool_calling_precision`: turn loosely written values into exact tool arguments.
+
+The customer writes values the way people do and the tools want them exactly: order ids with '#W',
+cancel reasons as the enum's words, zip codes as strings (here with a leading zero, which an integer
+would lose), first and last name as separate arguments, item ids as a list of strings, an address split
+into its six fields. Tools are strict (no coercion), so a loose value is an error message or a miss.
+`looseness` sets how far the customer's writing is from the argument:
+
+  looseness    order id        cancel reason                 name (name+zip look-up)   address
+  0            '#W1234567'     "The reason: no longer        'Mia Chen'                 '12 Oak St, Apt 4, Boston,
+                               needed."                                                 MA, USA, 02134'
+  1            'W1234567'      "I no longer need it."        'Mia Chen'                 same; zips start with 0
+  2            '1234567'       a paraphrase ("I don't need   'Chen, Mia (last name      '12 Oak St Apt 4, Boston MA
+                               it anymore.")                 first)'                    02134, USA'
+
+Requests (one per instance): cancel an order, change an order's shipping address, return two named items
+of an order (a list of two ids read from the order), change the default address.
+
+Expert (oracle): ask who the customer is, look them up, look the order up, write, confirm (5 turns; 4
+for the default address).
+
+Reward (in [0, 1]; success = 1.0), mostly on exactness:
+  0.5  write: the final database equals the expected one (the write made with exactly the right values;
+       any other write breaks it);
+  0.2  identification: a user look-up returned the customer's id (first/last name split, zip a string);
+  0.3  confirmation, only with the write part: a reply gives the order id (cancel, order address), the
+       refund amount (return) or the words "default address" (default-address change);
+ -0.1  per tool call that failed (wrong id format, wrong type, not found): first-time exactness is the skill.
+
+Tools (the storefront's own schemas): find_user_id_by_email, find_user_id_by_name_zip, get_order_details,
+cancel_pending_order, modify_pending_order_address, return_delivered_order_items, modify_user_address.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from benchmarks.storefront.db import Address, User, add_order, generate_db
+from benchmarks.storefront.policy import POLICY
+from game_registry import GameSpec, register_game
+from games._storefront_game_kit import (
+    TARGET_BENCHMARK,
+    Instance,
+    PlannedCall,
+    PlannedRequest,
+    StorefrontCapabilityGame,
+    StorefrontGameConfig,
+    address_text,
+    check_choices,
+    check_fraction,
+    check_int,
+    identity_sentence,
+    mentions_amount,
+    mentions_order_id,
+    mentions_phrase,
+    money,
+    new_address,
+    original_payment_method,
+    subset_toolkit,
+)
+
+CAPABILITY = "tool_calling_precision"
+GAME_NAME = f"capability_{CAPABILITY}"
+TASK_KINDS = ("cancel", "modify_order_address", "return", "modify_user_address")
+MAX_LOOSENESS = 2
+REASON_TEXTS = {  # cancel reason -> how the customer says it at looseness 1, then the paraphrases of level 2
+    "no longer needed": ("I no longer need it.", ("I don't need it anymore.", "Turns out I have no use for it.")),
+    "ordered by mistake": ("I ordered it by mistake.", ("I bought it by accident.", "That order was an accident.")),
+}
+WRITE_WEIGHT, IDENTIFY_WEIGHT, CONFIRM_WEIGHT, FAILED_CALL_PENALTY = 0.5, 0.2, 0.3, 0.1
+ORACLE_TURNS = 5  # ask identity, look the user up, look the order up, write, confirm
+
+HINT = ("Hint: write arguments exactly: order_id as '#W' plus the digits, zip as a string keeping leading "
+        "zeros, first_name and last_name separately, item_ids as a list of strings, address in six fields, "
+        "reason exactly 'no longer needed' or 'ordered by mistake'.")
+
+PrecisionTools = subset_toolkit("PrecisionTools", (
+    "find_user_id_by_email", "find_user_id_by_name_zip", "get_order_details", "cancel_pending_order",
+    "modify_pending_order_address", "return_delivered_order_items", "modify_user_address"))
+
+
+@dataclass
+class ToolCallingPrecisionConfig(StorefrontGameConfig):
+    """Difficulty knobs of the exact-arguments game."""
+
+    looseness: int = 1  # how loosely the customer writes values (0 exact .. 2 loosest; see the module docstring)
+    task_kinds: tuple[str, ...] = TASK_KINDS  # requests drawn (uniformly)
+    name_zip_rate: float = 1.0  # share of customers who identify by name and zip (the rest by email)
+    max_steps: int = 8
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        owner = type(self).__name__
+        check_int(owner, "looseness", self.looseness, 0, MAX_LOOSENESS)
+        self.task_kinds = check_choices(owner, "task_kinds", self.task_kinds, TASK_KINDS)
+        check_fraction(owner, "name_zip_rate", self.name_zip_rate)
+        self.check_room(ORACLE_TURNS, "the oracle")
+
+
+def order_reference(order_id: str, looseness: int) -> str:
+    """How the customer writes an order id: '#W1234567', 'W1234567' or '1234567'."""
+    return (order_id, order_id.removeprefix("#"), order_id.removeprefix("#W"))[looseness]
+
+
+def loose_address(address: Address, looseness: int) -> str:
+    """An address as the customer writes it (level 2 runs the street lines together, drops the commas)."""
+    if looseness < 2:
+        return address_text(address)
+    street = f"{address.address1} {address.address2}".strip()
+    return f"{street}, {address.city} {address.state} {address.zip}, {address.country}"
+
+
+def loose_identity(user: User, auth: str, looseness: int) -> str:
+    """What the customer answers when asked who they are."""
+    if auth == "name_zip" and looseness >= 2:
+        return (f"I don't remember my email. My name is {user.last_name}, {user.first_name} (last name first), "
+                f"zip code {user.address.zip}.")
+    return identity_sentence(user, auth)
+
+
+class ToolCallingPrecisionGame(StorefrontCapabilityGame):
+    """One allowed request whose arguments the customer writes loosely."""
+
+    game_name = GAME_NAME
+    capability = CAPABILITY
+    toolkit_class = PrecisionTools
+
+    def __init__(self, config: ToolCallingPrecisionConfig | None = None) -> None:
+        super().__init__(config or ToolCallingPrecisionConfig())
+
+    def build_instance(self, rng: random.Random) -> Instance:
+        config = self.config
+        level = config.looseness
+        zero_zips = level >= 1  # zips with a leading zero: a number instead of a string loses it
+        db = generate_db(rng, n_users=2, n_products=4, min_orders=1, max_orders=1)
+        user = next(iter(db.users.values()))
+        auth = "name_zip" if rng.random() < config.name_zip_rate else "email"
+        if auth == "name_zip" and zero_zips and not user.address.zip.startswith("0"):
+            user.address = new_address(rng, user.address, leading_zero_zip=True)
+        kind = rng.choice(config.task_kinds)
+
+        if kind == "modify_user_address":
+            address = new_address(rng, user.address, leading_zero_zip=zero_zips)
+            clause = f"update my default address to {loose_address(address, level)}."
+            calls = [PlannedCall("modify_user_address", {"user_id": user.user_id, **address.to_dict()})]
+            request = PlannedRequest(kind, calls, "Your default address is updated.", {"user_id": user.user_id})
+        else:
+            order = add_order(rng, db, user, "delivered" if kind == "return" else "pending",
+                              n_items=2 if kind == "return" else None)
+            oid = order.order_id
+            ref = order_reference(oid, level)
+            calls = [PlannedCall("get_order_details", {"order_id": oid})]
+            info = {"order_id": oid, "order_ref": ref}
+            if kind == "cancel":
+                reason = rng.choice(tuple(REASON_TEXTS))
+                plain, paraphrases = REASON_TEXTS[reason]
+                reason_text = (f"The reason: {reason}.", plain, rng.choice(paraphrases))[level]
+                clause = f"cancel order {ref}. {reason_text}"
+                calls.append(PlannedCall("cancel_pending_order", {"order_id": oid, "reason": reason}))
+                statement = f"Order {oid} is cancelled."
+            elif kind == "modify_order_address":
+                address = new_address(rng, order.address, leading_zero_zip=zero_zips)
+                clause = f"change the shipping address of order {ref} to {loose_address(address, level)}."
+                calls.append(PlannedCall("modify_pending_order_address", {"order_id": oid, **address.to_dict()}))
+                statement = f"The address of order {oid} is updated."
+            else:
+                method = original_payment_method(order)
+                clause = f"return the {order.items[0].name} and the {order.items[1].name} from order {ref}."
+                calls.append(PlannedCall("return_delivered_order_items", {
+                    "order_id": oid, "item_ids": [i.item_id for i in order.items], "payment_method_id": method}))
+                info["amount"] = order.total
+                statement = f"The return is requested. You will get {money(order.total)} back to {method}."
+            request = PlannedRequest(kind, calls, statement, info)
+        identity = loose_identity(user, auth, level)
+        return Instance(db=db, user=user, auth=auth, opening=self.make_opening(rng, identity, [clause]),
+                        requests=[request], info={"looseness": level}, identity_reply=identity)
+
+    def score(self) -> dict[str, float]:
+        request = self.instance.requests[0]
+        write_ok = self.db == self.expected_db
+        text = self.reply_text()
+        if request.kind == "modify_user_address":
+            told = mentions_phrase(text, "default address")
+        elif request.kind == "return":
+            told = mentions_amount(text, request.info["amount"])
+        else:
+            told = mentions_order_id(text, request.info["order_id"])
+        return {"write": WRITE_WEIGHT if write_ok else 0.0,
+                "identify": IDENTIFY_WEIGHT if self.authenticated() else 0.0,
+                "confirm": CONFIRM_WEIGHT if write_ok and told else 0.0,
+                "failed_calls": -FAILED_CALL_PENALTY * self.failed_call_count()}
+
+
+def make_game(config: ToolCallingPrecisionConfig | None = None) -> ToolCallingPrecisionGame:
+    """A fresh game (default config when None)."""
+    return ToolCallingPrecisionGame(config)
+
+
+register_game(GameSpec(
+    name=GAME_NAME,
+    make_env=make_game,
+    system_prompt=POLICY,
+    base_prompt="",
+    hint_prompt=HINT,
+    max_gen_tokens=160,  # as the target: the longest expert turn (an address change) is ~110 tokens
+    max_turns=ToolCallingPrecisionConfig().max_steps,
+    capability=CAPABILITY,
+    config_cls=ToolCallingPrecisionConfig,
+    target=TARGET_BENCHMARK,
+))

@@ -1,0 +1,259 @@
+"""GRPO trainer on the tiny model: rollouts, bookkeeping, learning, resume, DDP, rollout collection."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import game_registry
+from pipeline._io import InputError
+from train.backends import HFBackend, SamplingParams
+from train.config import GRPOConfig, load_config
+from train.episodes import ChatTokenizer, EpisodeRequest, rescored_under_base_prompt, run_episodes
+from train.grpo import GRPOTrainer
+from train.policy import LoraPolicy, load_base_model
+
+REPO = Path(__file__).resolve().parent.parent
+GAMES_DIR = REPO / "tests" / "games"
+GAME = "capability_letter_density"
+# LoRA on lm_head too: a random-init model's logits barely react to adapters deeper down, and the
+# tests need reward to move within a few iterations.
+FAST = ["--groups_per_iteration", "6", "--group_size", "4", "--lora_r", "4", "--learning_rate", "3e-2",
+        "--lora_target_modules", "[q_proj, v_proj, lm_head]", "--max_episode_tokens", "128"]
+
+
+@pytest.fixture(scope="module")
+def letter_game():
+    game_registry._import_game_file(GAMES_DIR / f"{GAME}_game.py")
+    return game_registry.get_game(GAME)
+
+
+@pytest.fixture(scope="module")
+def vault_spec():
+    sys.path.insert(0, str(REPO / "tests"))
+    import toy_games
+
+    return toy_games.make_spec(max_turns=4)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "TRACE_GAMES_DIRS": str(GAMES_DIR), "PYTHONPATH": str(REPO)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Backend and episodes
+# ------------------------------------------------------------------------------------------------
+def test_hf_backend_greedy_matches_generate_and_logprobs_match_a_full_forward(tiny_model_dir):
+    model, tokenizer = load_base_model(str(tiny_model_dir))
+    prompts = [tokenizer("hello there")["input_ids"], tokenizer("a much longer prompt about orders")["input_ids"]]
+    backend = HFBackend(model, tokenizer.pad_token_id, seed=0)
+    completions = backend.generate(prompts, SamplingParams(max_new_tokens=8, temperature=0.0))
+    for prompt, completion in zip(prompts, completions):
+        reference = model.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False,
+                                   pad_token_id=tokenizer.pad_token_id, eos_token_id=None)
+        assert completion.token_ids == reference[0, len(prompt):].tolist()
+    sampled = backend.generate(prompts, SamplingParams(max_new_tokens=8, temperature=1.0))
+    for prompt, completion in zip(prompts, sampled):
+        ids = torch.tensor([prompt + completion.token_ids])
+        with torch.no_grad():
+            logprobs = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
+        expected = logprobs.gather(-1, ids[0, 1:, None]).squeeze(-1)[len(prompt) - 1 :]
+        assert torch.allclose(expected, torch.tensor(completion.logprobs), atol=1e-4)
+
+
+def test_episode_tokens_are_the_rendered_conversation_and_mask_marks_sampled_tokens(tiny_model_dir, vault_spec):
+    model, tokenizer = load_base_model(str(tiny_model_dir))
+    chat = ChatTokenizer(tokenizer)
+    backend = HFBackend(model, tokenizer.pad_token_id, seed=1)
+    requests = [EpisodeRequest(seed=s, sample_idx=0, hinted=False) for s in range(3)]
+    episodes = run_episodes(vault_spec, requests, backend, chat, temperature=1.0, max_episode_tokens=600)
+    for ep in episodes:
+        assert ep.termination_reason in {"done", "max_turns", "max_tokens"}
+        assert len(ep.token_ids) == len(ep.loss_mask) == len(ep.logprobs)
+        assert ep.loss_mask[: ep.prompt_len] == [0] * ep.prompt_len
+        assert ep.n_generated > 0
+        assert all(lp == 0.0 for lp, m in zip(ep.logprobs, ep.loss_mask) if m == 0)
+        # the prompt is exactly the template's render of the opening messages
+        prompt_text = tokenizer.decode(ep.token_ids[: ep.prompt_len])
+        assert prompt_text == chat.render(ep.conversation[: ep.n_prompt_messages], ep.tools, True)
+
+
+def test_hinted_episode_is_rescored_with_the_base_prompt_and_the_same_tail(tiny_model_dir, letter_game):
+    model, tokenizer = load_base_model(str(tiny_model_dir))
+    chat = ChatTokenizer(tokenizer)
+    backend = HFBackend(model, tokenizer.pad_token_id, seed=0)
+    (ep,) = run_episodes(letter_game, [EpisodeRequest(7, 0, hinted=True)], backend, chat,
+                         temperature=1.0, max_episode_tokens=128)
+    assert letter_game.hint_prompt in tokenizer.decode(ep.token_ids[: ep.prompt_len])
+    ids, mask, prompt_len = rescored_under_base_prompt(ep, letter_game, chat)
+    assert letter_game.hint_prompt not in tokenizer.decode(ids[:prompt_len])
+    assert ids[prompt_len:] == ep.token_ids[ep.prompt_len :] and mask[prompt_len:] == ep.loss_mask[ep.prompt_len :]
+
+
+# ------------------------------------------------------------------------------------------------
+# Config
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("group_size", 1, "group_size must be >= 2"),
+        ("hint_fraction", 1.0, "hint_fraction"),
+        ("clip_eps", 0.0, "clip_eps"),
+        ("loss_agg", "mean", "loss_agg"),
+        ("learning_rate", -1.0, "learning_rate"),
+        ("temperature", 0.0, "temperature"),
+        ("dtype", "fp8", "dtype"),
+    ],
+)
+def test_config_rejects_bad_values_with_the_fix(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        GRPOConfig(**{field: value})
+
+
+def test_config_file_and_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("learning_rate: 1.0e-4\ngroup_size: 4\n")
+    config = load_config(path, {"learning_rate": "3e-3", "lora_target_modules": "[q_proj]", "kl_beta": "0.1"}, game="g")
+    assert (config.learning_rate, config.group_size, config.lora_target_modules, config.kl_beta) == (3e-3, 4, ["q_proj"], 0.1)
+    with pytest.raises(InputError, match="unknown option --lr"):
+        load_config(None, {"lr": "1"})
+    with pytest.raises(InputError, match="expects int"):
+        load_config(None, {"group_size": "four"})
+    path.write_text("bogus: 1\n")
+    with pytest.raises(InputError, match="unknown keys"):
+        load_config(path)
+
+
+# ------------------------------------------------------------------------------------------------
+# Learning
+# ------------------------------------------------------------------------------------------------
+def test_grpo_raises_reward_and_changes_only_lora_parameters(tiny_model_dir, letter_game, tmp_path):
+    config = load_config(None, {"iterations": "8", "groups_per_iteration": "12", "group_size": "8", "lora_r": "8",
+                                "learning_rate": "3e-2", "lora_target_modules": "[q_proj, v_proj, lm_head]",
+                                "max_episode_tokens": "128", "save_every": "8"},
+                         game=GAME, model=str(tiny_model_dir), output_dir=str(tmp_path / "out"))
+    torch.manual_seed(config.seed)
+    base, tokenizer = load_base_model(config.model)
+    original = {name: p.detach().clone() for name, p in base.named_parameters()}
+    policy = LoraPolicy(base, r=config.lora_r, alpha=config.lora_alpha, dropout=0.0,
+                        target_modules=config.lora_target_modules)
+    lora_before = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
+    trainer = GRPOTrainer(config, letter_game, policy, tokenizer, HFBackend(policy.model, tokenizer.pad_token_id))
+    trainer.run()
+
+    metrics = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in metrics] == list(range(1, 9))
+    first, last = sum(m["mean_reward"] for m in metrics[:2]) / 2, sum(m["mean_reward"] for m in metrics[-2:]) / 2
+    assert last > first + 0.08, [round(m["mean_reward"], 3) for m in metrics]
+
+    for name, parameter in policy.model.named_parameters():
+        if parameter.requires_grad:
+            assert "lora_" in name
+        else:
+            key = name.replace("base_model.model.", "", 1).replace(".base_layer", "")
+            assert torch.equal(parameter, original[key]), f"frozen parameter {name} changed"
+    changed = [n for n, p in policy.model.named_parameters() if p.requires_grad and not torch.equal(p, lora_before[n])]
+    assert any("lora_B" in n for n in changed)
+
+    out = tmp_path / "out"
+    assert (out / "adapter_model.safetensors").is_file() and (out / "adapter_config.json").is_file()
+    assert (out / "config.yaml").is_file() and (out / "checkpoints" / "iter_000008" / "trainer_state.json").is_file()
+    rollouts = json.loads((out / "rollouts" / "iter_000008.json").read_text())
+    assert len(rollouts["simulations"]) == 12 * 8
+    assert {s["sample_idx"] for s in rollouts["simulations"]} == set(range(8))
+    from peft import PeftModel
+
+    fresh, _ = load_base_model(config.model)
+    reloaded = PeftModel.from_pretrained(fresh, str(out))
+    ids = torch.tensor([tokenizer("Say: apple")["input_ids"]])
+    with torch.no_grad():
+        assert torch.allclose(reloaded(ids).logits, policy.model(ids).logits, atol=1e-5)
+
+
+def _train_cmd(model_dir: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "train", "--game", GAME, "--model", str(model_dir), "--output_dir", str(out),
+            "--iterations", "4", "--save_every", "2", *FAST, *extra]
+
+
+def _comparable(metrics_file: Path) -> list[dict]:
+    timing = {"gen_tokens_per_s", "train_tokens_per_s", "seconds"}
+    return [{k: v for k, v in json.loads(l).items() if k not in timing} for l in metrics_file.read_text().splitlines()]
+
+
+def test_killed_and_resumed_run_equals_an_uninterrupted_one(tiny_model_dir, tmp_path):
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    done = subprocess.run(_train_cmd(tiny_model_dir, straight), env=_env(), cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    process = subprocess.Popen(_train_cmd(tiny_model_dir, killed), env=_env(), cwd=REPO,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = killed / "checkpoints" / "iter_000002" / "trainer_state.json"
+    deadline = time.time() + 240
+    while not marker.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    if process.poll() is None:
+        process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)
+    assert marker.exists()
+    resumed = subprocess.run(_train_cmd(tiny_model_dir, killed, "--resume", str(marker.parent)), env=_env(),
+                             cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed at iteration 2" in resumed.stdout
+
+    a = load_file(str(straight / "adapter_model.safetensors"))
+    b = load_file(str(killed / "adapter_model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "resumed adapter differs"
+    assert _comparable(straight / "metrics.jsonl") == _comparable(killed / "metrics.jsonl")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_process_gloo_torchrun_completes_and_ranks_agree(tiny_model_dir, tmp_path):
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master-port={_free_port()}",
+               "--master-addr=127.0.0.1", "-m", "train",
+               "--game", GAME, "--model", str(tiny_model_dir), "--output_dir", str(tmp_path / "ddp"),
+               "--iterations", "2", "--save_every", "2", *FAST]
+    result = subprocess.run(command, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "all 2 ranks agree on the trainable weights" in result.stdout
+    rollouts = json.loads((tmp_path / "ddp" / "rollouts" / "iter_000002.json").read_text())
+    assert len({s["task_id"] for s in rollouts["simulations"]}) == 6  # both ranks' groups gathered
+
+
+def test_bad_game_or_model_exits_2(tiny_model_dir, tmp_path):
+    bad_game = subprocess.run([sys.executable, "-m", "train", "--game", "capability_nope", "--model",
+                               str(tiny_model_dir)], env=_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert bad_game.returncode == 2 and "unknown game 'capability_nope'" in bad_game.stderr
+    bad_model = subprocess.run([sys.executable, "-m", "train", "--game", GAME, "--model", str(tmp_path / "missing"),
+                                "--output_dir", str(tmp_path / "o")], env=_env(), cwd=REPO, capture_output=True,
+                               text=True, timeout=120)
+    assert bad_model.returncode == 2 and "cannot load model" in bad_model.stderr
+
+
+def test_collect_rollouts_feeds_calibration(tiny_model_dir, tmp_path):
+    out = tmp_path / "rollouts.json"
+    result = subprocess.run([sys.executable, "-m", "train.collect_rollouts", "--game", GAME, "--model",
+                             str(tiny_model_dir), "--seeds", "3", "--samples", "4", "--out", str(out)],
+                            env=_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    sims = json.loads(out.read_text())["simulations"]
+    assert sorted((s["task_id"], s["sample_idx"]) for s in sims) == [(str(t), k) for t in range(3) for k in range(4)]
+    calibration = subprocess.run([sys.executable, "pipeline/calibrate_environment.py", str(out), "--json-output",
+                                  str(tmp_path / "cal.json")], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert calibration.returncode in (0, 1), calibration.stderr
+    assert json.loads((tmp_path / "cal.json").read_text())["metrics"]["n_groups"] == 3

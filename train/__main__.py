@@ -1,0 +1,118 @@
+"""Train one capability LoRA adapter with GRPO.
+
+    python -m train --game capability_<name> --model MODEL [--config configs/grpo.yaml] [--resume DIR]
+                    [--key value ...]
+    torchrun --nproc_per_node=N --master-port=P -m train --game ... --model ...
+
+Any field of train/config.py's GRPOConfig can be set with `--key value` (e.g. `--iterations 20
+--learning_rate 1e-3`). With VLLM_BASE_URLS (and VLLM_MODEL) set, rollouts go to those vLLM servers;
+otherwise they are sampled in process. Under torchrun each rank collects its share of the groups
+(gloo on CPU, nccl on GPU) and rank 0 writes the artifacts to `pipeline/adapters/<capability>/` (or
+--output_dir): the PEFT adapter, config.yaml, metrics.jsonl, rollouts/ and checkpoints/.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from game_registry import GameImportError, get_game
+from pipeline._io import InputError
+from train.backends import HFBackend
+from train.checkpoint import latest_checkpoint
+from train.config import load_config
+from train.grpo import GRPOTrainer
+from train.policy import LoraPolicy, count_parameters, load_base_model
+from train.vllm_backend import backend_from_env
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, str]]:
+    parser = argparse.ArgumentParser(prog="python -m train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--game", required=True, help="registered game, e.g. capability_precondition_verification")
+    parser.add_argument("--model", required=True, help="base model: local directory or hub id")
+    parser.add_argument("--config", default=None, help="YAML config (e.g. configs/grpo.yaml)")
+    parser.add_argument("--resume", default=None, type=Path, help="checkpoint dir, or an output dir (latest checkpoint)")
+    args, rest = parser.parse_known_args(argv)
+    overrides: dict[str, str] = {}
+    index = 0
+    while index < len(rest):
+        key = rest[index]
+        if not key.startswith("--"):
+            parser.error(f"unexpected argument {key!r}; options are --key value")
+        if "=" in key:
+            name, value = key[2:].split("=", 1)
+            index += 1
+        elif index + 1 < len(rest):
+            name, value = key[2:], rest[index + 1]
+            index += 2
+        else:
+            parser.error(f"option {key} needs a value")
+        overrides[name] = value
+    return args, overrides
+
+
+def setup_distributed() -> torch.device:
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    if torch.cuda.is_available():
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    if world_size > 1:  # share the CPU cores between ranks instead of oversubscribing them
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    return torch.device("cpu")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, overrides = parse_args(argv)
+    try:
+        config = load_config(args.config, overrides, game=args.game, model=args.model)
+        spec = get_game(config.game)
+    except (InputError, ValueError, KeyError, GameImportError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if config.fsdp:
+        print("error: --fsdp is not implemented yet; train models that fit one device, or shard the base with "
+              "a vLLM server for rollouts and a larger GPU for the update", file=sys.stderr)
+        return 2
+    device = setup_distributed()
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    try:
+        torch.manual_seed(config.seed)  # same LoRA init on every rank
+        base, tokenizer = load_base_model(config.model, config.dtype, device)
+        checkpoint = latest_checkpoint(args.resume) if args.resume else None
+        policy = LoraPolicy(
+            base, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
+            target_modules=config.lora_target_modules,
+            adapter_dir=checkpoint / "adapter" if checkpoint else None,
+        )
+        output_dir = config.resolved_output_dir()
+        backend = backend_from_env(output_dir / "vllm_adapters", seed=config.seed + 1000 * rank) or HFBackend(
+            policy.model, tokenizer.pad_token_id, seed=config.seed + 1000 * rank
+        )
+        trainer = GRPOTrainer(config, spec, policy, tokenizer, backend)
+        if checkpoint:
+            trainer.resume_from(checkpoint)
+        if rank == 0:
+            trainable, total = count_parameters(policy.model)
+            print(f"GRPO {config.game} on {config.model}: {trainable:,} trainable of {total:,} parameters; "
+                  f"backend {type(backend).__name__}; world size {dist.get_world_size() if dist.is_initialized() else 1}; "
+                  f"output {output_dir}" + (f"; resumed at iteration {trainer.start_iteration}" if checkpoint else ""))
+        trainer.run()
+        backend.close()
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

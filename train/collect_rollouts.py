@@ -1,0 +1,109 @@
+"""Collect rollouts of a model on a game, for calibration (Step 2) and evaluation.
+
+    python -m train.collect_rollouts --game NAME --model M [--adapter DIR] --seeds 100 --samples 16 \
+        --temperature 1.0 --out rollouts.json [--seed-start 0] [--game-overrides '{"knob": 3}']
+
+Writes τ²-bench results format: one simulation per (seed, sample) with `task_id` = seed and `sample_idx`
+set, which is what `pipeline/calibrate_environment.py` reads. Rollouts go to vLLM when VLLM_BASE_URLS is
+set (then --adapter must name an adapter the server has loaded, or be omitted), else in process through
+the same backend interface the trainer uses.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from benchmarks.results import write_results
+from game_registry import GameImportError, GameSpec, get_game
+from pipeline._io import InputError
+from train.backends import HFBackend, RolloutBackend
+from train.episodes import ChatTokenizer, EpisodeRequest, episode_to_simulation, run_episodes
+from train.policy import load_base_model
+from train.vllm_backend import backend_from_env
+
+
+def collect(
+    spec: GameSpec,
+    backend: RolloutBackend,
+    chat: ChatTokenizer,
+    *,
+    seeds: list[int],
+    samples: int,
+    temperature: float,
+    max_episode_tokens: int,
+    game_overrides: dict[str, Any] | None = None,
+    episodes_per_batch: int = 256,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Simulations for every (seed, sample), played `episodes_per_batch` at a time."""
+    requests = [EpisodeRequest(seed=seed, sample_idx=k) for seed in seeds for k in range(samples)]
+    simulations = []
+    with tqdm(total=len(requests), desc=f"rollouts {spec.name}", unit="ep", disable=not progress or None) as bar:
+        for start in range(0, len(requests), episodes_per_batch):
+            chunk = requests[start : start + episodes_per_batch]
+            episodes = run_episodes(spec, chunk, backend, chat, temperature=temperature,
+                                    max_episode_tokens=max_episode_tokens, game_overrides=game_overrides)
+            simulations.extend(episode_to_simulation(ep) for ep in episodes)
+            bar.update(len(chunk))
+    return simulations
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m train.collect_rollouts", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--game", required=True)
+    parser.add_argument("--model", required=True, help="base model directory (or hub id)")
+    parser.add_argument("--adapter", default=None, help="PEFT adapter directory to apply (in-process backend)")
+    parser.add_argument("--seeds", type=int, default=100, help="number of task seeds (groups)")
+    parser.add_argument("--seed-start", type=int, default=0)
+    parser.add_argument("--samples", type=int, default=16, help="samples per seed")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--max-episode-tokens", type=int, default=4096)
+    parser.add_argument("--game-overrides", default="{}", help="JSON object of game config fields")
+    parser.add_argument("--sampling-seed", type=int, default=0)
+    parser.add_argument("--out", required=True, type=Path)
+    args = parser.parse_args(argv)
+    if args.seeds < 1 or args.samples < 1:
+        parser.error("--seeds and --samples must be >= 1")
+    if args.temperature < 0:
+        parser.error("--temperature must be >= 0")
+    try:
+        overrides = json.loads(args.game_overrides)
+        if not isinstance(overrides, dict):
+            raise InputError("--game-overrides must be a JSON object")
+        spec = get_game(args.game)
+        spec.make(**overrides)  # fail early on bad overrides
+        model, tokenizer = load_base_model(args.model)
+        backend = backend_from_env(args.out.parent / ".vllm_adapters", seed=args.sampling_seed)
+        if backend is None:
+            if args.adapter:
+                from peft import PeftModel
+
+                model = PeftModel.from_pretrained(model, args.adapter)
+            torch.manual_seed(args.sampling_seed)
+            backend = HFBackend(model, tokenizer.pad_token_id, seed=args.sampling_seed)
+        elif args.adapter:
+            backend.served_model = args.adapter  # an adapter name the server already has loaded
+        simulations = collect(
+            spec, backend, ChatTokenizer(tokenizer), seeds=list(range(args.seed_start, args.seed_start + args.seeds)),
+            samples=args.samples, temperature=args.temperature, max_episode_tokens=args.max_episode_tokens,
+            game_overrides=overrides,
+        )
+    except (InputError, ValueError, KeyError, GameImportError, json.JSONDecodeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    info = {"game": args.game, "model": args.model, "adapter": args.adapter, "temperature": args.temperature,
+            "samples": args.samples, "game_overrides": overrides}
+    write_results(args.out, simulations, info=info)
+    rewards = [s["reward_info"]["reward"] for s in simulations]
+    print(f"{len(simulations)} rollouts -> {args.out}; mean reward {sum(rewards) / len(rewards):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""GRPO run configuration: one dataclass, loaded from YAML plus `--key value` overrides.
+
+Defaults follow the reference (configs/grpo.yaml restates them with comments); every value is checked in
+`__post_init__`, and a bad one raises ValueError saying how to fix it. The resolved config is saved as
+`config.yaml` next to every adapter the run writes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline._io import InputError
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass
+class GRPOConfig:
+    game: str = ""  # registered game name, e.g. capability_precondition_verification
+    model: str = ""  # local directory (or a hub id, which fails offline with a clear message)
+    output_dir: str = ""  # default: pipeline/adapters/<capability>
+    game_overrides: dict[str, Any] = field(default_factory=dict)  # fields of the game's config dataclass
+
+    # LoRA (base model frozen)
+    lora_r: int = 16
+    lora_alpha: int = 16
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGETS))
+
+    # Optimisation
+    learning_rate: float = 1e-5
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    warmup_iterations: int = 0
+    grad_clip: float = 1.0
+    iterations: int = 100
+    ppo_epochs: int = 1  # optimizer steps over each iteration's batch (1 = on-policy, ratio starts at 1)
+    micro_batch_size: int = 8  # sequences per forward/backward (gradient accumulation inside a step)
+
+    # Sampling
+    groups_per_iteration: int = 64
+    group_size: int = 16
+    temperature: float = 1.0
+    hint_fraction: float = 0.25  # share of each group sampled with the game's hint prompt
+    max_episode_tokens: int = 4096
+    train_seed_start: int = 1_000_000  # task seeds for training start here (evaluation uses small seeds)
+
+    # GRPO
+    scale_advantages: bool = True
+    std_floor: float = 1e-3
+    filter_constant_groups: bool = True
+    clip_eps: float = 0.2
+    loss_agg: str = "grpo"  # grpo | dapo | dr_grpo
+    kl_beta: float = 0.0
+    max_tokens_norm: int = 0  # dr_grpo's constant; 0 = max_episode_tokens
+
+    # Bookkeeping
+    seed: int = 0
+    save_every: int = 10
+    save_rollouts: bool = True
+    dtype: str = "float32"  # float32 | bfloat16
+    fsdp: bool = False
+
+    def __post_init__(self) -> None:
+        def need(condition: bool, message: str) -> None:
+            if not condition:
+                raise ValueError(message)
+
+        need(self.lora_r >= 1, f"lora_r must be >= 1, got {self.lora_r}")
+        need(self.lora_alpha > 0, f"lora_alpha must be > 0, got {self.lora_alpha}")
+        need(0.0 <= self.lora_dropout < 1.0, f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        need(bool(self.lora_target_modules), "lora_target_modules must name at least one module, e.g. [q_proj, v_proj]")
+        need(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
+        need(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        need(0 <= self.adam_beta1 < 1 and 0 <= self.adam_beta2 < 1, "adam betas must be in [0, 1)")
+        need(self.warmup_iterations >= 0, f"warmup_iterations must be >= 0, got {self.warmup_iterations}")
+        need(self.grad_clip > 0, f"grad_clip must be > 0 (1.0 is the reference), got {self.grad_clip}")
+        need(self.iterations >= 1, f"iterations must be >= 1, got {self.iterations}")
+        need(self.ppo_epochs >= 1, f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
+        need(self.micro_batch_size >= 1, f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        need(self.groups_per_iteration >= 1, f"groups_per_iteration must be >= 1, got {self.groups_per_iteration}")
+        need(self.group_size >= 2, f"group_size must be >= 2 (GRPO compares samples within a group), got {self.group_size}")
+        need(self.temperature > 0, f"temperature must be > 0 for GRPO sampling, got {self.temperature}")
+        need(0.0 <= self.hint_fraction < 1.0,
+             f"hint_fraction must be in [0, 1) (some samples must use the base prompt), got {self.hint_fraction}")
+        need(self.max_episode_tokens >= 16, f"max_episode_tokens must be >= 16, got {self.max_episode_tokens}")
+        need(self.train_seed_start >= 0, "train_seed_start must be >= 0")
+        need(self.std_floor > 0, f"std_floor must be > 0 (reference 1e-3), got {self.std_floor}")
+        need(0 < self.clip_eps < 1, f"clip_eps must be in (0, 1) (reference 0.2), got {self.clip_eps}")
+        need(self.loss_agg in ("grpo", "dapo", "dr_grpo"), f"loss_agg must be grpo, dapo or dr_grpo, got {self.loss_agg!r}")
+        need(self.kl_beta >= 0, f"kl_beta must be >= 0, got {self.kl_beta}")
+        need(self.max_tokens_norm >= 0, f"max_tokens_norm must be >= 0 (0 = max_episode_tokens), got {self.max_tokens_norm}")
+        need(self.save_every >= 1, f"save_every must be >= 1, got {self.save_every}")
+        need(self.dtype in ("float32", "bfloat16"), f"dtype must be float32 or bfloat16, got {self.dtype!r}")
+        need(isinstance(self.game_overrides, dict), "game_overrides must be a mapping of config field -> value")
+
+    @property
+    def capability(self) -> str:
+        return self.game.removeprefix("capability_")
+
+    @property
+    def n_hinted(self) -> int:
+        """Hinted samples per group: the first `n_hinted` sample indices of each group."""
+        return int(self.hint_fraction * self.group_size)
+
+    def resolved_output_dir(self) -> Path:
+        return Path(self.output_dir or f"pipeline/adapters/{self.capability}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _parse_override(field_type: str, key: str, text: str) -> Any:
+    """`--key value` strings become the field's type; lists and mappings are parsed as YAML."""
+    try:
+        if field_type == "int":
+            return int(text)
+        if field_type == "float":
+            return float(text)
+    except ValueError:
+        raise InputError(f"--{key} expects {field_type}, got {text!r}") from None
+    if field_type == "bool":
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise InputError(f"--{key} expects true or false, got {text!r}")
+        return text.lower() in ("true", "1", "yes")
+    if field_type == "str":
+        return text
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise InputError(f"--{key}: cannot parse {text!r} as YAML: {err}") from None
+
+
+def load_config(path: str | Path | None, overrides: dict[str, str] | None = None, **fixed: Any) -> GRPOConfig:
+    """Build a GRPOConfig from a YAML file, then `--key value` strings, then keyword values.
+
+    Unknown keys (in the file or on the command line) raise InputError listing the valid ones.
+    """
+    values: dict[str, Any] = {}
+    fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except FileNotFoundError:
+            raise InputError(f"{path}: config file not found") from None
+        except yaml.YAMLError as err:
+            raise InputError(f"{path}: broken YAML: {err}") from None
+        if not isinstance(loaded, dict):
+            raise InputError(f"{path}: a config must be a YAML mapping of key: value")
+        unknown = sorted(set(loaded) - set(fields))
+        if unknown:
+            raise InputError(f"{path}: unknown keys {unknown}; valid keys: {sorted(fields)}")
+        values.update(loaded)
+    for key, text in (overrides or {}).items():
+        name = key.replace("-", "_")
+        if name not in fields:
+            raise InputError(f"unknown option --{key}; valid keys: {sorted(fields)}")
+        values[name] = _parse_override(str(fields[name].type), key, text)
+    values.update({k: v for k, v in fixed.items() if v is not None})
+    try:
+        return GRPOConfig(**values)
+    except TypeError as err:
+        raise InputError(f"bad config: {err}") from None
+
+
+def save_config(config: GRPOConfig, path: str | Path) -> None:
+    from pipeline._io import atomic_write_text
+
+    header = f"# Resolved GRPO config. Reproduce with: python -m train --config {path}\n"
+    atomic_write_text(path, header + yaml.safe_dump(config.to_dict(), sort_keys=False))

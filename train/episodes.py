@@ -1,0 +1,190 @@
+"""Multi-turn episodes: games + a rollout backend + the model's chat template.
+
+`run_episodes` plays many episodes at once. Each turn, every unfinished episode's token ids go to the
+backend in one batch; the sampled text becomes an action (`spec.extract_action`), the game answers, and
+the answer is appended as tokens. An episode stops on the game's `done`, on `spec.max_turns`, or when
+its token budget is spent.
+
+Token bookkeeping is exact: the ids the policy sampled are kept as sampled (loss_mask 1, with their
+sampling log-probs); prompt and observation ids get loss_mask 0. Observations are tokenized from the
+chat template's own rendering: the text the template adds after an assistant turn is
+render(conversation + observation) minus render(conversation), which needs an append-only template
+(ours is; a template that rewrites earlier turns raises a clear error here).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from benchmarks.results import make_simulation
+from game_registry import Game, GameSpec, prompt_variant
+from train.backends import RolloutBackend, SamplingParams
+
+IM_END = "<|im_end|>"
+
+
+@dataclass(frozen=True)
+class EpisodeRequest:
+    seed: int  # the game instance (GRPO groups share a seed)
+    sample_idx: int  # index within the group
+    hinted: bool = False  # sample with the game's hint prompt
+
+
+@dataclass
+class Episode:
+    request: EpisodeRequest
+    game: Game
+    tools: list[dict[str, Any]]
+    conversation: list[dict[str, Any]]  # what the model saw: system message with base or hint prompt
+    token_ids: list[int]
+    loss_mask: list[int]  # 1 on sampled tokens
+    logprobs: list[float]  # sampling log-prob on sampled tokens, 0 elsewhere
+    prompt_len: int  # tokens of the initial prompt (system + opening messages)
+    n_prompt_messages: int  # messages returned by reset (the prompt)
+    n_turns: int = 0
+    termination_reason: str = ""
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def reward(self) -> float:
+        return float(self.summary["reward"])
+
+    @property
+    def n_generated(self) -> int:
+        return sum(self.loss_mask)
+
+
+class ChatTokenizer:
+    """Renders conversations with a tokenizer's chat template and tokenizes the pieces."""
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+        self.im_end_id = tokenizer.convert_tokens_to_ids(IM_END)
+        if self.im_end_id is None or self.im_end_id == tokenizer.unk_token_id:
+            raise ValueError(f"tokenizer has no {IM_END} token; TRACE expects a Qwen-style chat template")
+        stop = {self.im_end_id}
+        if tokenizer.eos_token_id is not None:
+            stop.add(tokenizer.eos_token_id)
+        self.stop_token_ids = tuple(sorted(stop))
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools or None, tokenize=False, add_generation_prompt=generation_prompt
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def decode_completion(self, token_ids: Sequence[int]) -> str:
+        """Model text of one turn: special tokens (im_end, eos, pad) dropped, tool-call tags kept."""
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+    def prompt_ids(self, conversation: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+        return self.encode(self.render(conversation, tools, generation_prompt=True))
+
+    def observation_ids(
+        self, conversation: list[dict[str, Any]], n_new: int, tools: list[dict[str, Any]], stopped: bool
+    ) -> list[int]:
+        """Tokens that follow a sampled assistant turn: its end marker (if not sampled) + the observation
+        messages (the last `n_new` of `conversation`) + the next generation prompt."""
+        before = self.render(conversation[: len(conversation) - n_new], tools, generation_prompt=False)
+        after = self.render(conversation, tools, generation_prompt=True)
+        if not after.startswith(before):
+            raise ValueError(
+                "the chat template is not append-only (rendering one more turn changed earlier text); "
+                "multi-turn RL needs a template whose renders extend each other, e.g. train/chat_template.py"
+            )
+        glue = "\n" if stopped else IM_END + "\n"  # the template writes "<|im_end|>\n" after each assistant turn
+        return self.encode(glue + after[len(before) :])
+
+
+def start_episode(spec: GameSpec, game: Game, request: EpisodeRequest, chat: ChatTokenizer) -> Episode:
+    conversation = prompt_variant(game.reset(request.seed), spec, request.hinted)
+    tools = game.get_tool_schemas()
+    ids = chat.prompt_ids(conversation, tools)
+    return Episode(
+        request, game, tools, conversation, ids, [0] * len(ids), [0.0] * len(ids), len(ids), len(conversation)
+    )
+
+
+def run_episodes(
+    spec: GameSpec,
+    requests: Sequence[EpisodeRequest],
+    backend: RolloutBackend,
+    chat: ChatTokenizer,
+    *,
+    temperature: float,
+    max_episode_tokens: int,
+    game_overrides: dict[str, Any] | None = None,
+) -> list[Episode]:
+    """Play every request to the end; returns episodes in request order with `summary` filled in."""
+    episodes = [start_episode(spec, spec.make(**(game_overrides or {})), r, chat) for r in requests]
+    active = [ep for ep in episodes if not _finish_if_over(ep, spec, max_episode_tokens)]
+    while active:
+        budget = min(max_episode_tokens - len(ep.token_ids) for ep in active)
+        params = SamplingParams(
+            max_new_tokens=max(1, min(spec.max_gen_tokens, budget)),
+            temperature=temperature,
+            stop_token_ids=chat.stop_token_ids,
+        )
+        completions = backend.generate([ep.token_ids for ep in active], params)
+        still_active = []
+        for ep, completion in zip(active, completions):
+            ep.token_ids.extend(completion.token_ids)
+            ep.loss_mask.extend([1] * len(completion.token_ids))
+            ep.logprobs.extend(completion.logprobs)
+            ep.n_turns += 1
+            action = spec.extract_action(chat.decode_completion(completion.token_ids))
+            result = ep.game.step(action)
+            # The game's log holds the assistant message it derived from the action plus the observations.
+            ep.conversation = ep.conversation[:1] + ep.game.get_messages()[1:]
+            if _finish_if_over(ep, spec, max_episode_tokens):
+                continue
+            observation = chat.observation_ids(
+                ep.conversation, len(result.observation_messages), ep.tools,
+                stopped=completion.finish_reason == "stop" and completion.token_ids[-1] == chat.im_end_id,
+            )
+            ep.token_ids.extend(observation)
+            ep.loss_mask.extend([0] * len(observation))
+            ep.logprobs.extend([0.0] * len(observation))
+            if not _finish_if_over(ep, spec, max_episode_tokens):
+                still_active.append(ep)
+        active = still_active
+    return episodes
+
+
+def _finish_if_over(ep: Episode, spec: GameSpec, max_episode_tokens: int) -> bool:
+    if ep.game.done:
+        ep.termination_reason = "done"
+    elif ep.n_turns >= spec.max_turns:
+        ep.termination_reason = "max_turns"
+    elif len(ep.token_ids) >= max_episode_tokens:
+        ep.termination_reason = "max_tokens"
+    else:
+        return False
+    ep.summary = dict(ep.game.get_summary())
+    return True
+
+
+def rescored_under_base_prompt(ep: Episode, spec: GameSpec, chat: ChatTokenizer) -> tuple[list[int], list[int], int]:
+    """(token_ids, loss_mask, prompt_len) of a hinted episode with its prompt swapped for the base prompt.
+
+    Everything after the prompt (sampled turns and observations) is kept token for token, so the adapter
+    is trained to produce the hinted behaviour without seeing the hint.
+    """
+    base = prompt_variant(ep.game.get_messages()[:1] + ep.conversation[1:], spec, hinted=False)
+    prompt = chat.prompt_ids(base[: ep.n_prompt_messages], ep.tools)
+    tail = ep.token_ids[ep.prompt_len :]
+    return prompt + tail, [0] * len(prompt) + ep.loss_mask[ep.prompt_len :], len(prompt)
+
+
+
+def episode_to_simulation(ep: Episode, sim_id: str | None = None) -> dict[str, Any]:
+    """The episode as a τ²-bench results simulation (task_id = seed, trial = sample_idx)."""
+    summary = {k: v for k, v in ep.summary.items() if isinstance(v, (str, int, float, bool, type(None), list, dict))}
+    return make_simulation(
+        task_id=str(ep.request.seed), messages=ep.conversation, reward_info={**summary, "reward": ep.reward},
+        termination_reason=ep.termination_reason, trial=ep.request.sample_idx, sample_idx=ep.request.sample_idx,
+        seed=ep.request.seed, sim_id=sim_id, hinted=ep.request.hinted, n_turns=ep.n_turns,
+        n_generated_tokens=ep.n_generated,
+    )
