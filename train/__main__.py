@@ -76,10 +76,6 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, ValueError, KeyError, GameImportError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if config.fsdp:
-        print("error: --fsdp is not implemented yet; train models that fit one device, or shard the base with "
-              "a vLLM server for rollouts and a larger GPU for the update", file=sys.stderr)
-        return 2
     device = setup_distributed()
     rank = dist.get_rank() if dist.is_initialized() else 0
     try:
@@ -92,9 +88,13 @@ def main(argv: list[str] | None = None) -> int:
             adapter_dir=checkpoint / "adapter" if checkpoint else None,
         )
         output_dir = config.resolved_output_dir()
-        backend = backend_from_env(output_dir / "vllm_adapters", seed=config.seed + 1000 * rank) or HFBackend(
-            policy.model, tokenizer.pad_token_id, seed=config.seed + 1000 * rank
-        )
+        backend = backend_from_env(output_dir / "vllm_adapters", seed=config.seed + 1000 * rank)
+        if config.fsdp:
+            if backend is None:
+                raise InputError("--fsdp needs rollouts from vLLM servers (set VLLM_BASE_URLS and VLLM_MODEL): "
+                                 "in-process generation from a sharded model is not supported")
+            policy.shard()
+        backend = backend or HFBackend(policy.model, tokenizer.pad_token_id, seed=config.seed + 1000 * rank)
         trainer = GRPOTrainer(config, spec, policy, tokenizer, backend)
         if checkpoint:
             trainer.resume_from(checkpoint)

@@ -13,7 +13,7 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -23,34 +23,48 @@ from pipeline._io import InputError
 CHECKPOINT_PREFIX = "iter_"
 
 
-def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    state = optimizer.state_dict()
+def _flatten_optimizer_state(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Tensors of an optimizer state dict (keys: parameter index, or name under FSDP) + the JSON rest."""
     tensors, scalars = {}, {}
-    for index, entry in state["state"].items():
-        for key, value in entry.items():
+    for param_key, entry in state["state"].items():
+        for name, value in entry.items():
             if torch.is_tensor(value):
-                tensors[f"optimizer.{index}.{key}"] = value.detach().contiguous().cpu()
+                tensors[f"optimizer::{param_key}::{name}"] = value.detach().contiguous().cpu()
             else:
-                scalars[f"{index}.{key}"] = value
-    return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
+                scalars[f"{param_key}::{name}"] = value
+    key_type = "int" if all(isinstance(k, int) for k in state["state"]) else "str"
+    return tensors, {"param_groups": state["param_groups"], "scalars": scalars, "key_type": key_type}
+
+
+def _unflatten_optimizer_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
+    convert = int if meta["key_type"] == "int" else str
+    state: dict[Any, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        if key.startswith("optimizer::"):
+            _, param_key, name = key.split("::", 2)
+            state.setdefault(convert(param_key), {})[name] = value
+    for key, value in meta["scalars"].items():
+        param_key, name = key.split("::", 1)
+        state.setdefault(convert(param_key), {})[name] = value
+    return {"state": state, "param_groups": meta["param_groups"]}
 
 
 def save_checkpoint(
     directory: Path,
     *,
     iteration: int,
-    save_adapter,
-    optimizer: torch.optim.Optimizer,
+    write_adapter: Callable[[Path], None],
+    optimizer_state: dict[str, Any],
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     backend_state: dict[str, Any],
 ) -> Path:
-    """Write checkpoint `directory/iter_<iteration>` atomically; returns its path."""
+    """Write checkpoint `directory/iter_<iteration>` atomically (rank 0 only); returns its path."""
     final = directory / f"{CHECKPOINT_PREFIX}{iteration:06d}"
     directory.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".ckpt-", dir=directory))
     try:
-        save_adapter(staging / "adapter")
-        tensors, optimizer_meta = _optimizer_tensors(optimizer)
+        write_adapter(staging / "adapter")
+        tensors, optimizer_meta = _flatten_optimizer_state(optimizer_state)
         tensors["rng.torch"] = torch.get_rng_state()
         for key, value in backend_state.items():
             if not torch.is_tensor(value):
@@ -91,30 +105,20 @@ def latest_checkpoint(path: Path) -> Path:
 
 
 def load_checkpoint(
-    checkpoint: Path,
-    *,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-) -> tuple[int, dict[str, torch.Tensor]]:
-    """Restore optimizer, scheduler and RNG states; returns (iteration, backend state tensors).
+    checkpoint: Path, *, scheduler: torch.optim.lr_scheduler.LRScheduler
+) -> tuple[int, dict[str, Any], dict[str, torch.Tensor]]:
+    """Restore scheduler and RNG states; returns (iteration, optimizer state dict, backend state tensors).
 
     The adapter weights are loaded by the caller from `checkpoint / "adapter"` before the optimizer is
-    built, so that the optimizer's parameters are the restored ones.
+    built, so that the optimizer's parameters are the restored ones; the caller then loads the optimizer
+    state (through the policy, which knows whether it is sharded).
     """
     meta = json.loads((checkpoint / "trainer_state.json").read_text())
     tensors = load_file(str(checkpoint / "trainer_state.safetensors"))
-    state: dict[int, dict[str, Any]] = {}
-    for key, value in tensors.items():
-        if key.startswith("optimizer."):
-            _, index, name = key.split(".", 2)
-            state.setdefault(int(index), {})[name] = value
-    for key, value in meta["optimizer"]["scalars"].items():
-        index, name = key.split(".", 1)
-        state.setdefault(int(index), {})[name] = value
-    optimizer.load_state_dict({"state": state, "param_groups": meta["optimizer"]["param_groups"]})
+    optimizer_state = _unflatten_optimizer_state(tensors, meta["optimizer"])
     scheduler.load_state_dict(meta["scheduler"])
     torch.set_rng_state(tensors["rng.torch"])
     version, internal, gauss = meta["python_random"]
     random.setstate((version, tuple(internal), gauss))
     backend = {key.removeprefix("backend."): v for key, v in tensors.items() if key.startswith("backend.")}
-    return int(meta["iteration"]), backend
+    return int(meta["iteration"]), optimizer_state, backend

@@ -118,7 +118,8 @@ class GRPOTrainer:
 
     # ---------------------------------------------------------------------------------------------
     def resume_from(self, checkpoint: Path) -> None:
-        iteration, backend_state = load_checkpoint(checkpoint, optimizer=self.optimizer, scheduler=self.scheduler)
+        iteration, optimizer_state, backend_state = load_checkpoint(checkpoint, scheduler=self.scheduler)
+        self.policy.load_optimizer_state(self.optimizer, optimizer_state)
         prefix = f"rank{self.rank}."
         self.backend.load_state_dict({k.removeprefix(prefix): v for k, v in backend_state.items() if k.startswith(prefix)})
         self.backend.sync_weights(self.policy.model, iteration)
@@ -158,16 +159,33 @@ class GRPOTrainer:
                 sequences.append(Sequence(ids, mask, [0.0] * len(ids), float(advantages[group, k])))
             else:
                 sequences.append(Sequence(ep.token_ids, ep.loss_mask, ep.logprobs, float(advantages[group, k])))
-        if rescore:
+        if rescore or self.policy.sharded:
             self._recompute_old_logprobs([sequences[i] for i in rescore])
         constant = (rewards.max(dim=1).values - rewards.min(dim=1).values).abs() <= 1e-8
         return sequences, {"groups": float(len(constant)), "constant_groups": float(constant.sum())}
 
+    def _lockstep_count(self, local: int) -> int:
+        """Under FSDP every rank must run the same number of forward passes (they are collectives)."""
+        if not self.policy.sharded or self.world_size == 1:
+            return local
+        count = torch.tensor([local], dtype=torch.long)
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        return int(count)
+
+    def _dummy_batch(self) -> RolloutBatch:
+        """A two-token batch with nothing to learn from, for ranks that ran out of real micro-batches."""
+        return pad_batch([Sequence([self.pad_token_id] * 2, [0, 0], [0.0, 0.0], 0.0)], self.pad_token_id, self.device)
+
     @torch.no_grad()
     def _recompute_old_logprobs(self, sequences: list[Sequence]) -> None:
         size = self.config.micro_batch_size
-        for start in range(0, len(sequences), size):
-            chunk = sequences[start : start + size]
+        n_chunks = self._lockstep_count(math.ceil(len(sequences) / size))
+        for chunk_index in range(n_chunks):
+            chunk = sequences[chunk_index * size : (chunk_index + 1) * size]
+            if not chunk:
+                dummy = self._dummy_batch()
+                token_logprobs(self.policy.model, dummy.input_ids, dummy.attention_mask)
+                continue
             batch = pad_batch(chunk, self.pad_token_id, self.device)
             logprobs = token_logprobs(self.policy.model, batch.input_ids, batch.attention_mask,
                                       temperature=self.config.temperature)  # [B, T]
@@ -190,9 +208,14 @@ class GRPOTrainer:
             return {"loss": 0.0, "grad_norm": 0.0, "skipped_update": 1.0}
         self.policy.model.train()
         grad_norm = torch.tensor(0.0)
+        n_real = len(micro_batches)
+        micro_batches += [self._dummy_batch()] * (self._lockstep_count(n_real) - n_real)
         for _ in range(c.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=False)
-            for batch in micro_batches:
+            for index, batch in enumerate(micro_batches):
+                if index >= n_real:  # FSDP lockstep: a forward/backward that contributes zero gradient
+                    (token_logprobs(self.policy.model, batch.input_ids, batch.attention_mask).sum() * 0.0).backward()
+                    continue
                 new_logprobs = token_logprobs(self.policy.model, batch.input_ids, batch.attention_mask,
                                               temperature=c.temperature)  # [B, T]
                 ref_logprobs = None
@@ -209,13 +232,15 @@ class GRPOTrainer:
                 stats_sum["loss"] = stats_sum.get("loss", 0.0) + float(loss.detach())
                 for key in ("clip_fraction", "ratio_mean", "approx_kl", "kl_ref"):
                     if key in stats:
-                        stats_sum[key] = stats_sum.get(key, 0.0) + stats[key] / len(micro_batches) / c.ppo_epochs
-            if self.world_size > 1:  # average gradients over ranks (the normaliser accounts for it)
+                        stats_sum[key] = stats_sum.get(key, 0.0) + stats[key] / n_real / c.ppo_epochs
+            if self.world_size > 1 and not self.policy.sharded:  # FSDP averages in its reduce-scatter
                 for parameter in self.parameters:
                     dist.all_reduce(parameter.grad)
                     parameter.grad.div_(self.world_size)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, c.grad_clip)
             self.optimizer.step()
+        if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP
+            grad_norm = grad_norm.full_tensor()
         stats_sum["grad_norm"] = float(grad_norm)
         stats_sum["skipped_update"] = 0.0
         return stats_sum
@@ -237,7 +262,7 @@ class GRPOTrainer:
                            f"gen {last['gen_tokens_per_s']:.0f} tok/s  train {last['train_tokens_per_s']:.0f} tok/s  "
                            f"loss {last['loss']:+.4f}")
                 tqdm.write(summary)
-        if self.world_size > 1:
+        if self.world_size > 1 and not self.policy.sharded:  # sharded weights are one copy by construction
             self.check_ranks_agree()
         return last
 
@@ -306,6 +331,10 @@ class GRPOTrainer:
             states: list[Any] = [None] * self.world_size
             dist.all_gather_object(states, backend_state)
             backend_state = {k: v for part in states for k, v in part.items()}
+        adapter_state = optimizer_state = None
+        if checkpoint_due:  # collectives under FSDP: every rank takes part, rank 0 gets full tensors
+            adapter_state = self.policy.adapter_state()
+            optimizer_state = self.policy.optimizer_state(self.optimizer)
         if self.rank == 0:
             with open(self.output_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
                 handle.write(json.dumps({k: _finite(v) for k, v in metrics.items()}) + "\n")
@@ -313,10 +342,11 @@ class GRPOTrainer:
                 info = {"game": c.game, "iteration": done, "model": c.model, "temperature": c.temperature}
                 write_results(self.output_dir / "rollouts" / f"iter_{done:06d}.json", simulations, info=info)
             if checkpoint_due:
-                self.policy.save(self.output_dir)
+                self.policy.write_adapter(self.output_dir, adapter_state)
                 save_checkpoint(
-                    self.output_dir / "checkpoints", iteration=done, save_adapter=self.policy.save,
-                    optimizer=self.optimizer, scheduler=self.scheduler, backend_state=backend_state,
+                    self.output_dir / "checkpoints", iteration=done,
+                    write_adapter=lambda path: self.policy.write_adapter(path, adapter_state),
+                    optimizer_state=optimizer_state, scheduler=self.scheduler, backend_state=backend_state,
                 )
         if self.world_size > 1:
             dist.barrier()

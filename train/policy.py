@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 
@@ -38,9 +38,15 @@ def load_base_model(model: str, dtype: str = "float32", device: str | torch.devi
 
 
 class Policy:
-    """Interface: `model` (a causal LM), `trainable_parameters()`, `reference()`, `save(dir)`."""
+    """Interface: `model` (a causal LM), `trainable_parameters()`, `reference()`, `adapter_state()`,
+    `write_adapter(dir, state)`, `save(dir)`, and optimizer state helpers.
+
+    Under FSDP, `adapter_state()` and the optimizer-state helpers are collectives (every rank calls them;
+    rank 0 gets full tensors); `write_adapter` writes files and is called on rank 0 only.
+    """
 
     model: torch.nn.Module
+    sharded: bool = False
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -51,8 +57,41 @@ class Policy:
         raise NotImplementedError(f"{type(self).__name__} has no reference policy; set kl_beta: 0")
         yield  # pragma: no cover
 
-    def save(self, directory: str | Path) -> None:
+    def adapter_state(self) -> dict[str, torch.Tensor] | None:
         raise NotImplementedError
+
+    def write_adapter(self, directory: str | Path, state: dict[str, torch.Tensor]) -> None:
+        raise NotImplementedError
+
+    def save(self, directory: str | Path) -> None:
+        """Collective-safe save: every rank may call it; rank 0 writes."""
+        state = self.adapter_state()
+        if _rank() == 0:
+            self.write_adapter(directory, state)
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """Full optimizer state (keys: parameter index, or parameter name under FSDP)."""
+        if not self.sharded:
+            return optimizer.state_dict()
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        return get_optimizer_state_dict(
+            self.model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        if not self.sharded:
+            optimizer.load_state_dict(state)
+            return
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(self.model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 class LoraPolicy(Policy):
@@ -76,27 +115,65 @@ class LoraPolicy(Policy):
                                 bias="none", task_type="CAUSAL_LM")
             self.model = get_peft_model(base, config)
 
+    def shard(self) -> None:
+        """FSDP2: shard every decoder layer and the root across the ranks (frozen base and adapter alike)."""
+        from torch.distributed.fsdp import fully_shard
+
+        layers = [m for m in self.model.modules() if type(m).__name__.endswith("DecoderLayer")]
+        if not layers:
+            raise ValueError("--fsdp: found no *DecoderLayer modules to shard in this model")
+        for layer in layers:
+            fully_shard(layer)
+        fully_shard(self.model)
+        self.sharded = True
+
     @contextlib.contextmanager
     def reference(self) -> Iterator[None]:
         with self.model.disable_adapter():
             yield
 
-    def save(self, directory: str | Path) -> None:
+    def adapter_state(self) -> dict[str, torch.Tensor] | None:
+        """Adapter tensors in PEFT's file naming (full tensors; under FSDP only rank 0 gets them)."""
+        from peft import get_peft_model_state_dict
+
+        if not self.sharded:
+            return get_peft_model_state_dict(self.model, save_embedding_layers=False)
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if _rank() != 0:
+            return None
+        return get_peft_model_state_dict(self.model, state_dict=full, save_embedding_layers=False)
+
+    def write_adapter(self, directory: str | Path, state: dict[str, torch.Tensor]) -> None:
         """PEFT format (adapter_model.safetensors + adapter_config.json), written to a temp folder and
         renamed file by file, so a crash never leaves a half-written adapter."""
-        save_adapter_atomically(self.model, directory)
+        write_peft_adapter(self.model.peft_config["default"], state, directory)
 
 
-def save_adapter_atomically(peft_model: torch.nn.Module, directory: str | Path) -> None:
+def write_peft_adapter(peft_config: Any, state: dict[str, torch.Tensor], directory: str | Path) -> None:
+    """What `PeftModel.save_pretrained` writes, from a state dict we already hold (it may come from FSDP)."""
+    from safetensors.torch import save_file
+
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".adapter-", dir=directory))
     try:
-        peft_model.save_pretrained(str(staging), safe_serialization=True)
-        for name in sorted(os.listdir(staging)):  # config before weights: both are complete files
+        tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
+        save_file(tensors, str(staging / "adapter_model.safetensors"), metadata={"format": "pt"})
+        peft_config.save_pretrained(str(staging))
+        for name in sorted(os.listdir(staging), key=lambda n: n != "adapter_config.json"):  # config first
             os.replace(staging / name, directory / name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def save_adapter_atomically(peft_model: torch.nn.Module, directory: str | Path) -> None:
+    """Save an (unsharded) PEFT model's adapter atomically."""
+    from peft import get_peft_model_state_dict
+
+    state = get_peft_model_state_dict(peft_model, save_embedding_layers=False)
+    write_peft_adapter(peft_model.peft_config["default"], state, directory)
 
 
 def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
