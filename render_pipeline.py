@@ -2,6 +2,11 @@
 
     python render_pipeline.py configs/capability_selection.yaml --stage capability
     python render_pipeline.py configs/environment_generation.yaml --stage environment [--out PATH]
+    python render_pipeline.py CONFIG --stage capability|environment --run AGENT [--all]
+
+`--run AGENT` then hands the rendered prompt to the coding agent named AGENT in configs/agents.yaml
+(`--agents FILE`), logs its output under runs/<run_name>/agent_logs/ and checks the stage's artifact;
+`--all` (environment) repeats it for every PENDING capability. See pipeline/agent_runner.py.
 
 The config is a YAML mapping. Every key becomes a template variable; two keys are read by this
 script itself:
@@ -190,12 +195,74 @@ def build_parser() -> argparse.ArgumentParser:
                         help="capability = Step 1 (capability selection), environment = Step 2")
     parser.add_argument("--out", default=None,
                         help="output file (default: prompts/rendered/<run_name>_<stage>.md)")
+    agent = parser.add_argument_group("running a coding agent on the prompt (pipeline/agent_runner.py)")
+    agent.add_argument("--run", metavar="AGENT", default=None,
+                       help="after rendering, launch this agent of the agents file with the prompt and check the "
+                            "stage's artifact")
+    agent.add_argument("--all", action="store_true",
+                       help="with --run and --stage environment: one agent invocation per PENDING capability")
+    agent.add_argument("--agents", default=None, help="agents file (default: configs/agents.yaml)")
+    agent.add_argument("--workdir", default=None,
+                       help="folder the agent works in; artifacts and runs/ are looked for there (default: repo root)")
+    agent.add_argument("--selected", default=None,
+                       help="selected-capabilities list (default: <workdir>/pipeline/selected_capabilities.json)")
+    agent.add_argument("--validate-seeds", type=int, default=None,
+                       help="seeds for validate_game on a new game (default: the config's validation_seeds, else 200)")
+    agent.add_argument("--agent-timeout", type=float, default=None,
+                       help="seconds before the agent is stopped (default: the agents file's timeout_s, else none)")
     return parser
 
 
+def _agent_flags_problem(args: argparse.Namespace) -> str | None:
+    """Why the agent flags do not fit together, or None."""
+    if args.run is None:
+        used = [flag for flag, value in (("--all", args.all), ("--agents", args.agents), ("--workdir", args.workdir),
+                                         ("--selected", args.selected), ("--validate-seeds", args.validate_seeds),
+                                         ("--agent-timeout", args.agent_timeout)) if value not in (None, False)]
+        return f"{', '.join(used)} only apply with --run AGENT" if used else None
+    if args.all and args.stage != "environment":
+        return "--all loops over PENDING capabilities: it needs --stage environment"
+    if args.validate_seeds is not None and args.validate_seeds < 1:
+        return f"--validate-seeds must be >= 1 (got {args.validate_seeds})"
+    if args.agent_timeout is not None and args.agent_timeout <= 0:
+        return f"--agent-timeout must be > 0 seconds (got {args.agent_timeout})"
+    if args.workdir is not None and not Path(args.workdir).is_dir():
+        return f"--workdir {args.workdir}: not a folder"
+    return None
+
+
+def run_agent(args: argparse.Namespace, prompt: RenderedPrompt, prompt_path: Path) -> int:
+    """Hand the rendered prompt to the agent named by --run and check the artifact (pipeline/agent_runner.py)."""
+    from pipeline import agent_runner  # imported here: plain rendering needs none of it
+
+    try:
+        agent = agent_runner.get_agent(args.agents or agent_runner.DEFAULT_AGENTS_FILE, args.run)
+        config = load_config(prompt.config_path)
+        workdir = Path(args.workdir).resolve() if args.workdir else REPO_ROOT
+        ctx = agent_runner.RunContext(
+            run_name=prompt.run_name, prompt_file=prompt_path, prompt_text=prompt.text, workdir=workdir,
+            selected=Path(args.selected) if args.selected else workdir / agent_runner.SELECTED_RELATIVE,
+            timeout_s=args.agent_timeout, echo=sys.stderr.write)
+        if prompt.stage == "capability":
+            return agent_runner.run_capability_stage(agent, ctx)
+        ctx.environment_kind = agent_runner.environment_kind(config)
+        ctx.validate_seeds = args.validate_seeds or agent_runner.default_validate_seeds(config)
+        return agent_runner.run_environment_stage(agent, ctx, run_all=args.all)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except agent_runner.AgentRunError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point: render, write atomically, print the output path."""
+    """CLI entry point: render, write atomically, print the output path; with --run, run the agent."""
     args = build_parser().parse_args(argv)
+    problem = _agent_flags_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         prompt = render_prompt(args.config, args.stage)
     except InputError as err:
@@ -211,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {out_path}: cannot write ({err})", file=sys.stderr)
         return 2
     print(out_path)
+    if args.run is not None:
+        return run_agent(args, prompt, out_path)
     return 0
 
 

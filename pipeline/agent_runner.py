@@ -1,0 +1,478 @@
+"""Hand a rendered stage prompt to a coding agent and check what it produced (`render_pipeline.py --run`).
+
+    python render_pipeline.py CONFIG --stage capability  --run claude
+    python render_pipeline.py CONFIG --stage environment --run codex [--all]
+
+The agent's command line comes from an agents file (default `configs/agents.yaml`; see its header),
+never from code. The agent runs in the work folder (`--workdir`, default the repository root), its
+output (stdout and stderr) is streamed to `runs/<run_name>/agent_logs/<time>_<stage>[_<capability>]_<agent>.log`
+under that folder and echoed to stderr. Afterwards the stage's artifact must exist, be new, and validate:
+
+- capability: `pipeline/selected_capabilities.json` (`--selected`), rewritten during the run, in the
+  export schema of `aggregate_capabilities` (every entry PENDING), with its `_report.json` beside it.
+- environment (tool_use): a new or rewritten `capability_<name>_game.py` in the work folder or a game
+  folder (`game_registry.game_dirs()`), which `python -m pipeline.validate_game capability_<name>` passes,
+  and the capability marked DONE. (code_edit: a new `pipeline/swebench/<name>/scenarios_parsed.json`
+  list of scenarios, and DONE.) The capability is the one `pipeline.capabilities next` names before the
+  agent starts — the prompt tells the agent to take exactly that one.
+
+`--all` (environment only) repeats this for every PENDING capability, one agent invocation each, and
+stops at the first failure. Exit codes: 0 done, 1 the agent or its artifact failed (the reason is
+printed), 2 bad input (agents file, unknown agent, no selected list).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from game_registry import game_dirs
+from pipeline._io import InputError, load_json
+from pipeline.capabilities import load_selected, next_pending
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_AGENTS_FILE = REPO_ROOT / "configs" / "agents.yaml"
+SELECTED_RELATIVE = Path("pipeline") / "selected_capabilities.json"
+DEFAULT_VALIDATE_SEEDS = 200
+VALIDATE_TIMEOUT_S = 3600
+KILL_GRACE_S = 10  # seconds between SIGTERM and SIGKILL when an agent times out
+GAME_NAME = re.compile(r"[a-z0-9_]+")
+AGENT_KEYS = {"command", "stdin", "timeout_s", "env"}
+# The export of aggregate_capabilities.selected_entries: key -> accepted JSON types.
+EXPORT_FIELDS: dict[str, tuple[type, ...]] = {
+    "skill": (str,), "description": (str,), "mean_cov": (int, float), "std_cov": (int, float),
+    "mean_delta": (int, float), "std_delta": (int, float), "n_runs_passed": (int,), "n_runs_total": (int,),
+    "passes_consistency": (bool,), "example_failed_cases": (list,), "status": (str,),
+}
+SCENARIO_KEYS = ("id", "issue", "files", "test_file", "fail_to_pass", "oracle_patch")
+
+
+class AgentRunError(Exception):
+    """The agent failed or left no valid artifact; the message says why (exit 1)."""
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One entry of the agents file."""
+
+    name: str
+    command: tuple[str, ...]
+    stdin: bool = True
+    timeout_s: float | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def argv(self, values: dict[str, str]) -> list[str]:
+        """The command with {placeholder}s replaced in every argument."""
+        out = []
+        for arg in self.command:
+            for key, value in values.items():
+                arg = arg.replace("{" + key + "}", value)
+            out.append(arg)
+        return out
+
+
+def load_agents(path: str | Path) -> dict[str, AgentSpec]:
+    """Read an agents file (`agents: {name: {command: [...], stdin, timeout_s, env}}`); InputError naming the problem."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: agents file not found; pass --agents FILE (see configs/agents.yaml)") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read agents file ({err})") from None
+    except yaml.YAMLError as err:
+        raise InputError(f"{path}: invalid YAML: {getattr(err, 'problem', None) or err}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("agents"), dict) or not data["agents"]:
+        raise InputError(f"{path}: expected a mapping 'agents:' with one entry per agent")
+    agents = {}
+    for name, entry in data["agents"].items():
+        where = f"{path}: agents.{name}"
+        if not isinstance(entry, dict):
+            raise InputError(f"{where} must be a mapping with a 'command' list")
+        unknown = set(entry) - AGENT_KEYS
+        if unknown:
+            raise InputError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(AGENT_KEYS))}")
+        command = entry.get("command")
+        if isinstance(command, str):
+            command = shlex.split(command)
+        if not isinstance(command, list) or not command or not all(isinstance(a, (str, int, float)) for a in command):
+            raise InputError(f"{where}.command must be a non-empty list of arguments, e.g. [codex, exec, '-']")
+        stdin = entry.get("stdin", True)
+        if not isinstance(stdin, bool):
+            raise InputError(f"{where}.stdin must be true or false")
+        timeout = entry.get("timeout_s")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+            raise InputError(f"{where}.timeout_s must be a positive number of seconds or null")
+        env = entry.get("env") or {}
+        if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
+            raise InputError(f"{where}.env must map variable names to values")
+        agents[str(name)] = AgentSpec(str(name), tuple(str(a) for a in command), stdin,
+                                      None if timeout is None else float(timeout), {k: str(v) for k, v in env.items()})
+    return agents
+
+
+def get_agent(path: str | Path, name: str) -> AgentSpec:
+    """The agent `name` of the agents file; InputError listing the known names."""
+    agents = load_agents(path)
+    if name not in agents:
+        raise InputError(f"{path}: no agent {name!r}; known: {', '.join(sorted(agents))}")
+    return agents[name]
+
+
+# ----------------------------------------------------------------------------------------------
+# Launching
+# ----------------------------------------------------------------------------------------------
+
+def _utc_stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def log_path_for(workdir: Path, run_name: str, stage: str, agent: str, capability: str | None) -> Path:
+    """A new log file name under <workdir>/runs/<run_name>/agent_logs/."""
+    folder = workdir / "runs" / run_name / "agent_logs"
+    stem = "_".join(part for part in (_utc_stamp(), stage, capability, agent) if part)
+    path, n = folder / f"{stem}.log", 1
+    while path.exists():
+        n += 1
+        path = folder / f"{stem}.{n}.log"
+    return path
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the agent's process group (it was started in its own session), SIGKILL after a grace period."""
+    for sig, grace in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace or None)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def launch(agent: AgentSpec, argv: list[str], *, cwd: Path, env: dict[str, str], prompt_text: str, log_path: Path,
+           timeout_s: float | None, echo: Callable[[str], Any] | None = None) -> int:
+    """Run the agent, streaming its merged stdout/stderr to `log_path` (and `echo`); return its exit code.
+
+    Raises AgentRunError when the command cannot be started or runs past `timeout_s`.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write(f"# agent: {agent.name}\n# command: {shlex.join(argv)}\n# cwd: {cwd}\n"
+                  f"# prompt on stdin: {agent.stdin}\n# started: {_utc_stamp()}\n")
+        log.flush()
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE if agent.stdin else subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        except FileNotFoundError:
+            raise AgentRunError(f"agent {agent.name!r}: command {argv[0]!r} not found; install it or fix "
+                                "'command' in the agents file") from None
+        except PermissionError:
+            raise AgentRunError(f"agent {agent.name!r}: command {argv[0]!r} is not executable") from None
+        if agent.stdin:
+            def feed() -> None:
+                try:
+                    proc.stdin.write(prompt_text.encode("utf-8"))
+                    proc.stdin.close()
+                except (BrokenPipeError, OSError):  # the agent exited or closed stdin early: its exit code tells
+                    pass
+            threading.Thread(target=feed, daemon=True).start()
+        timed_out = threading.Event()
+
+        def on_timeout() -> None:
+            timed_out.set()
+            _stop_group(proc)
+
+        timer = threading.Timer(timeout_s, on_timeout) if timeout_s else None
+        if timer:
+            timer.daemon = True
+            timer.start()
+        try:
+            for raw in iter(proc.stdout.readline, b""):
+                line = raw.decode("utf-8", errors="replace")
+                log.write(line)
+                log.flush()
+                if echo is not None:
+                    echo(line)
+            code = proc.wait()
+        except KeyboardInterrupt:
+            _stop_group(proc)
+            raise
+        finally:
+            if timer:
+                timer.cancel()
+        log.write(f"\n# exit code: {code}\n# seconds: {time.monotonic() - started:.1f}\n")
+    if timed_out.is_set():
+        raise AgentRunError(f"agent {agent.name!r} timed out after {timeout_s:g}s and was stopped; log: {log_path}")
+    return code
+
+
+# ----------------------------------------------------------------------------------------------
+# Artifact checks
+# ----------------------------------------------------------------------------------------------
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """(mtime_ns, size) of a file, None when absent: enough to tell that the agent wrote it."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def _sha(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+class Snapshot:
+    """Stamps and content hashes of files before the agent runs, to tell which ones it wrote."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.before = {path: (_stamp(path), _sha(path)) for path in paths}
+
+    def changed(self, path: Path) -> bool:
+        stamp, sha = self.before.get(path, (None, None))
+        return _stamp(path) is not None and (_stamp(path) != stamp or _sha(path) != sha)
+
+
+def check_selection(selected: Path, snapshot: Snapshot) -> list[dict]:
+    """The capability stage's artifact: a fresh, valid export (all PENDING) with its report; AgentRunError otherwise."""
+    if not selected.exists():
+        raise AgentRunError(f"{selected} was not written (the prompt's Phase 3 exports it)")
+    if not snapshot.changed(selected):
+        raise AgentRunError(f"{selected} is unchanged: the agent did not export a new selection")
+    try:
+        entries = load_selected(selected)
+    except InputError as err:
+        raise AgentRunError(f"invalid selection: {err}") from None
+    for entry in entries:
+        where = f"{selected}: entry {entry['skill']!r}"
+        missing = [key for key in EXPORT_FIELDS if key not in entry]
+        if missing:
+            raise AgentRunError(f"{where} lacks {', '.join(missing)} (not written by aggregate_capabilities --export)")
+        for key, types in EXPORT_FIELDS.items():
+            if (isinstance(entry[key], bool) and bool not in types) or not isinstance(entry[key], types):
+                raise AgentRunError(f"{where}: {key} is {entry[key]!r}, expected {'/'.join(t.__name__ for t in types)}")
+        if entry["status"] != "PENDING":
+            raise AgentRunError(f"{where} has status {entry['status']}; a fresh export marks every entry PENDING")
+    report_path = selected.with_name(f"{selected.stem}_report.json")
+    if not snapshot.changed(report_path):
+        raise AgentRunError(f"{report_path} was not (re)written; the export and its report come from one "
+                            "aggregate_capabilities run")
+    try:
+        report = load_json(report_path)
+    except InputError as err:
+        raise AgentRunError(f"invalid aggregation report: {err}") from None
+    chosen = report.get("selected") if isinstance(report, dict) else None
+    if not isinstance(chosen, list) or sorted(map(str, chosen)) != sorted(e["skill"] for e in entries):
+        raise AgentRunError(f"{selected} lists {[e['skill'] for e in entries]} but {report_path} selected {chosen}")
+    return entries
+
+
+def game_search_dirs(workdir: Path) -> list[Path]:
+    """Where a new game file may appear: the work folder and every registry game folder (deduplicated)."""
+    dirs = []
+    for folder in [workdir, *game_dirs()]:
+        resolved = folder.resolve()
+        if resolved not in dirs:
+            dirs.append(resolved)
+    return dirs
+
+
+def _status_of(selected: Path, name: str) -> str:
+    try:
+        entries = load_selected(selected)
+    except InputError as err:
+        raise AgentRunError(f"the agent broke the selected list: {err}") from None
+    for entry in entries:
+        if entry["skill"] == name:
+            return entry["status"]
+    raise AgentRunError(f"{selected}: capability {name!r} disappeared from the list")
+
+
+def validate_game_file(game_file: Path, game: str, seeds: int, log_path: Path) -> str:
+    """Run `python -m pipeline.validate_game` in a fresh process (a fresh registry finds the new file);
+    returns its verdict line, raises AgentRunError when it does not pass."""
+    extra = os.environ.get("TRACE_GAMES_DIRS", "")
+    dirs = [p for p in extra.split(os.pathsep) if p]
+    if str(game_file.parent) not in dirs:
+        dirs.append(str(game_file.parent))
+    env = {**os.environ, "TRACE_GAMES_DIRS": os.pathsep.join(dirs), "PYTHONPATH": os.pathsep.join(
+        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    report_file = log_path.with_name(f"{log_path.stem}_validate.json")
+    argv = [sys.executable, "-m", "pipeline.validate_game", game, "--seeds", str(seeds), "--no-progress",
+            "--json-output", str(report_file)]
+    try:
+        result = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                                timeout=VALIDATE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise AgentRunError(f"validate_game {game} ran past {VALIDATE_TIMEOUT_S}s") from None
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"\n# runner: {shlex.join(argv)}\n{result.stdout}{result.stderr}# validate_game exit code: "
+                  f"{result.returncode}\n")
+    verdict = next((line for line in reversed(result.stdout.splitlines()) if line.startswith("RESULT")), "")
+    if result.returncode != 0:
+        failed = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
+        detail = "; ".join(failed[:3]) or (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise AgentRunError(f"{game_file}: python -m pipeline.validate_game {game} failed (exit "
+                            f"{result.returncode}): {detail}; full output in {log_path}")
+    return verdict
+
+
+def check_scenarios(path: Path, name: str, snapshot: Snapshot) -> int:
+    """The code_edit artifact: a fresh JSON list of scenarios for `name`; returns how many."""
+    if not snapshot.changed(path):
+        raise AgentRunError(f"{path} was not written (the code_edit prompt's Step 3 writes it)")
+    try:
+        scenarios = load_json(path)
+    except InputError as err:
+        raise AgentRunError(str(err)) from None
+    if not isinstance(scenarios, list) or not scenarios:
+        raise AgentRunError(f"{path}: expected a non-empty JSON list of scenarios")
+    for index, scenario in enumerate(scenarios):
+        missing = [key for key in SCENARIO_KEYS if not isinstance(scenario, dict) or key not in scenario]
+        if missing:
+            raise AgentRunError(f"{path}: scenario {index} lacks {', '.join(missing)}")
+        if scenario.get("capability", name) != name:
+            raise AgentRunError(f"{path}: scenario {index} is for capability {scenario['capability']!r}, not {name!r}")
+    return len(scenarios)
+
+
+# ----------------------------------------------------------------------------------------------
+# Stages
+# ----------------------------------------------------------------------------------------------
+
+@dataclass
+class RunContext:
+    """Everything a stage run needs besides the agent."""
+
+    run_name: str
+    prompt_file: Path
+    prompt_text: str
+    workdir: Path
+    selected: Path
+    environment_kind: str = "tool_use"
+    validate_seeds: int = DEFAULT_VALIDATE_SEEDS
+    timeout_s: float | None = None
+    echo: Callable[[str], Any] | None = None
+    say: Callable[[str], Any] = field(default=lambda text: print(text, file=sys.stderr))
+
+
+def _run_agent(agent: AgentSpec, ctx: RunContext, stage: str, capability: str | None) -> Path:
+    """Launch the agent once for `stage`; returns the log path; AgentRunError on a non-zero exit."""
+    values = {"prompt_file": str(ctx.prompt_file.resolve()), "workdir": str(ctx.workdir), "repo": str(REPO_ROOT),
+              "stage": stage, "capability": capability or ""}
+    argv = agent.argv(values)
+    env = {**os.environ, **agent.env, "TRACE_STAGE": stage, "TRACE_PROMPT_FILE": values["prompt_file"],
+           "TRACE_CAPABILITY": capability or ""}
+    log_path = log_path_for(ctx.workdir, ctx.run_name, stage, agent.name, capability)
+    ctx.say(f"running agent {agent.name!r} for stage {stage}{f' ({capability})' if capability else ''}; "
+            f"log: {log_path}")
+    timeout = ctx.timeout_s if ctx.timeout_s is not None else agent.timeout_s
+    code = launch(agent, argv, cwd=ctx.workdir, env=env, prompt_text=ctx.prompt_text, log_path=log_path,
+                  timeout_s=timeout, echo=ctx.echo)
+    if code != 0:
+        raise AgentRunError(f"agent {agent.name!r} exited with code {code}; see {log_path}")
+    return log_path
+
+
+def run_capability_stage(agent: AgentSpec, ctx: RunContext) -> int:
+    """Step 1 through the agent; 0 when a valid new selection was exported."""
+    report_path = ctx.selected.with_name(f"{ctx.selected.stem}_report.json")
+    snapshot = Snapshot([ctx.selected, report_path])
+    _run_agent(agent, ctx, "capability", None)
+    entries = check_selection(ctx.selected, snapshot)
+    names = ", ".join(e["skill"] for e in entries) or "none (nothing passed the thresholds)"
+    ctx.say(f"capability selection done: {len(entries)} selected in {ctx.selected}: {names}")
+    return 0
+
+
+def _environment_once(agent: AgentSpec, ctx: RunContext, name: str) -> str:
+    """One Step-2 invocation for capability `name`; returns a one-line account of what was checked."""
+    if not GAME_NAME.fullmatch(name):
+        raise AgentRunError(f"capability name {name!r} cannot name a game (use lower-case letters, digits and _ only)")
+    if ctx.environment_kind == "code_edit":
+        scenarios = ctx.workdir / "pipeline" / "swebench" / name / "scenarios_parsed.json"
+        snapshot = Snapshot([scenarios])
+        _run_agent(agent, ctx, "environment", name)
+        count = check_scenarios(scenarios, name, snapshot)
+        account = f"{count} scenarios in {scenarios}"
+    else:
+        candidates = [folder / f"capability_{name}_game.py" for folder in game_search_dirs(ctx.workdir)]
+        snapshot = Snapshot(candidates)
+        log_path = _run_agent(agent, ctx, "environment", name)
+        written = [path for path in candidates if snapshot.changed(path)]
+        if not written:
+            raise AgentRunError(f"no new capability_{name}_game.py in {', '.join(str(p.parent) for p in candidates)}")
+        if len(written) > 1:
+            raise AgentRunError(f"capability_{name}_game.py was written in several folders: "
+                                f"{', '.join(map(str, written))}; keep one")
+        verdict = validate_game_file(written[0], f"capability_{name}", ctx.validate_seeds, log_path)
+        account = f"{written[0]} passes validate_game ({verdict or 'PASS'})"
+    status = _status_of(ctx.selected, name)
+    if status != "DONE":
+        raise AgentRunError(f"capability {name!r} is {status}, not DONE, in {ctx.selected} (the prompt leaves it "
+                            "IN_PROGRESS when calibration stays out of band); see the agent log")
+    return account
+
+
+def run_environment_stage(agent: AgentSpec, ctx: RunContext, run_all: bool) -> int:
+    """Step 2 through the agent for the next PENDING capability, or (run_all) every PENDING one in turn."""
+    done = 0
+    seen: set[str] = set()
+    while True:
+        try:
+            entry = next_pending(load_selected(ctx.selected))
+        except InputError as err:
+            if done:
+                raise AgentRunError(f"the selected list became unreadable: {err}") from None
+            raise InputError(f"{err} (run Step 1 first, or pass --selected FILE)") from None
+        if entry is None:
+            if done or run_all:
+                ctx.say(f"no PENDING capability left in {ctx.selected}; {done} done in this run")
+                return 0
+            ctx.say(f"no PENDING capability in {ctx.selected}: Step 2 has nothing to do")
+            return 1
+        name = entry["skill"]
+        if name in seen:  # cannot happen after a successful check (it demands DONE); a guard against loops
+            raise AgentRunError(f"capability {name!r} is PENDING again after its run")
+        seen.add(name)
+        account = _environment_once(agent, ctx, name)
+        done += 1
+        ctx.say(f"capability {name}: DONE; {account}")
+        if not run_all:
+            return 0
+
+
+def environment_kind(config: dict) -> str:
+    """The config's environment_kind (tool_use when absent)."""
+    kind = config.get("environment_kind", "tool_use")
+    if kind not in ("tool_use", "code_edit"):
+        raise InputError(f"environment_kind {kind!r}: the runner checks tool_use and code_edit artifacts only")
+    return kind
+
+
+def default_validate_seeds(config: dict) -> int:
+    """Seeds for validate_game: the config's validation_seeds, else DEFAULT_VALIDATE_SEEDS."""
+    seeds = config.get("validation_seeds", DEFAULT_VALIDATE_SEEDS)
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise InputError(f"validation_seeds must be a positive integer (got {seeds!r})")
+    return seeds

@@ -1,0 +1,56 @@
+"""Shared by the stand-in agents: read the prompt as a real agent gets it, write artifacts the way the prompt says."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # the agent works in a temporary folder; the pipeline code lives in the repo
+
+from pipeline import capabilities  # noqa: E402
+
+SELECTED = Path("pipeline/selected_capabilities.json")  # relative to the agent's cwd, as in the prompts
+TEMPLATE = Path(__file__).with_name("tiny_game.py.txt")
+
+
+def read_prompt(expected_title: str) -> str:
+    """The prompt from stdin; exit 3 unless it is the rendered file the runner names and the right stage."""
+    text = sys.stdin.read()
+    prompt_file = Path(os.environ["TRACE_PROMPT_FILE"])
+    if text != prompt_file.read_text(encoding="utf-8"):
+        print(f"stand-in agent: stdin differs from {prompt_file}", flush=True)
+        sys.exit(3)
+    if expected_title not in text:
+        print(f"stand-in agent: the prompt is not '{expected_title}'", flush=True)
+        sys.exit(3)
+    print(f"stand-in agent: read {len(text)} characters of prompt", flush=True)
+    return text
+
+
+def take_next_capability() -> str:
+    """What the Step-2 prompt says: `capabilities next`, then mark it IN_PROGRESS."""
+    entry = capabilities.next_pending(capabilities.load_selected(SELECTED))
+    if entry is None:
+        print("all capabilities done", flush=True)
+        sys.exit(0)
+    name = entry["skill"]
+    if name != os.environ.get("TRACE_CAPABILITY"):
+        print(f"stand-in agent: next is {name}, runner expected {os.environ.get('TRACE_CAPABILITY')}", flush=True)
+        sys.exit(4)
+    capabilities.main(["mark", name, "IN_PROGRESS", "--file", str(SELECTED)])
+    return name
+
+
+def write_game(name: str, oracle_ok: bool) -> Path:
+    """capability_<name>_game.py in the first TRACE_GAMES_DIRS folder (the tests' stand-in for the repo root)."""
+    folders = [p for p in os.environ.get("TRACE_GAMES_DIRS", "").split(os.pathsep) if p]
+    path = Path(folders[0] if folders else ".") / f"capability_{name}_game.py"
+    text = TEMPLATE.read_text(encoding="utf-8").replace("__NAME__", name).replace("__ORACLE_OK__", str(oracle_ok))
+    path.write_text(text, encoding="utf-8")
+    print(f"stand-in agent: wrote {path}", flush=True)
+    return path
+
+
+def mark(name: str, status: str) -> None:
+    capabilities.main(["mark", name, status, "--file", str(SELECTED)])

@@ -1,0 +1,232 @@
+"""Tests for `render_pipeline.py --run AGENT` (pipeline/agent_runner.py) with stand-in agent scripts.
+
+The agents in tests/fake_agents/ are real processes started from an agents file, fed the rendered
+prompt on stdin: good_agent.py writes the stage's artifact as the prompt asks (a selection exported by
+the real aggregation; a tiny game that passes validate_game, marked DONE), broken_agent.py fails in a
+chosen way. Everything happens in temporary folders: the work folder is a tmp dir and new games go to
+a tmp folder named in TRACE_GAMES_DIRS, so nothing is written into the repository.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import render_pipeline  # noqa: E402
+from pipeline import agent_runner  # noqa: E402
+from pipeline.aggregate_capabilities import selected_entries  # noqa: E402
+from pipeline.capabilities import load_selected  # noqa: E402
+
+AGENTS = REPO / "tests" / "fake_agents"
+CAPABILITY_CONFIG = REPO / "configs" / "capability_selection.yaml"
+ENVIRONMENT_CONFIG = REPO / "configs" / "environment_generation.yaml"
+RUN_NAME = "my_benchmark"  # run_name of both general configs
+SEEDS = ["--validate-seeds", "12"]
+
+
+@pytest.fixture()
+def world(tmp_path, monkeypatch):
+    """A work folder, a games folder on TRACE_GAMES_DIRS and an agents file with the stand-ins."""
+    workdir = tmp_path / "work"
+    games = tmp_path / "games"
+    workdir.mkdir()
+    games.mkdir()
+    monkeypatch.setenv("TRACE_GAMES_DIRS", str(games))
+    agents = {"agents": {
+        "good": {"command": [sys.executable, str(AGENTS / "good_agent.py")], "stdin": True},
+        "broken": {"command": [sys.executable, str(AGENTS / "broken_agent.py")]},
+        "lazy": {"command": [sys.executable, str(AGENTS / "broken_agent.py")], "env": {"FAKE_AGENT_MODE": "nothing"}},
+        "stuck": {"command": [sys.executable, str(AGENTS / "broken_agent.py")], "env": {"FAKE_AGENT_MODE": "not_done"}},
+        "crash": {"command": [sys.executable, str(AGENTS / "broken_agent.py")], "env": {"FAKE_AGENT_MODE": "crash"}},
+        "slow": {"command": [sys.executable, str(AGENTS / "broken_agent.py")], "env": {"FAKE_AGENT_MODE": "sleep"},
+                 "timeout_s": 1},
+        "missing": {"command": ["no-such-agent-binary-xyz", "{prompt_file}"]},
+    }}
+    agents_file = tmp_path / "agents.yaml"
+    agents_file.write_text(yaml.safe_dump(agents), encoding="utf-8")
+    return {"work": workdir, "games": games, "agents": agents_file, "tmp": tmp_path}
+
+
+def _run(world, stage, agent, *extra):
+    config = CAPABILITY_CONFIG if stage == "capability" else ENVIRONMENT_CONFIG
+    return render_pipeline.main([str(config), "--stage", stage, "--out", str(world["tmp"] / f"{stage}.md"),
+                                 "--run", agent, "--agents", str(world["agents"]), "--workdir", str(world["work"]),
+                                 *extra])
+
+
+def _write_selection(world, names):
+    """A selected list as the aggregation exports it, every entry PENDING."""
+    path = world["work"] / "pipeline" / "selected_capabilities.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    entries = [{"skill": name, "description": f"{name} skill", "mean_cov": 0.5, "std_cov": 0.0,
+                "mean_delta": 0.9 - i / 10, "std_delta": 0.0, "n_runs_passed": 2, "n_runs_total": 2,
+                "passes_consistency": True, "example_failed_cases": [], "status": "PENDING"}
+               for i, name in enumerate(names)]
+    path.write_text(json.dumps(entries), encoding="utf-8")
+    return path
+
+
+def _logs(world):
+    return sorted((world["work"] / "runs" / RUN_NAME / "agent_logs").glob("*.log"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Step 1
+# ----------------------------------------------------------------------------------------------
+
+def test_capability_stage_accepts_a_fresh_valid_export(world, capsys):
+    assert _run(world, "capability", "good") == 0
+    err = capsys.readouterr().err
+    selected = world["work"] / "pipeline" / "selected_capabilities.json"
+    assert sorted(e["skill"] for e in load_selected(selected)) == ["echo_back", "repeat_code"]
+    assert "2 selected" in err and "repeat_code" in err
+    [log] = _logs(world)
+    text = log.read_text()
+    assert "capability" in log.name and "good_agent.py" in text and "read " in text and "# exit code: 0" in text
+    # The runner's schema is the aggregation's: the keys of a real export are exactly the ones it demands.
+    assert set(agent_runner.EXPORT_FIELDS) == set(json.loads(selected.read_text())[0])
+
+
+def test_export_fields_match_selected_entries():
+    entry = {"skill": "x", "description": "", "mean_cov": 0.1, "std_cov": 0.0, "mean_delta": 0.3, "std_delta": 0.0,
+             "n_runs_passed": 1, "n_runs_total": 1, "example_failed_cases": [], "selected": True}
+    assert set(selected_entries({"capabilities": [entry]})[0]) == set(agent_runner.EXPORT_FIELDS)
+
+
+def test_capability_stage_rejects_a_broken_export(world, capsys):
+    assert _run(world, "capability", "broken") == 1
+    err = capsys.readouterr().err
+    assert "repeat_code" in err and "lacks description" in err
+
+
+def test_capability_stage_rejects_a_stale_export(world, capsys):
+    _write_selection(world, ["old_one"])  # left over from an earlier run: not this agent's work
+    assert _run(world, "capability", "lazy") == 1
+    assert "is unchanged" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------
+# Step 2
+# ----------------------------------------------------------------------------------------------
+
+def test_environment_stage_validates_the_new_game_and_needs_done(world, capsys):
+    selected = _write_selection(world, ["repeat_code", "echo_back"])
+    assert _run(world, "environment", "good", *SEEDS) == 0
+    err = capsys.readouterr().err
+    assert "capability repeat_code: DONE" in err and "passes validate_game" in err
+    assert (world["games"] / "capability_repeat_code_game.py").exists()
+    assert [e["status"] for e in load_selected(selected)] == ["DONE", "PENDING"]  # one capability per run
+    [log] = _logs(world)
+    assert "repeat_code" in log.name and "validate_game exit code: 0" in log.read_text()
+    assert list(log.parent.glob("*_validate.json"))
+
+
+def test_environment_all_loops_over_pending_capabilities(world, capsys):
+    selected = _write_selection(world, ["repeat_code", "echo_back"])
+    assert _run(world, "environment", "good", "--all", *SEEDS) == 0
+    assert [e["status"] for e in load_selected(selected)] == ["DONE", "DONE"]
+    assert len(_logs(world)) == 2
+    assert sorted(p.name for p in world["games"].iterdir()) == ["capability_echo_back_game.py",
+                                                               "capability_repeat_code_game.py"]
+    capsys.readouterr()
+    assert _run(world, "environment", "good", "--all", *SEEDS) == 0  # nothing left: no agent started
+    assert "no PENDING capability left" in capsys.readouterr().err and len(_logs(world)) == 2
+    assert _run(world, "environment", "good", *SEEDS) == 1  # a single run with nothing to do says so
+    assert "nothing to do" in capsys.readouterr().err
+
+
+def test_environment_stage_rejects_a_game_that_fails_validation(world, capsys):
+    _write_selection(world, ["repeat_code", "echo_back"])
+    assert _run(world, "environment", "broken", "--all", *SEEDS) == 1
+    err = capsys.readouterr().err
+    assert "validate_game capability_repeat_code failed" in err and "oracle" in err
+    assert len(_logs(world)) == 1  # --all stops at the first failure
+
+
+def test_environment_stage_needs_the_capability_done(world, capsys):
+    selected = _write_selection(world, ["repeat_code"])
+    assert _run(world, "environment", "stuck", *SEEDS) == 1
+    assert "is IN_PROGRESS, not DONE" in capsys.readouterr().err
+    assert load_selected(selected)[0]["status"] == "IN_PROGRESS"
+
+
+def test_environment_stage_needs_a_new_game_file(world, capsys):
+    _write_selection(world, ["repeat_code"])
+    assert _run(world, "environment", "lazy", *SEEDS) == 1
+    assert "no new capability_repeat_code_game.py" in capsys.readouterr().err
+
+
+def test_environment_stage_without_selection_exits_2(world, capsys):
+    assert _run(world, "environment", "good") == 2
+    assert "run Step 1 first" in capsys.readouterr().err and not _logs(world)
+
+
+# ----------------------------------------------------------------------------------------------
+# Agent process and flags
+# ----------------------------------------------------------------------------------------------
+
+def test_agent_exit_code_timeout_and_missing_binary(world, capsys):
+    _write_selection(world, ["repeat_code"])
+    assert _run(world, "environment", "crash") == 1
+    err = capsys.readouterr().err
+    assert "exited with code 5" in err and "stand-in agent: boom" in err  # streamed to stderr...
+    assert "stand-in agent: boom" in _logs(world)[0].read_text()  # ...and to the log
+    assert _run(world, "environment", "slow") == 1
+    assert "timed out after 1s" in capsys.readouterr().err
+    assert _run(world, "capability", "missing") == 1
+    assert "'no-such-agent-binary-xyz' not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv_extra, expected", [
+    (["--run", "nobody"], "no agent 'nobody'; known: broken, crash, good"),
+    (["--all"], "--all only apply with --run AGENT"),
+    (["--run", "good", "--all"], "--all loops over PENDING capabilities"),
+])
+def test_bad_agent_flags_exit_2(world, capsys, argv_extra, expected):
+    out = world["tmp"] / "p.md"
+    code = render_pipeline.main([str(CAPABILITY_CONFIG), "--stage", "capability", "--out", str(out),
+                                 "--agents", str(world["agents"]), *argv_extra] if "--run" in argv_extra else
+                                [str(CAPABILITY_CONFIG), "--stage", "capability", "--out", str(out), *argv_extra])
+    assert code == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_agents_file_problems_are_named(tmp_path):
+    bad = tmp_path / "agents.yaml"
+    bad.write_text("agents:\n  x: {command: [], stdin: yes-please}\n", encoding="utf-8")
+    with pytest.raises(agent_runner.InputError, match="agents.x.command must be a non-empty list"):
+        agent_runner.load_agents(bad)
+    bad.write_text("agents:\n  x: {command: [a], shell: true}\n", encoding="utf-8")
+    with pytest.raises(agent_runner.InputError, match="unknown key"):
+        agent_runner.load_agents(bad)
+    with pytest.raises(agent_runner.InputError, match="agents file not found"):
+        agent_runner.load_agents(tmp_path / "nope.yaml")
+
+
+def test_shipped_agents_file_parses_and_fills_placeholders():
+    agents = agent_runner.load_agents(agent_runner.DEFAULT_AGENTS_FILE)
+    assert {"claude", "codex"} <= set(agents)
+    spec = agent_runner.AgentSpec("t", ("run", "{prompt_file}", "--cap={capability}"))
+    assert spec.argv({"prompt_file": "/p.md", "capability": "x"}) == ["run", "/p.md", "--cap=x"]
+
+
+def test_code_edit_scenarios_check(tmp_path):
+    path = tmp_path / "pipeline" / "swebench" / "x" / "scenarios_parsed.json"
+    snapshot = agent_runner.Snapshot([path])
+    with pytest.raises(agent_runner.AgentRunError, match="was not written"):
+        agent_runner.check_scenarios(path, "x", snapshot)
+    path.parent.mkdir(parents=True)
+    scenario = {key: "v" for key in agent_runner.SCENARIO_KEYS}
+    path.write_text(json.dumps([scenario, {**scenario, "oracle_patch": None}]), encoding="utf-8")
+    assert agent_runner.check_scenarios(path, "x", snapshot) == 2
+    del scenario["oracle_patch"]
+    path.write_text(json.dumps([scenario]), encoding="utf-8")
+    with pytest.raises(agent_runner.AgentRunError, match="scenario 0 lacks oracle_patch"):
+        agent_runner.check_scenarios(path, "x", snapshot)
