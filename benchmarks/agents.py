@@ -1,0 +1,225 @@
+"""Agents that play tool-use games: `respond(messages, tools) -> str` (model text with Hermes tool calls).
+
+- `ExpertAgent`: asks the game's oracle (`Game.oracle_response`), so it needs `begin_episode(game)`.
+- `HFAgent(model_dir, adapter_dir=None, temperature=0.0, max_new_tokens=256)`: a local transformers
+  causal LM (optionally with a PEFT adapter); the prompt is the tokenizer's chat template applied to
+  the messages and tool schemas; generation stops at the tokenizer's eos or `<|im_end|>`.
+- `VLLMAgent(base_url, model, tokenizer_dir)`: a vLLM (OpenAI-compatible) server's `/v1/completions`,
+  with the chat template applied here on the client, so the server sees exactly the prompt an HFAgent
+  would. Connection errors, timeouts and 5xx answers are retried with exponential backoff, then the
+  call fails loudly.
+
+`parse_agent_spec("expert" | "hf:DIR[:ADAPTER]" | "vllm:URL")` builds one. Batched backends for training
+live in train/backends.py; these agents handle one conversation at a time and aim at being simple and
+correct.
+"""
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, Callable
+
+from game_registry import Game
+
+IM_END = "<|im_end|>"
+
+
+class Agent(ABC):
+    """Produces the next assistant message of a conversation."""
+
+    def begin_episode(self, game: Game, seed: int | None = None) -> None:
+        """Called once before each episode (agents that sample may reseed from `seed`)."""
+
+    @abstractmethod
+    def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        """The model's text for the next assistant turn (tool calls as `<tool_call>{...}</tool_call>`)."""
+
+    def describe(self) -> dict[str, Any]:
+        """What this agent is, for the results file's `info`."""
+        return {"implementation": type(self).__name__}
+
+
+class ExpertAgent(Agent):
+    """The game's own expert: `respond` returns `game.oracle_response()`."""
+
+    def __init__(self) -> None:
+        self._game: Game | None = None
+
+    def begin_episode(self, game: Game, seed: int | None = None) -> None:
+        self._game = game
+
+    def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        if self._game is None:
+            raise RuntimeError("ExpertAgent.respond() before begin_episode(game): the expert needs the game")
+        return self._game.oracle_response()
+
+
+def _stop_strings(tokenizer: Any) -> list[str]:
+    """End-of-turn markers: the tokenizer's eos and, when it knows it, `<|im_end|>`."""
+    stops = [IM_END] if IM_END in tokenizer.get_vocab() else []
+    if tokenizer.eos_token and tokenizer.eos_token not in stops:
+        stops.append(tokenizer.eos_token)
+    if not stops:
+        raise ValueError("the tokenizer has neither an eos token nor <|im_end|>; generation could not stop")
+    return stops
+
+
+def _load_tokenizer(folder: str | Path) -> Any:
+    from transformers import AutoTokenizer
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: model/tokenizer folder not found")
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    if not tokenizer.chat_template:
+        raise ValueError(f"{folder}: the tokenizer has no chat template; the agent needs one to build prompts")
+    return tokenizer
+
+
+def render_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+    """The generation prompt: chat template over messages and tools, ending with the assistant header."""
+    # transformers drops None-valued keys itself for some templates, not all; do it for every template.
+    cleaned = [{k: v for k, v in m.items() if v is not None} for m in messages]
+    return tokenizer.apply_chat_template(cleaned, tools=tools or None, add_generation_prompt=True, tokenize=False)
+
+
+class HFAgent(Agent):
+    """A local transformers model (+ optional PEFT adapter) generating one turn at a time."""
+
+    def __init__(self, model_dir: str | Path, adapter_dir: str | Path | None = None, temperature: float = 0.0,
+                 max_new_tokens: int = 256, device: str = "cpu") -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        self.model_dir, self.adapter_dir = str(model_dir), (str(adapter_dir) if adapter_dir else None)
+        self.temperature, self.max_new_tokens, self.device = temperature, max_new_tokens, device
+        self.tokenizer = _load_tokenizer(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(self.model_dir, local_files_only=True)
+        if self.adapter_dir:
+            from peft import PeftModel
+
+            if not Path(self.adapter_dir).is_dir():
+                raise FileNotFoundError(f"{self.adapter_dir}: adapter folder not found")
+            model = PeftModel.from_pretrained(model, self.adapter_dir)
+        self.model = model.to(device).eval()
+        vocab = self.tokenizer.get_vocab()
+        self.stop_ids = sorted({vocab[s] for s in _stop_strings(self.tokenizer) if s in vocab})
+        self._torch = torch
+
+    def describe(self) -> dict[str, Any]:
+        return {"implementation": "HFAgent", "model": self.model_dir, "adapter": self.adapter_dir,
+                "temperature": self.temperature, "max_new_tokens": self.max_new_tokens}
+
+    def begin_episode(self, game: Game, seed: int | None = None) -> None:
+        if seed is not None and self.temperature > 0:  # reproducible sampling per episode
+            self._torch.manual_seed(seed)
+
+    def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        from transformers import GenerationConfig
+
+        torch = self._torch
+        prompt = render_prompt(self.tokenizer, messages, tools)
+        encoded = self.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
+        input_ids = encoded["input_ids"].to(self.device)  # [1, prompt_len]
+        sampling = self.temperature > 0
+        config = GenerationConfig(
+            max_new_tokens=self.max_new_tokens, do_sample=sampling,
+            temperature=self.temperature if sampling else None, top_k=None, top_p=None,
+            eos_token_id=self.stop_ids,
+            pad_token_id=self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.stop_ids[0],
+        )
+        with torch.no_grad():
+            output = self.model.generate(input_ids=input_ids, attention_mask=encoded["attention_mask"].to(self.device),
+                                         generation_config=config)  # [1, prompt_len + new]
+        new_tokens = output[0, input_ids.shape[1]:].tolist()
+        for index, token in enumerate(new_tokens):  # cut at the first end-of-turn token
+            if token in self.stop_ids:
+                new_tokens = new_tokens[:index]
+                break
+        return self.tokenizer.decode(new_tokens, skip_special_tokens=True)
+
+
+class VLLMAgent(Agent):
+    """A model served by vLLM (`vllm serve`), prompted through `/v1/completions`."""
+
+    RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0)
+
+    def __init__(self, base_url: str, model: str | None, tokenizer_dir: str | Path, temperature: float = 0.0,
+                 max_new_tokens: int = 256, timeout_s: float = 120.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        import openai
+
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+        self.base_url = base_url.rstrip("/")
+        if not self.base_url.endswith("/v1"):
+            self.base_url += "/v1"
+        self.temperature, self.max_new_tokens = temperature, max_new_tokens
+        self.tokenizer = _load_tokenizer(tokenizer_dir)
+        self.stop = _stop_strings(self.tokenizer)
+        self._sleep = sleep
+        self._openai = openai
+        # Retries are ours (below), so that the policy is visible and testable.
+        self.client = openai.OpenAI(base_url=self.base_url, api_key="EMPTY", timeout=timeout_s, max_retries=0)
+        self.model = model or self._first_served_model()
+
+    def _first_served_model(self) -> str:
+        served = self._with_retries(lambda: self.client.models.list().data, "list models")
+        if not served:
+            raise RuntimeError(f"vLLM server {self.base_url} serves no model; pass the model name explicitly")
+        return served[0].id
+
+    def describe(self) -> dict[str, Any]:
+        return {"implementation": "VLLMAgent", "base_url": self.base_url, "model": self.model,
+                "temperature": self.temperature, "max_new_tokens": self.max_new_tokens}
+
+    def _with_retries(self, request: Callable[[], Any], what: str) -> Any:
+        openai = self._openai
+        last_error: Exception | None = None
+        for attempt, delay in enumerate((*self.RETRY_DELAYS_S, None)):
+            try:
+                return request()
+            except (openai.APIConnectionError, openai.APITimeoutError) as err:  # APITimeoutError subclasses it
+                last_error = err
+            except openai.APIStatusError as err:
+                if err.status_code < 500:  # a bad request will not get better by retrying
+                    raise RuntimeError(f"vLLM server {self.base_url}: {what} failed with HTTP {err.status_code}: "
+                                       f"{err.message}") from err
+                last_error = err
+            if delay is not None:
+                self._sleep(delay)
+        raise RuntimeError(f"vLLM server {self.base_url}: {what} failed after {len(self.RETRY_DELAYS_S) + 1} "
+                           f"attempts: {type(last_error).__name__}: {last_error}") from last_error
+
+    def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        prompt = render_prompt(self.tokenizer, messages, tools)
+        response = self._with_retries(lambda: self.client.completions.create(
+            model=self.model, prompt=prompt, max_tokens=self.max_new_tokens, temperature=self.temperature,
+            stop=self.stop), "completion")
+        return response.choices[0].text
+
+
+def parse_agent_spec(spec: str, *, temperature: float = 0.0, max_new_tokens: int = 256,
+                     tokenizer_dir: str | None = None, model: str | None = None) -> Agent:
+    """Build an agent from `expert`, `hf:MODEL_DIR[:ADAPTER_DIR]` or `vllm:URL`.
+
+    `vllm:` needs `tokenizer_dir` (the chat template is applied on the client); `model` defaults to the
+    server's first model. Raises ValueError for a malformed spec, FileNotFoundError for a missing folder.
+    """
+    if spec == "expert":
+        return ExpertAgent()
+    kind, _, rest = spec.partition(":")
+    if kind == "hf" and rest:
+        model_dir, _, adapter = rest.partition(":")
+        return HFAgent(model_dir, adapter or None, temperature=temperature, max_new_tokens=max_new_tokens)
+    if kind == "vllm" and rest:
+        if not tokenizer_dir:
+            raise ValueError("a vllm: agent needs a tokenizer folder (--tokenizer DIR): the chat template is "
+                             "applied on the client")
+        return VLLMAgent(rest, model, tokenizer_dir, temperature=temperature, max_new_tokens=max_new_tokens)
+    raise ValueError(f"bad agent spec {spec!r}; use 'expert', 'hf:MODEL_DIR[:ADAPTER_DIR]' or 'vllm:URL'")

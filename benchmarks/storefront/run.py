@@ -1,0 +1,145 @@
+"""Run an agent on the storefront benchmark and write τ²-bench-format results.
+
+    python -m benchmarks.storefront.run --agent expert --tasks 40 --seed 0 --out runs/x/results.json
+    python -m benchmarks.storefront.run --agent hf:MODEL_DIR[:ADAPTER_DIR] --tasks 100 --seed 1 \\
+        --out results.json [--families precondition,compound] [--temperature 1.0] [--trials 3]
+    python -m benchmarks.storefront.run --agent vllm:http://localhost:8000 --tokenizer MODEL_DIR ...
+    python -m benchmarks.storefront.run --agent flawed:skip_status_check ...   (a planted-failure expert)
+
+Task i (0-based) gets the seed derived from (--seed, i) and the family `families[i % len(families)]`, so
+every family gets the same number of tasks. Each task is played --trials times (trial 0..K-1, one
+simulation each). Prints the pass rate (reward == 1) per family and overall.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+import time
+from typing import Any
+
+from tqdm import tqdm
+
+from benchmarks.agents import Agent, parse_agent_spec
+from benchmarks.results import make_simulation, pass_rates, write_results
+from benchmarks.storefront.env import StorefrontConfig, StorefrontGame
+from benchmarks.storefront.flaws import FlawedExpertAgent
+from benchmarks.storefront.policy import POLICY
+from benchmarks.storefront.tasks import FAMILIES
+from game_registry import parse_hermes_action
+from pipeline._io import InputError
+
+
+def task_seed(seed: int, index: int) -> int:
+    """The seed of task `index` in a run with base `seed` (stable across Python versions and machines)."""
+    digest = hashlib.sha256(f"storefront-run:{seed}:{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def play_episode(game: StorefrontGame, agent: Agent, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Play one episode to the end; return (messages, summary)."""
+    game.reset(seed)
+    agent.begin_episode(game, seed=seed)
+    tools = game.get_tool_schemas()
+    while not game.done:  # the game ends itself (user stop, max_steps, too many format errors)
+        text = agent.respond(game.get_messages(), tools)
+        game.step(parse_hermes_action(text))
+    return game.get_messages(), game.get_summary()
+
+
+def run_benchmark(agent: Agent, n_tasks: int, seed: int, families: tuple[str, ...] = FAMILIES, trials: int = 1,
+                  config: StorefrontConfig | None = None, progress: bool = True
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Play `n_tasks` × `trials` episodes; return (simulations, task entries) for the results file."""
+    base = config or StorefrontConfig()
+    games = {f: StorefrontGame(StorefrontConfig(**{**base.__dict__, "families": (f,)})) for f in families}
+    plan = [(i, families[i % len(families)], task_seed(seed, i)) for i in range(n_tasks)]
+    simulations, tasks = [], {}
+    bar = tqdm(total=n_tasks * trials, desc="storefront", unit="ep", file=sys.stderr, disable=not progress)
+    for index, family, episode_seed in plan:
+        game = games[family]
+        for trial in range(trials):
+            started = time.time()
+            messages, summary = play_episode(game, agent, episode_seed)
+            task = game.task
+            tasks.setdefault(task.task_id, task.to_json())
+            reward_info = {k: v for k, v in summary.items() if k not in ("termination_reason", "task_id")}
+            simulations.append(make_simulation(
+                task_id=task.task_id, messages=messages, reward_info=reward_info,
+                termination_reason=summary["termination_reason"], trial=trial, sample_idx=0, seed=episode_seed,
+                duration=round(time.time() - started, 4), family=family))
+            bar.update(1)
+    bar.close()
+    return simulations, list(tasks.values())
+
+
+def _parse_families(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return FAMILIES
+    families = tuple(f.strip() for f in text.split(",") if f.strip())
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown or not families:
+        raise InputError(f"--families: unknown family {', '.join(unknown) or '(none given)'}; "
+                         f"choose from {', '.join(FAMILIES)}")
+    return families
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run an agent on the storefront benchmark (τ²-bench results JSON).")
+    parser.add_argument("--agent", required=True,
+                        help="expert | flawed:FLAW | hf:MODEL_DIR[:ADAPTER_DIR] | vllm:URL")
+    parser.add_argument("--tasks", type=int, required=True, help="number of tasks")
+    parser.add_argument("--seed", type=int, default=0, help="base seed; task seeds derive from it (default 0)")
+    parser.add_argument("--out", required=True, help="results JSON to write")
+    parser.add_argument("--families", help=f"comma-separated subset of {','.join(FAMILIES)} (default: all)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
+    parser.add_argument("--trials", type=int, default=1, help="episodes per task (default 1)")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="per assistant turn (default 256)")
+    parser.add_argument("--tokenizer", help="vllm: folder with the tokenizer and chat template")
+    parser.add_argument("--model", help="vllm: served model name (default: the server's first model)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    try:
+        if args.tasks < 1:
+            raise InputError(f"--tasks must be >= 1, got {args.tasks}")
+        if args.trials < 1:
+            raise InputError(f"--trials must be >= 1, got {args.trials}")
+        if args.temperature < 0:
+            raise InputError(f"--temperature must be >= 0, got {args.temperature}")
+        families = _parse_families(args.families)
+        try:
+            if args.agent.startswith("flawed:"):  # a planted-failure expert (benchmarks/storefront/flaws.py)
+                agent = FlawedExpertAgent(args.agent.removeprefix("flawed:"))
+            else:
+                agent = parse_agent_spec(args.agent, temperature=args.temperature,
+                                         max_new_tokens=args.max_new_tokens, tokenizer_dir=args.tokenizer,
+                                         model=args.model)
+        except (ValueError, FileNotFoundError) as err:
+            raise InputError(f"--agent {args.agent}: {err}") from None
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    config = StorefrontConfig()
+    simulations, tasks = run_benchmark(agent, args.tasks, args.seed, families, args.trials, config,
+                                       progress=not args.no_progress)
+    info = {
+        "benchmark": "storefront", "num_tasks": args.tasks, "num_trials": args.trials, "seed": args.seed,
+        "families": list(families), "max_steps": config.max_steps, "max_errors": config.max_errors,
+        "agent_info": {**agent.describe(), "spec": args.agent},
+        "user_info": {"implementation": "benchmarks.storefront.user_sim.UserSimulator"},
+        "environment_info": {"domain_name": "storefront", "policy": POLICY,
+                             "tool_defs": StorefrontGame.toolkit_class.schemas()},
+    }
+    write_results(args.out, simulations, tasks, info)
+    rates = pass_rates(simulations, group=lambda s: s["family"])
+    overall = pass_rates(simulations)["all"]
+    print(f"{'family':14s} {'passed':>8s} {'n':>5s} {'pass rate':>10s}")
+    for family, row in rates.items():
+        print(f"{family:14s} {row['passed']:8d} {row['n']:5d} {row['pass_rate']:10.3f}")
+    print(f"{'all':14s} {overall['passed']:8d} {overall['n']:5d} {overall['pass_rate']:10.3f}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
