@@ -1,12 +1,13 @@
 # Two entry points a newcomer needs (see README):
 #   make demo   - set up .venv if missing, install, run the embedded CPU demo
 #   make test   - set up .venv if missing, install, run the default test suite
+#   make test-vllm - the same against a real vLLM server (builds .venv-vllm; run by .ci/run after make test)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-requirements
 
-.PHONY: demo test test-slow venv clean
+.PHONY: demo test test-slow test-vllm venv clean
 
 venv: $(STAMP)
 
@@ -25,5 +26,10 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
+# A real vLLM server (its own .venv-vllm; CPU build here, CUDA where nvidia-smi finds a GPU) with the
+# tiny model: GRPO iterations through the vLLM backend, runtime LoRA loading, guided JSON labeling.
+test-vllm: $(STAMP)
+	bash scripts/test_vllm.sh
+
 clean:
-	rm -rf $(VENV) runs prompts/rendered
+	rm -rf $(VENV) .venv-vllm .cache/vllm-test runs prompts/rendered

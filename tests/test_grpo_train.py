@@ -143,7 +143,7 @@ def test_grpo_raises_reward_and_changes_only_lora_parameters(tiny_model_dir, let
     torch.manual_seed(config.seed)
     base, tokenizer = load_base_model(config.model)
     original = {name: p.detach().clone() for name, p in base.named_parameters()}
-    policy = LoraPolicy(base, r=config.lora_r, alpha=config.lora_alpha, dropout=0.0,
+    policy = LoraPolicy.create(base, r=config.lora_r, alpha=config.lora_alpha, dropout=0.0,
                         target_modules=config.lora_target_modules)
     lora_before = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
     trainer = GRPOTrainer(config, letter_game, policy, tokenizer, HFBackend(policy.model, tokenizer.pad_token_id))

@@ -27,7 +27,7 @@ from train.checkpoint import latest_checkpoint
 from train.config import load_config
 from train.grpo import GRPOTrainer
 from train.policy import LoraPolicy, count_parameters, load_base_model
-from train.vllm_backend import backend_from_env
+from train.vllm_backend import VLLMError, backend_from_env
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, str]]:
@@ -78,11 +78,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = setup_distributed()
     rank = dist.get_rank() if dist.is_initialized() else 0
+    backend = None
     try:
         torch.manual_seed(config.seed)  # same LoRA init on every rank
         base, tokenizer = load_base_model(config.model, config.dtype, device)
         checkpoint = latest_checkpoint(args.resume) if args.resume else None
-        policy = LoraPolicy(
+        policy = LoraPolicy.create(
             base, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
             target_modules=config.lora_target_modules,
             adapter_dir=checkpoint / "adapter" if checkpoint else None,
@@ -104,11 +105,15 @@ def main(argv: list[str] | None = None) -> int:
                   f"backend {type(backend).__name__}; world size {dist.get_world_size() if dist.is_initialized() else 1}; "
                   f"output {output_dir}" + (f"; resumed at iteration {trainer.start_iteration}" if checkpoint else ""))
         trainer.run()
-        backend.close()
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except VLLMError as err:
+        print(f"error: vLLM rollouts failed: {err}", file=sys.stderr)
+        return 1
     finally:
+        if backend is not None:
+            backend.close()  # a crashed run still unloads its adapter from the servers
         if dist.is_initialized():
             dist.destroy_process_group()
     return 0

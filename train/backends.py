@@ -3,7 +3,7 @@
 The GRPO loop and the rollout collector talk only to `RolloutBackend`:
 
     completions = backend.generate(prompts, params)   # prompts: token-id lists, one per active episode
-    backend.sync_weights(model, version)              # after each optimizer step
+    backend.sync_weights(policy, version)             # after each optimizer step
 
 - `HFBackend` samples in process from the (PEFT-wrapped) policy being trained: all prompts of a turn go
   through one batched, KV-cached sampling loop. It is hand-written rather than `model.generate` because
@@ -50,8 +50,9 @@ class RolloutBackend(ABC):
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
         """One completion per prompt, in order."""
 
-    def sync_weights(self, model: torch.nn.Module, version: int) -> None:
-        """Make the backend sample from `model`'s current weights (called after each update)."""
+    def sync_weights(self, policy: Any, version: int) -> None:
+        """Make the backend sample from `policy`'s current weights (called after each update on every rank;
+        `policy.save(dir)` is collective-safe). The in-process backend samples from the live model already."""
 
     def close(self) -> None:
         """Release servers, adapters, memory."""

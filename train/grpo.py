@@ -122,7 +122,7 @@ class GRPOTrainer:
         self.policy.load_optimizer_state(self.optimizer, optimizer_state)
         prefix = f"rank{self.rank}."
         self.backend.load_state_dict({k.removeprefix(prefix): v for k, v in backend_state.items() if k.startswith(prefix)})
-        self.backend.sync_weights(self.policy.model, iteration)
+        self.backend.sync_weights(self.policy, iteration)
         self.start_iteration = iteration
         metrics = self.output_dir / "metrics.jsonl"
         if self.rank == 0 and metrics.exists():  # drop lines of iterations after the checkpoint
@@ -291,7 +291,7 @@ class GRPOTrainer:
         update_stats = self.update(sequences)
         self.scheduler.step()
         train_seconds = time.perf_counter() - train_started
-        self.backend.sync_weights(self.policy.model, iteration + 1)
+        self.backend.sync_weights(self.policy, iteration + 1)
 
         successes = sum(1 for ep in episodes if ep.summary.get("success", ep.reward >= 1.0))
         totals = _all_sum([

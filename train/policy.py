@@ -97,23 +97,27 @@ def _rank() -> int:
 class LoraPolicy(Policy):
     """A PEFT LoRA adapter on a frozen base model."""
 
-    def __init__(self, base: torch.nn.Module, *, r: int, alpha: int, dropout: float, target_modules: list[str],
-                 adapter_dir: str | Path | None = None):
+    def __init__(self, peft_model: torch.nn.Module):
+        self.model = peft_model
+
+    @classmethod
+    def create(cls, base: torch.nn.Module, *, r: int, alpha: int, dropout: float, target_modules: list[str],
+               adapter_dir: str | Path | None = None) -> "LoraPolicy":
+        """Freeze `base` and add a fresh LoRA adapter, or the one saved in `adapter_dir`."""
         from peft import LoraConfig, PeftModel, get_peft_model
 
         for parameter in base.parameters():
             parameter.requires_grad_(False)
         if adapter_dir is not None:  # continue from saved adapter weights (resume, or a later stage)
-            self.model = PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=True)
-        else:
-            present = {name.rsplit(".", 1)[-1] for name, _ in base.named_modules()}
-            missing = sorted(set(target_modules) - present)
-            if missing:
-                raise ValueError(f"lora_target_modules {missing} are not modules of this model; it has e.g. "
-                                 f"{sorted(present & {'q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj'})}")
-            config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
-                                bias="none", task_type="CAUSAL_LM")
-            self.model = get_peft_model(base, config)
+            return cls(PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=True))
+        present = {name.rsplit(".", 1)[-1] for name, _ in base.named_modules()}
+        missing = sorted(set(target_modules) - present)
+        if missing:
+            known = sorted(present & {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
+            raise ValueError(f"lora_target_modules {missing} are not modules of this model; it has e.g. {known}")
+        config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(target_modules),
+                            bias="none", task_type="CAUSAL_LM")
+        return cls(get_peft_model(base, config))
 
     def shard(self) -> None:
         """FSDP2: shard every decoder layer and the root across the ranks (frozen base and adapter alike)."""
