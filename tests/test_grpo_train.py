@@ -257,3 +257,20 @@ def test_collect_rollouts_feeds_calibration(tiny_model_dir, tmp_path):
                                   str(tmp_path / "cal.json")], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert calibration.returncode in (0, 1), calibration.stderr
     assert json.loads((tmp_path / "cal.json").read_text())["metrics"]["n_groups"] == 3
+
+
+@pytest.mark.parametrize("loss_agg, kl_beta", [("dapo", 0.0), ("dr_grpo", 0.0), ("grpo", 0.2)])
+def test_loss_aggregations_and_kl_run_through_the_trainer(tiny_model_dir, letter_game, tmp_path, loss_agg, kl_beta):
+    config = load_config(None, {"iterations": "1", "groups_per_iteration": "4", "group_size": "4", "lora_r": "4",
+                                "learning_rate": "3e-2", "lora_target_modules": "[q_proj, v_proj, lm_head]",
+                                "max_episode_tokens": "128", "save_rollouts": "false"},
+                         game=GAME, model=str(tiny_model_dir), output_dir=str(tmp_path), loss_agg=loss_agg,
+                         kl_beta=kl_beta)
+    torch.manual_seed(0)
+    base, tokenizer = load_base_model(config.model)
+    policy = LoraPolicy.create(base, r=4, alpha=8, dropout=0.0, target_modules=config.lora_target_modules)
+    trainer = GRPOTrainer(config, letter_game, policy, tokenizer, HFBackend(policy.model, tokenizer.pad_token_id))
+    metrics = trainer.run()
+    assert metrics["skipped_update"] == 0.0 and metrics["grad_norm"] > 0
+    assert ("kl_ref" in metrics) == (kl_beta > 0)
+    assert not (tmp_path / "rollouts").exists()
