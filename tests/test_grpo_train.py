@@ -274,3 +274,55 @@ def test_loss_aggregations_and_kl_run_through_the_trainer(tiny_model_dir, letter
     assert metrics["skipped_update"] == 0.0 and metrics["grad_norm"] > 0
     assert ("kl_ref" in metrics) == (kl_beta > 0)
     assert not (tmp_path / "rollouts").exists()
+
+
+def test_logprobs_after_a_shared_prefix_equal_full_sequence_logprobs_and_grads(tiny_model_dir):
+    from peft import LoraConfig, get_peft_model
+
+    from train.logprobs import token_logprobs, token_logprobs_after_prefix
+
+    torch.manual_seed(0)
+    base, _ = load_base_model(str(tiny_model_dir))
+    model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    for name, parameter in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(parameter, std=0.5)
+    prefix = torch.randint(5, 300, (15,))
+    tails = torch.randint(5, 300, (3, 6))
+    mask = torch.ones(3, 6, dtype=torch.long)
+    mask[1, 4:] = 0
+    mask[2, 2:] = 0
+    weights = torch.randn(3, 6)
+
+    def grads(values):
+        model.zero_grad()
+        (values * weights).sum().backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    full = token_logprobs(model, torch.cat([prefix.expand(3, 15), tails], 1),
+                          torch.cat([torch.ones(3, 15, dtype=torch.long), mask], 1))[:, 15:]
+    full_grads = grads(full)
+    shared = token_logprobs_after_prefix(model, prefix, tails, mask)
+    shared_grads = grads(shared)
+    assert torch.allclose(full, shared, atol=1e-5)
+    assert full_grads.keys() == shared_grads.keys()
+    assert all(torch.allclose(full_grads[n], shared_grads[n], atol=1e-5) for n in full_grads)
+
+
+def test_shared_prefix_update_equals_the_plain_update(tiny_model_dir, letter_game, tmp_path):
+    adapters = []
+    for shared in (True, False):
+        config = load_config(None, {"iterations": "1", "groups_per_iteration": "4", "group_size": "4",
+                                    "lora_r": "4", "learning_rate": "3e-2", "micro_batch_size": "3",
+                                    "hint_fraction": "0.25", "max_episode_tokens": "128", "save_rollouts": "false"},
+                             game=GAME, model=str(tiny_model_dir), output_dir=str(tmp_path / str(shared)),
+                             shared_prefix=shared)
+        torch.manual_seed(0)
+        base, tokenizer = load_base_model(config.model)
+        policy = LoraPolicy.create(base, r=4, alpha=8, dropout=0.0, target_modules=config.lora_target_modules)
+        trainer = GRPOTrainer(config, letter_game, policy, tokenizer, HFBackend(policy.model, tokenizer.pad_token_id))
+        assert trainer.run()["skipped_update"] == 0.0
+        adapters.append(load_file(str(tmp_path / str(shared) / "adapter_model.safetensors")))
+    assert adapters[0].keys() == adapters[1].keys()
+    for key in adapters[0]:
+        assert torch.allclose(adapters[0][key], adapters[1][key], atol=1e-6), key

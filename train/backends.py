@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
+from transformers import StaticCache
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,17 @@ class HFBackend(RolloutBackend):
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
         stop = torch.tensor(list(params.stop_token_ids) or [-1], device=device)
 
-        output = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
-        cache = output.cache
+        # A preallocated (static) KV cache: a growing cache re-concatenates every layer's keys and values
+        # at each step, which dominated decoding time on CPU.
+        total = longest + params.max_new_tokens
+        cache = StaticCache(config=self._config(), max_cache_len=total)
+        full_mask = torch.cat(  # [B, P + N]; generated columns switch on as they are written
+            [attention_mask, torch.zeros((batch, params.max_new_tokens), dtype=torch.long, device=device)], 1
+        )
+        output = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+            use_cache=True, cache_position=torch.arange(longest, device=device),
+        )
         logits = output.logits[:, -1, :]  # [B, V]
         next_position = position_ids[:, -1:] + 1  # [B, 1]
         tokens = torch.empty((batch, params.max_new_tokens), dtype=torch.long, device=device)  # [B, N]
@@ -123,12 +133,12 @@ class HFBackend(RolloutBackend):
             finished |= hit_stop
             if bool(finished.all()) or step + 1 == params.max_new_tokens:
                 break
-            attention_mask = torch.cat([attention_mask, torch.ones((batch, 1), dtype=torch.long, device=device)], 1)
+            full_mask[:, longest + step] = 1
             output = self.model(
-                input_ids=token[:, None], attention_mask=attention_mask, position_ids=next_position,
-                cache=cache, use_cache=True,
+                input_ids=token[:, None], attention_mask=full_mask[:, : longest + step + 1],
+                position_ids=next_position, cache=cache, use_cache=True,
+                cache_position=torch.tensor([longest + step], device=device),
             )
-            cache = output.cache
             logits = output.logits[:, -1, :]
             next_position = next_position + 1
         if was_training:
@@ -140,6 +150,11 @@ class HFBackend(RolloutBackend):
             reason = "stop" if ids and ids[-1] in params.stop_token_ids else "length"
             completions.append(Completion(ids, logprobs[row, :n].tolist(), reason))
         return completions
+
+    def _config(self) -> Any:
+        """The base model's config (through a PEFT wrapper if there is one)."""
+        model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        return model.config
 
     def state_dict(self) -> dict[str, Any]:
         return {"generator": self.generator.get_state()}

@@ -41,6 +41,7 @@ class GRPOConfig:
     iterations: int = 100
     ppo_epochs: int = 1  # optimizer steps over each iteration's batch (1 = on-policy, ratio starts at 1)
     micro_batch_size: int = 8  # sequences per forward/backward (gradient accumulation inside a step)
+    shared_prefix: bool = True  # run each group's shared prompt once per micro-batch (same gradient, less compute)
 
     # Sampling
     groups_per_iteration: int = 64

@@ -48,7 +48,7 @@ from train.episodes import (
     run_episodes,
 )
 from train.grpo_loss import RolloutBatch, group_advantages, grpo_loss, loss_normaliser
-from train.logprobs import token_logprobs
+from train.logprobs import token_logprobs, token_logprobs_after_prefix
 from train.policy import Policy
 
 
@@ -60,6 +60,36 @@ class Sequence:
     loss_mask: list[int]
     old_logprobs: list[float]
     advantage: float
+    prompt_len: int = 0  # tokens of the prompt, shared by every sequence of the group (0: unknown)
+
+
+@dataclass
+class MicroBatch:
+    """Sequences of one update step; with `prefix`, `batch` holds only what follows the shared prefix."""
+
+    batch: RolloutBatch
+    prefix: torch.Tensor | None = None  # [P] ids shared by every row, run once
+
+
+def shared_prefix_micro_batches(sequences: list[Sequence], size: int, pad_token_id: int,
+                                device: torch.device) -> list[MicroBatch]:
+    """Micro-batches of sequences sharing one prompt; the prompt (minus its last token) becomes the prefix.
+
+    The last prompt token stays in the continuation as column 0 (masked): the logits at it predict the first
+    generated token, so `token_logprobs_after_prefix` gives every loss token exactly its full-sequence value.
+    """
+    by_prompt: dict[tuple[int, ...], list[Sequence]] = {}
+    for seq in sequences:
+        by_prompt.setdefault(tuple(seq.token_ids[: seq.prompt_len]), []).append(seq)
+    out = []
+    for prompt, members in by_prompt.items():
+        cut = len(prompt) - 1
+        for start in range(0, len(members), size):
+            tails = [Sequence(s.token_ids[cut:], s.loss_mask[cut:], s.old_logprobs[cut:], s.advantage)
+                     for s in members[start : start + size]]
+            prefix = torch.tensor(prompt[:cut], dtype=torch.long, device=device)
+            out.append(MicroBatch(pad_batch(tails, pad_token_id, device), prefix))
+    return out
 
 
 def pad_batch(sequences: list[Sequence], pad_token_id: int, device: torch.device) -> RolloutBatch:
@@ -154,11 +184,12 @@ class GRPOTrainer:
             if not bool(keep[group]):
                 continue
             if ep.request.hinted:
-                ids, mask, _ = rescored_under_base_prompt(ep, self.spec, self.chat)
+                ids, mask, prompt_len = rescored_under_base_prompt(ep, self.spec, self.chat)
                 rescore.append(len(sequences))
-                sequences.append(Sequence(ids, mask, [0.0] * len(ids), float(advantages[group, k])))
+                sequences.append(Sequence(ids, mask, [0.0] * len(ids), float(advantages[group, k]), prompt_len))
             else:
-                sequences.append(Sequence(ep.token_ids, ep.loss_mask, ep.logprobs, float(advantages[group, k])))
+                sequences.append(Sequence(ep.token_ids, ep.loss_mask, ep.logprobs, float(advantages[group, k]),
+                                          ep.prompt_len))
         if rescore or self.policy.sharded:
             self._recompute_old_logprobs([sequences[i] for i in rescore])
         constant = (rewards.max(dim=1).values - rewards.min(dim=1).values).abs() <= 1e-8
@@ -193,14 +224,26 @@ class GRPOTrainer:
                 values = logprobs[row, : len(seq.token_ids)] * batch.loss_mask[row, : len(seq.token_ids)]
                 seq.old_logprobs = values.tolist()
 
+    def _logprobs(self, micro: MicroBatch) -> torch.Tensor:
+        batch, temperature = micro.batch, self.config.temperature
+        if micro.prefix is None:
+            return token_logprobs(self.policy.model, batch.input_ids, batch.attention_mask, temperature=temperature)
+        return token_logprobs_after_prefix(self.policy.model, micro.prefix, batch.input_ids, batch.attention_mask,
+                                           temperature=temperature)
+
     def update(self, sequences: list[Sequence]) -> dict[str, float]:
         """`ppo_epochs` optimizer steps on this iteration's sequences (all ranks take part)."""
         c = self.config
-        micro_batches = [
-            pad_batch(sequences[i : i + c.micro_batch_size], self.pad_token_id, self.device)
-            for i in range(0, len(sequences), c.micro_batch_size)
-        ]
-        normaliser = loss_normaliser(micro_batches)
+        # Under FSDP every rank must run the same number of forwards; the shared-prefix path runs two per
+        # micro-batch, so sharded runs keep the plain one.
+        if c.shared_prefix and not self.policy.sharded and all(s.prompt_len > 1 for s in sequences):
+            micro_batches = shared_prefix_micro_batches(sequences, c.micro_batch_size, self.pad_token_id, self.device)
+        else:
+            micro_batches = [
+                MicroBatch(pad_batch(sequences[i : i + c.micro_batch_size], self.pad_token_id, self.device))
+                for i in range(0, len(sequences), c.micro_batch_size)
+            ]
+        normaliser = loss_normaliser([mb.batch for mb in micro_batches])
         if self.world_size > 1:
             normaliser = normaliser.all_reduce()
         stats_sum: dict[str, float] = {}
@@ -209,20 +252,19 @@ class GRPOTrainer:
         self.policy.model.train()
         grad_norm = torch.tensor(0.0)
         n_real = len(micro_batches)
-        micro_batches += [self._dummy_batch()] * (self._lockstep_count(n_real) - n_real)
+        micro_batches += [MicroBatch(self._dummy_batch())] * (self._lockstep_count(n_real) - n_real)
         for _ in range(c.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=False)
-            for index, batch in enumerate(micro_batches):
+            for index, micro in enumerate(micro_batches):
+                batch = micro.batch
                 if index >= n_real:  # FSDP lockstep: a forward/backward that contributes zero gradient
                     (token_logprobs(self.policy.model, batch.input_ids, batch.attention_mask).sum() * 0.0).backward()
                     continue
-                new_logprobs = token_logprobs(self.policy.model, batch.input_ids, batch.attention_mask,
-                                              temperature=c.temperature)  # [B, T]
+                new_logprobs = self._logprobs(micro)  # [B, T]
                 ref_logprobs = None
                 if c.kl_beta > 0:
                     with torch.no_grad(), self.policy.reference():
-                        ref_logprobs = token_logprobs(self.policy.model, batch.input_ids, batch.attention_mask,
-                                                      temperature=c.temperature)
+                        ref_logprobs = self._logprobs(micro)
                 loss, stats = grpo_loss(
                     new_logprobs, batch, clip_eps=c.clip_eps, loss_agg=c.loss_agg, kl_beta=c.kl_beta,
                     ref_logprobs=ref_logprobs, max_tokens_norm=c.max_tokens_norm or c.max_episode_tokens,
