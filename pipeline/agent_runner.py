@@ -216,6 +216,7 @@ def launch(agent: AgentSpec, argv: list[str], *, cwd: Path, env: dict[str, str],
         finally:
             if timer:
                 timer.cancel()
+            proc.stdout.close()  # drained (or the agent stopped): release the pipe, one per invocation with --all
         log.write(f"\n# exit code: {code}\n# seconds: {time.monotonic() - started:.1f}\n")
     if timed_out.is_set():
         raise AgentRunError(f"agent {agent.name!r} timed out after {timeout_s:g}s and was stopped; log: {log_path}")

@@ -388,8 +388,13 @@ class LabelCache:
         self.entries: dict[str, dict] = {}
         self.broken_lines = 0
         self._lock = threading.Lock()
+        # A kill mid-write can leave the last line without its newline; the next append must start a
+        # new line, or it would be glued to the cut one and lost with it on the next load.
+        self._starts_mid_line = False
         if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
+            text = path.read_text(encoding="utf-8")
+            self._starts_mid_line = bool(text) and not text.endswith("\n")
+            for line in text.splitlines():
                 if not line.strip():
                     continue
                 try:
@@ -408,7 +413,8 @@ class LabelCache:
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a", encoding="utf-8") as handle:
-                handle.write(line)
+                handle.write("\n" + line if self._starts_mid_line else line)
+                self._starts_mid_line = False
                 handle.flush()
                 os.fsync(handle.fileno())
             self.entries[entry["key"]] = entry
@@ -608,6 +614,7 @@ def propose_candidates(client: ChatClient, trajectories: Sequence[Trajectory], c
     messages = propose_messages(failed, passed, config)
     fmt = response_format(config.json_mode, "capability_candidates", candidates_schema())
     key = sha256_json(["propose", config.model, sha256_json({"messages": messages, "json_mode": config.json_mode,
+                                                             "temperature": config.temperature(1),
                                                              "seed": config.seed, "max_tokens": config.max_tokens})])
     entry = cache.get(key)
     if entry is not None:

@@ -226,7 +226,8 @@ def search_knob(
 ) -> dict[str, Any]:
     """Bisect the candidate `values` of `knob` for a success rate inside `band`; one `collect` call per round.
 
-    Values are sorted (numbers) and must be accepted by the config dataclass. Without `harder`, the two ends
+    Values are sorted (numbers; str/bool values keep the given order, which must be monotone in difficulty)
+    and must be accepted by the config dataclass. Without `harder`, the two ends
     are measured first to learn the direction (and whether the band is reachable at all). Returns
     {"status": in_band | out_of_range | not_found | max_rounds, "value", "success_rate", "harder", "rounds",
     "history": [measurements in probe order]}. not_found: the band falls between two neighbouring candidates.
@@ -266,7 +267,10 @@ def search_knob(
     lo, hi = 0, len(candidates) - 1
     if harder is None:
         ends = [measure(lo)] + ([measure(hi)] if hi > lo and len(history) < max_rounds else [])
-        harder = infer_harder(ends)
+        # By position, not value: `candidates` is in knob order (sorted numbers, or the given order of
+        # str/bool values, which infer_harder cannot order).
+        if len(ends) == 2 and ends[0]["success_rate"] != ends[1]["success_rate"]:
+            harder = "increase" if ends[1]["success_rate"] < ends[0]["success_rate"] else "decrease"
         inside = [m for m in ends if low <= m["success_rate"] <= high]
         if inside:
             return result("in_band", min(inside, key=lambda m: abs(m["success_rate"] - (low + high) / 2)))

@@ -431,7 +431,8 @@ class _Run:
 
 
 def _oracle_check(run: _Run, min_success: float) -> tuple[dict[str, Any], list[Episode]]:
-    """The oracle's text, parsed and stepped, reaches reward 1.0 on at least `min_success` of the seeds."""
+    """The oracle's text, parsed and stepped, reaches reward 1.0 on at least `min_success` of the seeds,
+    and no oracle episode raises (`min_success` tolerates unwinnable seeds, not a game that crashes)."""
     t0, errors = time.perf_counter(), Problems()
     episodes = [run.play(seed, oracle_policy, _policy_rng(0, seed), "oracle", errors) for seed in run.bar("oracle")]
     n = len(episodes)
@@ -440,7 +441,7 @@ def _oracle_check(run: _Run, min_success: float) -> tuple[dict[str, Any], list[E
     detail = f"reward 1.0 on {wins}/{n} seeds ({wins / n:.1%}, need >= {min_success:.0%})"
     detail += f"; lost e.g. seeds {lost}" if lost else ""
     detail += f"; {errors.count} raised: {errors.text()}" if errors.count else ""
-    check = _check(PASS if wins / n >= min_success else FAIL, detail, time.perf_counter() - t0,
+    check = _check(PASS if wins / n >= min_success and not errors.count else FAIL, detail, time.perf_counter() - t0,
                    success_rate=wins / n, mean_turns=sum(len(e.steps) for e in episodes) / n)
     return check, episodes
 

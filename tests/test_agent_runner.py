@@ -230,3 +230,18 @@ def test_code_edit_scenarios_check(tmp_path):
     path.write_text(json.dumps([scenario]), encoding="utf-8")
     with pytest.raises(agent_runner.AgentRunError, match="scenario 0 lacks oracle_patch"):
         agent_runner.check_scenarios(path, "x", snapshot)
+
+
+def test_launch_closes_the_output_pipe(tmp_path):
+    """One agent invocation must not leak its stdout pipe (`--all` runs one per capability)."""
+    import gc
+    import warnings
+
+    spec = agent_runner.AgentSpec("echo", (sys.executable, "-c", "print('hi')"), stdin=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        code = agent_runner.launch(spec, list(spec.command), cwd=tmp_path, env={}, prompt_text="",
+                                   log_path=tmp_path / "logs" / "echo.log", timeout_s=None)
+        gc.collect()
+    assert code == 0 and "hi" in (tmp_path / "logs" / "echo.log").read_text()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []

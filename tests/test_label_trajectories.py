@@ -481,3 +481,47 @@ def test_config_validation_spells_out_the_fix():
         RetryPolicy(base_delay=5, max_delay=1)
     with pytest.raises(ValueError, match="EMPTY"):
         ChatClient("http://127.0.0.1:9/v1", "", "m")
+
+
+# ----------------------------------------------------------------------------------------------
+# Regressions
+# ----------------------------------------------------------------------------------------------
+
+def test_cache_append_after_a_cut_line_is_kept(tmp_path):
+    """A kill can leave the last line without its newline; the next entry must not be glued to it."""
+    path = tmp_path / lt.CACHE_NAME
+    path.write_text(json.dumps({"key": "done", "kind": "label"}) + "\n" + '{"key": "cut", "ki', encoding="utf-8")
+    cache = lt.LabelCache(path)
+    assert set(cache.entries) == {"done"} and cache.broken_lines == 1
+    cache.put({"key": "new", "kind": "label"})
+    reloaded = lt.LabelCache(path)
+    assert set(reloaded.entries) == {"done", "new"}
+    assert reloaded.broken_lines == 1
+
+
+class _CandidatesClient:
+    """Answers every call with the same valid Phase-1 candidates object, and counts the calls."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer, self.calls = answer, []
+
+    def complete(self, messages, **params):
+        from pipeline.llm_client import ChatResult
+        self.calls.append(params)
+        return ChatResult(text=self.answer, prompt_tokens=1, completion_tokens=1, http_retries=0)
+
+
+def test_propose_cache_key_includes_the_temperature(tmp_path):
+    trajectories = [lt.Trajectory("f1", False, 0.0, "failed"), lt.Trajectory("p1", True, 1.0, "passed")]
+    answer = json.dumps({"candidates": [{"name": "tool_use", "description": "Calls tools well.",
+                                         "example_trajectories": [{"task_id": "f1", "reward": 0.0, "note": "x"}]}]})
+    client = _CandidatesClient(answer)
+    cache = lt.LabelCache(tmp_path / lt.CACHE_NAME)
+    hot = lt.LabelingConfig(model="m", min_candidates=1, max_candidates=1, temperatures=(1.0,))
+    cold = lt.LabelingConfig(model="m", min_candidates=1, max_candidates=1, temperatures=(0.0,))
+    _, first = lt.propose_candidates(client, trajectories, hot, cache)
+    _, again = lt.propose_candidates(client, trajectories, hot, cache)
+    _, other = lt.propose_candidates(client, trajectories, cold, cache)
+    assert not first["from_cache"] and again["from_cache"]
+    assert not other["from_cache"], "a different sampling temperature must not reuse the cached proposal"
+    assert [call["temperature"] for call in client.calls] == [1.0, 0.0]

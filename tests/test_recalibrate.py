@@ -156,3 +156,26 @@ def test_collector_writes_tau2_simulations():
     assert {(s["task_id"], s["sample_idx"]) for s in sims} == {(t, i) for t in range(3) for i in range(2)}
     assert all(s["reward_info"]["reward"] == 1.0 for s in sims)  # the oracle always wins
     assert sims[0]["messages"][0]["role"] == "system"
+
+
+def test_search_over_str_values_learns_the_direction_from_their_order():
+    """str knobs keep the given order; two ends that straddle the band are not 'out of range'."""
+    import dataclasses
+
+    from game_registry import GameSpec
+
+    @dataclasses.dataclass
+    class LevelConfig:
+        level: str = "easy"
+
+    rates = {"trivial": 0.95, "easy": 0.8, "medium": 0.4, "hard": 0.1, "brutal": 0.0}
+
+    def collect(spec, overrides):  # 10 tasks x 2 samples; the first round(20 * rate) succeed
+        n_wins = round(20 * rates[overrides["level"]])
+        return [{"task_id": task, "sample_idx": sample, "reward_info": {"reward": float(2 * task + sample < n_wins)}}
+                for task in range(10) for sample in range(2)]
+
+    spec = GameSpec(name="levels", make_env=lambda config=None: None, config_cls=LevelConfig)
+    result = search_knob(spec, "level", list(rates), collect, band=(0.2, 0.6))
+    assert result["status"] == "in_band" and result["value"] == "medium"
+    assert result["harder"] == "increase"

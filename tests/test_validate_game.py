@@ -145,3 +145,24 @@ def test_cli(monkeypatch, tmp_path, capsys):
     assert "unknown game 'no_such_game'" in capsys.readouterr().err
     assert main(["toy_vault_cli", "--seeds", "0", "--json-output", str(missing)]) == 2
     assert not missing.exists()
+
+
+class CrashOnWinVault(toy.VaultGame):
+    """Raises when the oracle submits the right total on seed 0: a crash, not an unwinnable seed."""
+
+    def reset(self, seed):
+        self._seed = seed
+        return super().reset(seed)
+
+    def _run_tool(self, name, arguments):
+        if name == "submit_total" and self._seed == 0 and arguments.get("total") == self._oracle_total():
+            raise RuntimeError("boom on the winning move")
+        return super()._run_tool(name, arguments)
+
+
+def test_oracle_that_raises_fails_even_within_the_success_tolerance():
+    # 39/40 wins clears oracle_min_success=0.9; the crash on seed 0 must still fail the check.
+    report = validate(toy.make_spec(CrashOnWinVault), seeds=SEEDS, fuzz_actions=0, oracle_min_success=0.9)
+    assert report["checks"]["oracle"]["success_rate"] == pytest.approx(39 / 40)
+    assert report["checks"]["oracle"]["status"] == "FAIL"
+    assert "boom on the winning move" in report["checks"]["oracle"]["detail"]
