@@ -109,7 +109,10 @@ class StructuredDataReasoningGame(StorefrontCapabilityGame):
         user = next(iter(db.users.values()))
         auth = "email" if rng.random() < config.email_auth_rate else "name_zip"
         while len(user.payment_methods) < config.min_payment_methods:
-            add_payment_method(rng, db, user, rng.choice(PAYMENT_SOURCES))
+            # At most one gift card: "refund it to my gift card" must name exactly one method.
+            has_gift_card = any(p.source == "gift_card" for p in user.payment_methods)
+            sources = [s for s in PAYMENT_SOURCES if s != "gift_card" or not has_gift_card]
+            add_payment_method(rng, db, user, rng.choice(sources))
         if kind == "return_to_gift_card" and not any(p.source == "gift_card" for p in user.payment_methods):
             add_payment_method(rng, db, user, "gift_card")
 

@@ -455,6 +455,18 @@ def test_knob_distractor_items_and_payment_methods():
     assert min(f["n_payment_methods"] for f in many) >= 4
 
 
+def test_structured_gift_card_refund_names_exactly_one_gift_card():
+    # "Please refund it to my gift card" is only answerable when the customer owns one gift card; with two,
+    # the expected target was a coin flip (regression: extra payment methods could add a second gift card).
+    spec = get_game(GAMES[2])
+    for seed in range(300):
+        game = spec.make(task_kinds=("return_to_gift_card",), min_payment_methods=3)
+        game.reset(seed)
+        gift_cards = [p.id for p in game.instance.user.payment_methods if p.source == "gift_card"]
+        assert len(gift_cards) == 1, f"seed {seed}: the customer owns gift cards {gift_cards}"
+        assert game.instance.requests[0].info["refund_to"] == gift_cards[0]
+
+
 def test_knob_looseness_changes_how_order_ids_are_written():
     exact = instance_facts(GAMES[3], looseness=0, task_kinds=("cancel",))
     loose = instance_facts(GAMES[3], looseness=2, task_kinds=("cancel",))

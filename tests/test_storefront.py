@@ -296,6 +296,19 @@ def test_silent_agent_fails_the_communicate_check():
         assert summary["reward_breakdown"] == {"DB": 1.0, "COMMUNICATE": 0.0}
 
 
+def test_listing_every_status_without_looking_does_not_pass_refused_requests():
+    """A reply naming every status, with no tool call at all, used to pass every forbidden precondition task."""
+    game = game_for("precondition")
+    dump = "Sorry, I cannot: the order is pending, processed, delivered, cancelled or return requested."
+    forbidden = 0
+    for seed in range(60):
+        summary = play(game, seed, lambda g: dump)
+        assert summary["reward"] == 0.0, f"seed {seed}: the status dump scored {summary['reward']}"
+        forbidden += not game.task.sub_requests[0].allowed
+        assert play(game, seed, expert)["reward"] == 1.0  # looking the order up first still communicates it
+    assert forbidden >= 15
+
+
 def test_db_match_agrees_with_db_hash():
     for flaw in [None, *FLAW_FAMILY]:
         for seed in range(30):
@@ -385,6 +398,25 @@ def test_user_reveals_info_and_answers_confirmations():
     final = game.step(parse_hermes_action("All done."))
     assert final.done and final.observation_messages[0]["content"].endswith(STOP)
     assert game.get_summary()["termination_reason"] == "user_stop"
+
+
+def test_user_answers_confirm_your_email_with_their_identity():
+    # "Could you confirm your email?" is how many agents ask who the user is; it used to get "No, that is
+    # not what I asked for." (the confirmation rule won), so such an agent could never authenticate.
+    game = game_for("precondition")
+    seed = next(s for s in range(100) if make_task(s, "precondition").auth == "email")
+    game.reset(seed)
+    sub = game.task.sub_requests[0]
+    reply = game.step(parse_hermes_action("Could you please confirm your email address?"))
+    assert reply.observation_messages[0]["content"] == f"My email is {game.task.user.email}."
+    assert game.user.revealed_auth
+    # Once the user is known, a confirmation about the current request is still a confirmation.
+    verb = "cancel" if sub.kind == "cancel" else "change the address of"
+    digits = sub.order_id.removeprefix("#W")
+    yes = game.step(parse_hermes_action(f"Shall I {verb} order #W{digits} for your email account?"))
+    assert yes.observation_messages[0]["content"] == "Yes, please."
+    no = game.step(parse_hermes_action("Should I return order #W0000001?"))
+    assert no.observation_messages[0]["content"].startswith("No")
 
 
 def test_user_gives_up_after_max_turns():
@@ -505,6 +537,30 @@ def test_cli_expert_run_and_bad_input(tmp_path: Path, capsys):
         assert run_cli.main([x for kv in args.items() for x in kv] + ["--no-progress"]) == 2
         assert message in capsys.readouterr().err
         assert not bad_out.exists()
+
+
+class SeedRecorder(ExpertAgent):
+    """The expert, noting the seed each episode's sampling would use."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seeds: list[int | None] = []
+
+    def begin_episode(self, game, seed=None) -> None:
+        super().begin_episode(game, seed)
+        self.seeds.append(seed)
+
+
+def test_trials_of_a_task_sample_with_different_seeds():
+    # With --trials K and temperature > 0, one agent seed for every trial replayed trial 0 K times.
+    agent = SeedRecorder()
+    sims, _ = run_cli.run_benchmark(agent, 3, seed=5, trials=3, progress=False)
+    assert len(agent.seeds) == 9
+    for task in range(3):
+        trial_seeds = agent.seeds[3 * task:3 * task + 3]
+        assert len(set(trial_seeds)) == 3, f"task {task}: trials sampled with seeds {trial_seeds}"
+        assert trial_seeds[0] == sims[3 * task]["seed"]  # trial 0 keeps the task's seed
+    assert all(sim["reward_info"]["reward"] == 1.0 for sim in sims)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 the task's initial DB, and the scripted user answers replies. Reward (τ²-bench's DB + COMMUNICATE
 basis) = db_match × communicate_ok, computed on demand: the gold write actions replayed on a fresh
 copy of the initial DB must hash like the agent's DB, and every `communicate_info` value must appear
-in some assistant reply. `oracle_response()` is the expert: it follows the gold plan from the current
+in some assistant reply (the status of a refused request only after a successful look-up of its order). `oracle_response()` is the expert: it follows the gold plan from the current
 state (authenticate, look up, write, tell).
 """
 from __future__ import annotations
@@ -155,9 +155,14 @@ class StorefrontGame(ToolEnvGame):
             raise RuntimeError("StorefrontGame: call reset() before get_summary()")
         db_match = self.db_match()
         replies = self._replies()
-        communicate = [{"info": v, "met": mentions(v, replies)} for v in self.task.communicate_info]
-        communicate_ok = all(c["met"] for c in communicate)
         done_ok = self._successful_calls()
+        communicate = []
+        for sub in self.task.sub_requests:
+            # A refused request's status counts only once the order was looked up: otherwise a reply listing
+            # every status word, with no tool call at all, would pass every forbidden request.
+            looked_up = sub.allowed or ("get_order_details", _canonical({"order_id": sub.order_id})) in done_ok
+            communicate += [{"info": v, "met": looked_up and mentions(v, replies)} for v in sub.communicate]
+        communicate_ok = all(c["met"] for c in communicate)
         actions = [{"action": a, "action_match": self._gold_key(a) in done_ok}
                    for a in self.task.gold_actions]
         reward = 1.0 if db_match and communicate_ok else 0.0

@@ -36,10 +36,12 @@ def task_seed(seed: int, index: int) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
-def play_episode(game: StorefrontGame, agent: Agent, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Play one episode to the end; return (messages, summary)."""
+def play_episode(game: StorefrontGame, agent: Agent, seed: int, agent_seed: int | None = None
+                 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Play one episode to the end; return (messages, summary). The agent samples with `agent_seed`
+    (default: the task's `seed`)."""
     game.reset(seed)
-    agent.begin_episode(game, seed=seed)
+    agent.begin_episode(game, seed=seed if agent_seed is None else agent_seed)
     tools = game.get_tool_schemas()
     while not game.done:  # the game ends itself (user stop, max_steps, too many format errors)
         text = agent.respond(game.get_messages(), tools)
@@ -60,7 +62,9 @@ def run_benchmark(agent: Agent, n_tasks: int, seed: int, families: tuple[str, ..
         game = games[family]
         for trial in range(trials):
             started = time.time()
-            messages, summary = play_episode(game, agent, episode_seed)
+            # Each trial samples with its own seed: one seed for all trials would repeat trial 0 K times.
+            agent_seed = episode_seed if trial == 0 else task_seed(episode_seed, trial)
+            messages, summary = play_episode(game, agent, episode_seed, agent_seed)
             task = game.task
             tasks.setdefault(task.task_id, task.to_json())
             reward_info = {k: v for k, v in summary.items() if k not in ("termination_reason", "task_id")}

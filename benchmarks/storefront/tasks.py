@@ -4,7 +4,8 @@ A task holds the initial database, the user's scenario (what they ask in the ope
 they know, what they say when asked), the gold actions (tool name + arguments, look-ups included) and
 `communicate_info` (values the agent must tell the user). Success is judged on state, as in τ²-bench:
 the gold write actions replayed on a fresh copy of the initial DB must give the same `db_hash` as the
-agent's final DB, and every communicate value must appear in some assistant reply.
+agent's final DB, and every communicate value must appear in some assistant reply (a refused request's
+status only counts once its order was looked up; see StorefrontGame.get_summary).
 
 Families:
   precondition  cancel / change-address request on an order that is pending (then do it) or not (then

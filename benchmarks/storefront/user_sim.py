@@ -4,7 +4,9 @@ The user opens with every request (the task's opening message), then answers eac
 keyword rules:
   - a question (a '?' or "please give/provide/...") that asks for confirmation gets "yes" when it is
     about the current request (its kind word and its order id), "no" otherwise;
-  - a question about email / name / zip reveals what the user knows (email, or name and zip);
+  - a question about email / name / zip reveals what the user knows (email, or name and zip); this
+    wins over the confirmation rule ("Could you confirm your email?") unless the user has already
+    said who they are and the question is about the current request;
   - questions about the order id, reason, address, refund method or items get the current request's
     value;
   - anything else is a statement: it closes the current request. The user then acknowledges briefly
@@ -74,9 +76,14 @@ class UserSimulator:
         sub = self.current
         if sub is None:
             return None
+        asks_identity = any(w in lowered for w in AUTH_WORDS)
         if any(m in lowered for m in CONFIRM_MARKERS):
-            return "Yes, please." if self._about(sub, lowered) else "No, that is not what I asked for."
-        if any(w in lowered for w in AUTH_WORDS):
+            about = self._about(sub, lowered)
+            # "Could you confirm your email?" asks who the user is, not for a go-ahead: identity wins unless
+            # the user has already said who they are and the question is about the current request.
+            if not asks_identity or (self.revealed_auth and about):
+                return "Yes, please." if about else "No, that is not what I asked for."
+        if asks_identity:
             self.revealed_auth = True
             user = self.task.user
             if self.task.auth == "email":
