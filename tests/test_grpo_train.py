@@ -326,3 +326,149 @@ def test_shared_prefix_update_equals_the_plain_update(tiny_model_dir, letter_gam
     assert adapters[0].keys() == adapters[1].keys()
     for key in adapters[0]:
         assert torch.allclose(adapters[0][key], adapters[1][key], atol=1e-6), key
+
+
+# ------------------------------------------------------------------------------------------------
+# Regressions
+# ------------------------------------------------------------------------------------------------
+def test_an_episode_near_its_budget_does_not_truncate_the_others(tiny_model_dir, letter_game):
+    from train.episodes import start_episode
+
+    model, tokenizer = load_base_model(str(tiny_model_dir))
+    chat = ChatTokenizer(tokenizer)
+    hinted, plain = EpisodeRequest(7, 0, hinted=True), EpisodeRequest(7, 1, hinted=False)
+    hinted_prompt = start_episode(letter_game, letter_game.make(), hinted, chat).prompt_len
+    plain_prompt = start_episode(letter_game, letter_game.make(), plain, chat).prompt_len
+    assert hinted_prompt > plain_prompt + 1
+    budget = hinted_prompt + 1  # the hinted episode may sample 1 token, the plain one max_gen_tokens (2)
+    for seed in range(3):
+        backend = HFBackend(model, tokenizer.pad_token_id, seed=seed)
+        ep_hinted, ep_plain = run_episodes(letter_game, [hinted, plain], backend, chat, temperature=1.0,
+                                           max_episode_tokens=budget)
+        assert ep_hinted.n_generated == 1
+        first = ep_plain.token_ids[plain_prompt]
+        assert ep_plain.n_generated == letter_game.max_gen_tokens or first in chat.stop_token_ids
+
+
+def test_rescored_old_logprobs_are_computed_without_lora_dropout(tiny_model_dir, letter_game, tmp_path):
+    from train.grpo import Sequence
+
+    config = load_config(None, {"groups_per_iteration": "1", "group_size": "2", "lora_dropout": "0.5",
+                                "lora_target_modules": "[q_proj, v_proj, lm_head]"},
+                         game=GAME, model=str(tiny_model_dir), output_dir=str(tmp_path))
+    torch.manual_seed(0)
+    base, tokenizer = load_base_model(config.model)
+    policy = LoraPolicy.create(base, r=4, alpha=8, dropout=0.5, target_modules=config.lora_target_modules)
+    for name, parameter in policy.model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(parameter, std=0.5)  # so that dropout on the adapter input changes logits
+    trainer = GRPOTrainer(config, letter_game, policy, tokenizer, HFBackend(policy.model, tokenizer.pad_token_id))
+    ids = tokenizer("Say: apple and banana")["input_ids"]
+    policy.model.train()  # as the previous iteration's update leaves it
+    results = []
+    for _ in range(2):
+        seq = Sequence(list(ids), [0] + [1] * (len(ids) - 1), [0.0] * len(ids), 1.0)
+        trainer._recompute_old_logprobs([seq])
+        results.append(seq.old_logprobs)
+    assert results[0] == results[1]
+    assert policy.model.training  # mode restored
+
+
+def test_reported_loss_is_not_summed_over_ppo_epochs(tiny_model_dir, letter_game, tmp_path):
+    from train.grpo import Sequence
+
+    losses = []
+    for epochs in (1, 3):
+        config = load_config(None, {"groups_per_iteration": "1", "group_size": "2", "learning_rate": "1e-12",
+                                    "loss_agg": "dapo", "ppo_epochs": str(epochs)},
+                             game=GAME, model=str(tiny_model_dir), output_dir=str(tmp_path))
+        torch.manual_seed(0)
+        base, tokenizer = load_base_model(config.model)
+        policy = LoraPolicy.create(base, r=4, alpha=8, dropout=0.0, target_modules=config.lora_target_modules)
+        trainer = GRPOTrainer(config, letter_game, policy, tokenizer, HFBackend(policy.model, tokenizer.pad_token_id))
+        ids = tokenizer("Say: apple and banana")["input_ids"]
+        sequences = [Sequence(list(ids), [0] + [1] * (len(ids) - 1), [-5.0] * len(ids), 1.0)]
+        losses.append(trainer.update(sequences)["loss"])
+    assert abs(losses[0]) > 1e-3
+    assert losses[1] == pytest.approx(losses[0], rel=1e-4)
+
+
+def test_yaml_exponent_floats_are_read_as_numbers(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("learning_rate: 1e-5\nstd_floor: 1e-3\n")  # YAML 1.1 reads these as strings
+    config = load_config(path)
+    assert (config.learning_rate, config.std_floor) == (1e-5, 1e-3)
+    path.write_text("iterations: ten\n")
+    with pytest.raises(InputError, match="iterations expects int"):
+        load_config(path)
+
+
+def test_misspelt_game_override_exits_2_before_training(tiny_model_dir, tmp_path):
+    train = subprocess.run([sys.executable, "-m", "train", "--game", GAME, "--model", str(tiny_model_dir),
+                            "--output_dir", str(tmp_path / "o"), "--game_overrides", "{no_such_knob: 1}"],
+                           env=_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert train.returncode == 2 and "no_such_knob" in train.stderr, train.stderr[-2000:]
+    assert not (tmp_path / "o").exists()
+    collect = subprocess.run([sys.executable, "-m", "train.collect_rollouts", "--game", GAME, "--model",
+                              str(tiny_model_dir), "--game-overrides", '{"no_such_knob": 1}',
+                              "--out", str(tmp_path / "r.json")],
+                             env=_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert collect.returncode == 2 and "no_such_knob" in collect.stderr, collect.stderr[-2000:]
+    assert not (tmp_path / "r.json").exists()
+
+
+_DDP_STATS_SCRIPT = '''
+import json, sys
+from pathlib import Path
+import torch, torch.distributed as dist
+import game_registry
+from train.config import load_config
+from train.grpo import GRPOTrainer, Sequence
+from train.policy import LoraPolicy, load_base_model
+from train.backends import HFBackend
+
+game_path, model_dir, out_dir = sys.argv[1:4]
+if len(sys.argv) == 4:
+    dist.init_process_group("gloo")
+game_registry._import_game_file(Path(game_path))
+spec = game_registry.get_game("capability_letter_density")
+config = load_config(None, {"groups_per_iteration": "2", "group_size": "2", "learning_rate": "1e-12",
+                            "loss_agg": "dapo", "micro_batch_size": "1"}, game=spec.name, model=model_dir,
+                     output_dir=out_dir)
+torch.manual_seed(0)
+base, tokenizer = load_base_model(model_dir)
+policy = LoraPolicy.create(base, r=4, alpha=8, dropout=0.0, target_modules=config.lora_target_modules)
+trainer = GRPOTrainer(config, spec, policy, tokenizer, HFBackend(policy.model, tokenizer.pad_token_id))
+texts = ["Say: apple and banana", "Say: kiwi"]
+advantages = [1.0, -0.5]
+sequences = []
+for text, advantage in zip(texts, advantages):
+    ids = tokenizer(text)["input_ids"]
+    sequences.append(Sequence(list(ids), [0] + [1] * (len(ids) - 1), [-5.0] * len(ids), advantage))
+rank = dist.get_rank() if dist.is_initialized() else 0
+mine = sequences[rank::2] if dist.is_initialized() else sequences
+stats = trainer.update(mine)
+if rank == 0:
+    print("STATS " + json.dumps(stats))
+'''
+
+
+def test_ddp_logged_loss_and_stats_describe_the_whole_step(tiny_model_dir, tmp_path):
+    script = tmp_path / "ddp_stats.py"
+    script.write_text(_DDP_STATS_SCRIPT)
+    game = str(GAMES_DIR / f"{GAME}_game.py")
+
+    def stats(result: subprocess.CompletedProcess) -> dict:
+        assert result.returncode == 0, result.stderr[-3000:]
+        (line,) = [l for l in result.stdout.splitlines() if l.startswith("STATS ")]
+        return json.loads(line[len("STATS "):])
+
+    single = stats(subprocess.run([sys.executable, str(script), game, str(tiny_model_dir), str(tmp_path / "a"),
+                                   "single"], env=_env(), cwd=REPO, capture_output=True, text=True, timeout=120))
+    ddp = stats(subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                                f"--master-port={_free_port()}", "--master-addr=127.0.0.1", str(script), game,
+                                str(tiny_model_dir), str(tmp_path / "b")],
+                               env=_env(), cwd=REPO, capture_output=True, text=True, timeout=180))
+    assert abs(single["loss"]) > 1e-3
+    for key in ("loss", "ratio_mean", "approx_kl", "clip_fraction"):
+        assert ddp[key] == pytest.approx(single[key], rel=1e-4, abs=1e-6), key

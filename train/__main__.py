@@ -16,11 +16,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from game_registry import GameImportError, get_game
+from game_registry import GameImportError, GameSpec, get_game
 from pipeline._io import InputError
 from train.backends import HFBackend
 from train.checkpoint import latest_checkpoint
@@ -68,11 +69,20 @@ def setup_distributed() -> torch.device:
     return torch.device("cpu")
 
 
+def _check_game_overrides(spec: GameSpec, overrides: dict[str, Any]) -> None:
+    """Build one game now, so a misspelt game_overrides field fails before the model loads (exit 2)."""
+    try:
+        spec.make(**overrides)
+    except TypeError as err:  # the game's config dataclass rejects an unknown field
+        raise InputError(f"game_overrides {overrides} do not fit game {spec.name!r}: {err}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(argv)
     try:
         config = load_config(args.config, overrides, game=args.game, model=args.model)
         spec = get_game(config.game)
+        _check_game_overrides(spec, config.game_overrides)
     except (InputError, ValueError, KeyError, GameImportError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

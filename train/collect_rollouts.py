@@ -77,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(overrides, dict):
             raise InputError("--game-overrides must be a JSON object")
         spec = get_game(args.game)
-        spec.make(**overrides)  # fail early on bad overrides
+        try:
+            spec.make(**overrides)  # fail early on bad overrides
+        except TypeError as err:  # the game's config dataclass rejects an unknown field
+            raise InputError(f"--game-overrides {overrides} do not fit game {args.game!r}: {err}") from None
         model, tokenizer = load_base_model(args.model)
         backend = backend_from_env(args.out.parent / ".vllm_adapters", seed=args.sampling_seed)
         if backend is None:

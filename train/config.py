@@ -156,7 +156,14 @@ def load_config(path: str | Path | None, overrides: dict[str, str] | None = None
         unknown = sorted(set(loaded) - set(fields))
         if unknown:
             raise InputError(f"{path}: unknown keys {unknown}; valid keys: {sorted(fields)}")
-        values.update(loaded)
+        for key, value in loaded.items():
+            kind = str(fields[key].type)
+            if kind in ("int", "float") and isinstance(value, str):  # YAML 1.1 reads `1e-5` (no dot) as a string
+                try:
+                    value = int(value) if kind == "int" else float(value)
+                except ValueError:
+                    raise InputError(f"{path}: {key} expects {kind}, got {value!r}") from None
+            values[key] = value
     for key, text in (overrides or {}).items():
         name = key.replace("-", "_")
         if name not in fields:

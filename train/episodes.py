@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from benchmarks.results import make_simulation
 from game_registry import Game, GameSpec, prompt_variant
-from train.backends import RolloutBackend, SamplingParams
+from train.backends import Completion, RolloutBackend, SamplingParams
 
 IM_END = "<|im_end|>"
 
@@ -121,15 +121,20 @@ def run_episodes(
     episodes = [start_episode(spec, spec.make(**(game_overrides or {})), r, chat) for r in requests]
     active = [ep for ep in episodes if not _finish_if_over(ep, spec, max_episode_tokens)]
     while active:
-        budget = min(max_episode_tokens - len(ep.token_ids) for ep in active)
+        # One batched call samples up to the largest remaining limit; each completion is then cut to its own
+        # episode's limit (a prefix of an autoregressive sample is a sample with the shorter limit), so one
+        # episode near its token budget does not truncate the turns of the others.
+        limits = [max(1, min(spec.max_gen_tokens, max_episode_tokens - len(ep.token_ids))) for ep in active]
         params = SamplingParams(
-            max_new_tokens=max(1, min(spec.max_gen_tokens, budget)),
+            max_new_tokens=max(limits),
             temperature=temperature,
             stop_token_ids=chat.stop_token_ids,
         )
         completions = backend.generate([ep.token_ids for ep in active], params)
         still_active = []
-        for ep, completion in zip(active, completions):
+        for ep, completion, limit in zip(active, completions, limits):
+            if len(completion.token_ids) > limit:
+                completion = Completion(completion.token_ids[:limit], completion.logprobs[:limit], "length")
             ep.token_ids.extend(completion.token_ids)
             ep.loss_mask.extend([1] * len(completion.token_ids))
             ep.logprobs.extend(completion.logprobs)

@@ -116,11 +116,16 @@ def _world() -> tuple[int, int]:
     return 0, 1
 
 
+def _collective_device() -> str:
+    """Where small collective tensors live: NCCL (chosen on GPU machines by train/__main__.py) takes only CUDA."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def _all_sum(values: list[float]) -> list[float]:
     rank, world = _world()
     if world == 1:
         return values
-    tensor = torch.tensor(values, dtype=torch.float64)
+    tensor = torch.tensor(values, dtype=torch.float64, device=_collective_device())
     dist.all_reduce(tensor)
     return tensor.tolist()
 
@@ -199,7 +204,7 @@ class GRPOTrainer:
         """Under FSDP every rank must run the same number of forward passes (they are collectives)."""
         if not self.policy.sharded or self.world_size == 1:
             return local
-        count = torch.tensor([local], dtype=torch.long)
+        count = torch.tensor([local], dtype=torch.long, device=_collective_device())
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
         return int(count)
 
@@ -211,6 +216,16 @@ class GRPOTrainer:
     def _recompute_old_logprobs(self, sequences: list[Sequence]) -> None:
         size = self.config.micro_batch_size
         n_chunks = self._lockstep_count(math.ceil(len(sequences) / size))
+        # Old log-probs are those of the sampling policy, which samples in eval mode: no LoRA dropout here
+        # (the model is left in train mode by the previous update).
+        was_training = self.policy.model.training
+        self.policy.model.eval()
+        try:
+            self._recompute_chunks(sequences, size, n_chunks)
+        finally:
+            self.policy.model.train(was_training)
+
+    def _recompute_chunks(self, sequences: list[Sequence], size: int, n_chunks: int) -> None:
         for chunk_index in range(n_chunks):
             chunk = sequences[chunk_index * size : (chunk_index + 1) * size]
             if not chunk:
@@ -271,7 +286,7 @@ class GRPOTrainer:
                     normaliser=normaliser,
                 )
                 loss.backward()
-                stats_sum["loss"] = stats_sum.get("loss", 0.0) + float(loss.detach())
+                stats_sum["loss"] = stats_sum.get("loss", 0.0) + float(loss.detach()) / c.ppo_epochs
                 for key in ("clip_fraction", "ratio_mean", "approx_kl", "kl_ref"):
                     if key in stats:
                         stats_sum[key] = stats_sum.get(key, 0.0) + stats[key] / n_real / c.ppo_epochs
@@ -281,11 +296,22 @@ class GRPOTrainer:
                     parameter.grad.div_(self.world_size)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, c.grad_clip)
             self.optimizer.step()
+        if self.world_size > 1:  # rank 0 logs these, so make them about the whole step, not rank 0's share
+            self._average_stats_over_ranks(stats_sum, n_real)
         if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP
             grad_norm = grad_norm.full_tensor()
         stats_sum["grad_norm"] = float(grad_norm)
         stats_sum["skipped_update"] = 0.0
         return stats_sum
+
+    def _average_stats_over_ranks(self, stats: dict[str, float], n_real: int) -> None:
+        """Each rank's loss already uses the global denominator, so the step's loss is the mean over ranks;
+        per-micro-batch means (clip fraction, ratio, KL) are weighted by each rank's micro-batch count."""
+        keys = ["clip_fraction", "ratio_mean", "approx_kl"] + (["kl_ref"] if self.config.kl_beta > 0 else [])
+        totals = _all_sum([stats.get("loss", 0.0), float(n_real)] + [stats.get(k, 0.0) * n_real for k in keys])
+        stats["loss"] = totals[0] / self.world_size
+        for key, total in zip(keys, totals[2:]):
+            stats[key] = total / max(totals[1], 1.0)
 
     # ---------------------------------------------------------------------------------------------
     def run(self) -> dict[str, float]:
