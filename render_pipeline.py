@@ -28,9 +28,8 @@ from types import TracebackType
 from typing import Any
 
 import jinja2
-import yaml
 
-from pipeline._io import InputError, atomic_write_text
+from pipeline._io import InputError, atomic_write_text, load_yaml_mapping
 
 REPO_ROOT = Path(__file__).resolve().parent
 PROMPTS_DIR = REPO_ROOT / "prompts"
@@ -68,25 +67,7 @@ class RenderedPrompt:
 
 def load_config(config_path: str | Path) -> dict[str, Any]:
     """Read a YAML config file and return its top-level mapping; problems raise InputError."""
-    path = Path(config_path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: config file not found") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: cannot read config ({err})") from None
-    try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        where = ""
-        mark = getattr(err, "problem_mark", None)
-        if mark is not None:
-            where = f" at line {mark.line + 1} column {mark.column + 1}"
-        problem = getattr(err, "problem", None) or str(err)
-        raise InputError(f"{path}: invalid YAML{where}: {problem}") from None
-    if not isinstance(config, dict):
-        raise InputError(f"{path}: the config must be a YAML mapping (key: value), got {type(config).__name__}")
-    return config
+    return load_yaml_mapping(config_path)
 
 
 def _display_path(path: Path) -> str:

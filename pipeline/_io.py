@@ -45,15 +45,41 @@ def atomic_write_jsonl(path: str | os.PathLike, records: list[Any]) -> Path:
     return atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
 
+def read_text(path: str | os.PathLike, what: str = "file") -> str:
+    """A UTF-8 file's text; a missing or unreadable file raises InputError naming it."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: {what} not found") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read ({err})") from None
+
+
+def load_yaml_mapping(path: str | os.PathLike) -> dict[str, Any]:
+    """A YAML config file's top-level mapping ({} for an empty file); a missing file, broken YAML or a
+    non-mapping raises InputError."""
+    import yaml
+
+    text = read_text(path, "config file")
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise InputError(f"{path}: invalid YAML{where}: {problem}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise InputError(f"{path}: the config must be a YAML mapping (key: value), got {type(loaded).__name__}")
+    return loaded
+
+
 def load_json(path: str | os.PathLike) -> Any:
     """Read a JSON file; a missing file or broken JSON raises InputError naming the file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: cannot read ({err})") from None
+    text = read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from pipeline._io import InputError
+from pipeline._io import InputError, load_yaml_mapping
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -145,14 +145,7 @@ def load_config(path: str | Path | None, overrides: dict[str, str] | None = None
     values: dict[str, Any] = {}
     fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
     if path is not None:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except FileNotFoundError:
-            raise InputError(f"{path}: config file not found") from None
-        except yaml.YAMLError as err:
-            raise InputError(f"{path}: broken YAML: {err}") from None
-        if not isinstance(loaded, dict):
-            raise InputError(f"{path}: a config must be a YAML mapping of key: value")
+        loaded = load_yaml_mapping(path)
         unknown = sorted(set(loaded) - set(fields))
         if unknown:
             raise InputError(f"{path}: unknown keys {unknown}; valid keys: {sorted(fields)}")
