@@ -472,3 +472,13 @@ def test_ddp_logged_loss_and_stats_describe_the_whole_step(tiny_model_dir, tmp_p
     assert abs(single["loss"]) > 1e-3
     for key in ("loss", "ratio_mean", "approx_kl", "clip_fraction"):
         assert ddp[key] == pytest.approx(single[key], rel=1e-4, abs=1e-6), key
+
+
+def test_fewer_groups_than_processes_exits_2(tiny_model_dir, tmp_path):
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master-port={_free_port()}",
+               "--master-addr=127.0.0.1", "-m", "train", "--game", GAME, "--model", str(tiny_model_dir),
+               "--output_dir", str(tmp_path / "o"), "--groups_per_iteration", "1", "--group_size", "2"]
+    result = subprocess.run(command, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "groups_per_iteration=1 is smaller than the 2 processes" in result.stderr
+    assert not (tmp_path / "o").exists()

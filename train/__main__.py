@@ -90,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     rank = dist.get_rank() if dist.is_initialized() else 0
     backend = None
     try:
+        world_size = dist.get_world_size() if dist.is_initialized() else 1
+        if config.groups_per_iteration < world_size:
+            raise InputError(f"groups_per_iteration={config.groups_per_iteration} is smaller than the {world_size} "
+                             "processes: every rank needs at least one group; raise --groups_per_iteration or "
+                             "start fewer processes")
         torch.manual_seed(config.seed)  # same LoRA init on every rank
         base, tokenizer = load_base_model(config.model, config.dtype, device)
         checkpoint = latest_checkpoint(args.resume) if args.resume else None
