@@ -26,6 +26,7 @@ from pipeline._io import InputError
 from train.backends import HFBackend
 from train.checkpoint import latest_checkpoint
 from train.config import load_config
+from train.distributed import world
 from train.grpo import GRPOTrainer
 from train.policy import LoraPolicy, count_parameters, load_base_model
 from train.vllm_backend import VLLMError, backend_from_env
@@ -87,10 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     device = setup_distributed()
-    rank = dist.get_rank() if dist.is_initialized() else 0
+    rank, world_size = world()
     backend = None
     try:
-        world_size = dist.get_world_size() if dist.is_initialized() else 1
         if config.groups_per_iteration < world_size:
             raise InputError(f"groups_per_iteration={config.groups_per_iteration} is smaller than the {world_size} "
                              "processes: every rank needs at least one group; raise --groups_per_iteration or "
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0:
             trainable, total = count_parameters(policy.model)
             print(f"GRPO {config.game} on {config.model}: {trainable:,} trainable of {total:,} parameters; "
-                  f"backend {type(backend).__name__}; world size {dist.get_world_size() if dist.is_initialized() else 1}; "
+                  f"backend {type(backend).__name__}; world size {world_size}; "
                   f"output {output_dir}" + (f"; resumed at iteration {trainer.start_iteration}" if checkpoint else ""))
         trainer.run()
     except InputError as err:

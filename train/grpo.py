@@ -39,6 +39,7 @@ from pipeline._io import atomic_write_text
 from train.backends import RolloutBackend
 from train.checkpoint import load_checkpoint, save_checkpoint
 from train.config import GRPOConfig, save_config
+from train.distributed import world as world_info
 from train.episodes import (
     ChatTokenizer,
     Episode,
@@ -110,19 +111,13 @@ def pad_batch(sequences: list[Sequence], pad_token_id: int, device: torch.device
     return RolloutBatch(input_ids, attention_mask, loss_mask, old_logprobs, advantages).to(device)
 
 
-def _world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 def _collective_device() -> str:
     """Where small collective tensors live: NCCL (chosen on GPU machines by train/__main__.py) takes only CUDA."""
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _all_sum(values: list[float]) -> list[float]:
-    rank, world = _world()
+    rank, world = world_info()
     if world == 1:
         return values
     tensor = torch.tensor(values, dtype=torch.float64, device=_collective_device())
@@ -136,7 +131,7 @@ class GRPOTrainer:
         self.chat = ChatTokenizer(tokenizer)
         self.pad_token_id = tokenizer.pad_token_id
         self.device = next(policy.model.parameters()).device
-        self.rank, self.world_size = _world()
+        self.rank, self.world_size = world_info()
         self.output_dir = config.resolved_output_dir()
         self.parameters = policy.trainable_parameters()
         if not self.parameters:

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import torch
 
 from pipeline._io import InputError
+from train.distributed import world
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -66,7 +67,7 @@ class Policy:
     def save(self, directory: str | Path) -> None:
         """Collective-safe save: every rank may call it; rank 0 writes."""
         state = self.adapter_state()
-        if _rank() == 0:
+        if world()[0] == 0:
             self.write_adapter(directory, state)
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -86,12 +87,6 @@ class Policy:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         set_optimizer_state_dict(self.model, optimizer, state, options=StateDictOptions(full_state_dict=True))
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 class LoraPolicy(Policy):
@@ -145,7 +140,7 @@ class LoraPolicy(Policy):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        if _rank() != 0:
+        if world()[0] != 0:
             return None
         return get_peft_model_state_dict(self.model, state_dict=full, save_embedding_layers=False)
 

@@ -43,6 +43,7 @@ import torch.distributed as dist
 
 from pipeline._io import InputError
 from train.backends import Completion, RolloutBackend, SamplingParams
+from train.distributed import world
 from train.policy import Policy
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -51,12 +52,6 @@ TRANSIENT_ERRORS = (urllib.error.URLError, TimeoutError, ConnectionError, http.c
 RUNTIME_LORA_HINT = (
     "start the server with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True in its environment and --enable-lora"
 )
-
-
-def _world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def _from_rank0(value: Any, world: int) -> Any:
@@ -268,11 +263,11 @@ class VLLMBackend(RolloutBackend):
         """
         if version == 0 and self.served_model == self.base_model:
             return  # the fresh LoRA is zero: the base model samples the same distribution
-        rank, world = _world()
+        rank, world_size = world()
         name = f"{self.adapter_prefix}-v{version}"
         if name in self.used_names:  # the same version twice (e.g. resumed in process): still a fresh name
             name = f"{name}-{len(self.used_names)}"
-        name = _from_rank0(name, world)
+        name = _from_rank0(name, world_size)
         path = (self.adapter_dir / name).resolve()
         policy.save(path)
         error = None
@@ -287,7 +282,7 @@ class VLLMBackend(RolloutBackend):
                     shutil.rmtree(self.adapter_dir / previous, ignore_errors=True)
             except VLLMError as err:
                 error = str(err)
-        error = _from_rank0(error, world)
+        error = _from_rank0(error, world_size)
         if error is not None:
             raise VLLMError(error)
         self.used_names.add(name)
@@ -326,7 +321,7 @@ class VLLMBackend(RolloutBackend):
     def close(self) -> None:
         """Unload the adapter this backend loaded last (one attempt per server: at shutdown the server may
         be gone). An adapter name set from outside (`served_model = ...`) is left loaded."""
-        if self.served_model not in self.used_names or _world()[0] != 0:
+        if self.served_model not in self.used_names or world()[0] != 0:
             return
         for base_url in self.base_urls:
             try:
