@@ -26,6 +26,7 @@ Usage: `python game_registry.py --list`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -178,6 +179,70 @@ class Game(ABC):
     def oracle_response(self) -> str:
         """The text an expert would produce now (tool-call markup or a reply). Used for validation and SFT."""
 
+    # Optional facts for the reward-hacking probes of `pipeline.validate_game` (None: the game does not say,
+    # and the probes that need the fact are skipped with a warning).
+    def write_tool_names(self) -> frozenset[str] | None:
+        """Names of the tools that change state (cancel, refund, ...)."""
+        return None
+
+    def auth_tool_names(self) -> frozenset[str] | None:
+        """Names of the tools that identify the user (authentication look-ups)."""
+        return None
+
+
+# A policy plays one episode: (turn index, the live game, an rng) -> the model's text for that turn, or None to
+# stop producing text (the episode then ends where it is).
+Policy = Callable[[int, "Game", Any], "str | None"]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A degenerate policy that must not succeed: a reward-hacking test of a game (see pipeline/probes.py).
+
+    `make_policy(oracle_texts)` gets the oracle's texts on the seed being probed and returns the probe's
+    policy for that seed, or None when the probe does not apply there (for example "stop after the first
+    request" on a one-request episode, where it is the oracle). `expected_success` is the share of
+    applicable seeds the probe may legitimately solve (0 for a pure hack).
+    """
+
+    name: str
+    description: str
+    make_policy: Callable[[list[str]], Policy | None]
+    expected_success: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z0-9_]+", self.name or ""):
+            raise ValueError(f"Probe.name must be snake_case, got {self.name!r}")
+        if not callable(self.make_policy):
+            raise ValueError(f"Probe({self.name}).make_policy must be callable")
+        if not _is_fraction(self.expected_success):
+            raise ValueError(f"Probe({self.name}).expected_success must be a number in [0, 1], "
+                             f"got {self.expected_success!r}")
+
+
+@dataclass(frozen=True)
+class DifficultyKnob:
+    """A config field whose value sets how hard the game is (not a class prior such as a label share).
+
+    `harder` says which way is harder; `values` (optional) lists candidate values from easy to hard, for
+    `pipeline.recalibrate` and the monotonicity tests.
+    """
+
+    name: str
+    harder: Literal["increase", "decrease"] = "increase"
+    values: tuple[Any, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.harder not in ("increase", "decrease"):
+            raise ValueError(f"DifficultyKnob({self.name}).harder must be 'increase' or 'decrease', got {self.harder!r}")
+        if not isinstance(self.values, tuple):
+            raise ValueError(f"DifficultyKnob({self.name}).values must be a tuple (easy to hard)")
+
+
+def _is_fraction(value: Any) -> bool:
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and value == value
+            and 0.0 <= value <= 1.0)
+
 
 @dataclass
 class GameSpec:
@@ -196,6 +261,12 @@ class GameSpec:
     # The target benchmark whose tool schemas this game must reuse: a registered game name or a path to a
     # JSON list of OpenAI tool schemas. Empty: not checked (validate_game warns).
     target: str = ""
+    # Config fields that set difficulty (pipeline.recalibrate searches only these).
+    difficulty_knobs: tuple[DifficultyKnob, ...] = ()
+    # Game-specific reward-hacking probes, run by validate_game after the generic ones.
+    probes: tuple[Probe, ...] = ()
+    # Shares of applicable seeds that generic probes legitimately solve here ({probe name: share}).
+    probe_expectations: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.fullmatch(r"[a-z0-9_]+", self.name or ""):
@@ -212,6 +283,29 @@ class GameSpec:
                 raise ValueError(f"GameSpec({self.name}).{attr} must be a positive int, got {value!r}")
         if self.config_cls is not None and not isinstance(self.config_cls, type):
             raise ValueError(f"GameSpec({self.name}).config_cls must be a class")
+        self.difficulty_knobs = tuple(self.difficulty_knobs)
+        self.probes = tuple(self.probes)
+        if any(not isinstance(k, DifficultyKnob) for k in self.difficulty_knobs):
+            raise ValueError(f"GameSpec({self.name}).difficulty_knobs must hold DifficultyKnob values")
+        if self.difficulty_knobs:
+            fields = {f.name for f in dataclasses.fields(self.config_cls)} if (
+                self.config_cls is not None and dataclasses.is_dataclass(self.config_cls)) else set()
+            unknown = [k.name for k in self.difficulty_knobs if k.name not in fields]
+            if unknown:
+                raise ValueError(f"GameSpec({self.name}).difficulty_knobs {unknown} are not fields of its config_cls "
+                                 f"({sorted(fields) or 'no config dataclass'}); declare knobs that the config has")
+        if any(not isinstance(p, Probe) for p in self.probes):
+            raise ValueError(f"GameSpec({self.name}).probes must hold Probe values")
+        names = [p.name for p in self.probes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"GameSpec({self.name}).probes has duplicate names: {names}")
+        if not isinstance(self.probe_expectations, dict) or not all(
+                isinstance(k, str) and _is_fraction(v) for k, v in self.probe_expectations.items()):
+            raise ValueError(f"GameSpec({self.name}).probe_expectations must map probe names to shares in [0, 1]")
+
+    def difficulty_knob(self, name: str) -> DifficultyKnob | None:
+        """The declared knob called `name`, or None."""
+        return next((k for k in self.difficulty_knobs if k.name == name), None)
 
     def make(self, **overrides: Any) -> Game:
         """A fresh game; keyword overrides go to the config dataclass (needs `config_cls`)."""

@@ -52,16 +52,20 @@ _TOOL_ATTR = "__storefront_tool__"
 class ToolMeta:
     """What `@tool` records on a method."""
 
-    write: bool = False
+    write: bool = False  # changes the database
+    auth: bool = False  # identifies the user (an authentication look-up)
+    ends_episode: bool = False  # a successful call ends the episode (e.g. a transfer to a human agent)
 
 
-def tool(fn: Callable | None = None, *, write: bool = False) -> Callable:
-    """Mark a Toolkit method as a tool. Use `@tool` for read tools, `@tool(write=True)` for state changes."""
+def tool(fn: Callable | None = None, *, write: bool = False, auth: bool = False,
+         ends_episode: bool = False) -> Callable:
+    """Mark a Toolkit method as a tool. `@tool` for read tools, `@tool(write=True)` for state changes,
+    `@tool(auth=True)` for user look-ups that authenticate, `@tool(ends_episode=True)` for hand-offs."""
 
     def mark(method: Callable) -> Callable:
         if not callable(method):
             raise TypeError(f"@tool must decorate a method, got {method!r}")
-        setattr(method, _TOOL_ATTR, ToolMeta(write=write))
+        setattr(method, _TOOL_ATTR, ToolMeta(write=write, auth=auth, ends_episode=ends_episode))
         return method
 
     return mark(fn) if fn is not None else mark
@@ -244,6 +248,8 @@ class ToolSpec:
     schema: dict[str, Any]
     required: tuple[str, ...]
     validators: dict[str, Validator]  # parameter name -> strict validator
+    auth: bool = False
+    ends_episode: bool = False
 
 
 def tool_schema(method: Callable) -> dict[str, Any]:
@@ -290,7 +296,8 @@ def _build_spec(method: Callable) -> ToolSpec:
         },
     }
     return ToolSpec(name=name, write=bool(meta and meta.write), schema=schema, required=tuple(required),
-                    validators=validators)
+                    validators=validators, auth=bool(meta and meta.auth),
+                    ends_episode=bool(meta and meta.ends_episode))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -339,6 +346,22 @@ class Toolkit:
     def is_write(cls, name: str) -> bool:
         """True for tools declared with `@tool(write=True)`; ValueError for an unknown name."""
         return cls._spec(name).write
+
+    @classmethod
+    def write_tools(cls) -> frozenset[str]:
+        """Names of the tools that change the database."""
+        return frozenset(name for name, spec in cls._specs.items() if spec.write)
+
+    @classmethod
+    def auth_tools(cls) -> frozenset[str]:
+        """Names of the tools that identify the user."""
+        return frozenset(name for name, spec in cls._specs.items() if spec.auth)
+
+    @classmethod
+    def ends_episode(cls, name: str) -> bool:
+        """True for tools declared with `@tool(ends_episode=True)`; False for unknown names."""
+        spec = cls._specs.get(name)
+        return bool(spec and spec.ends_episode)
 
     @classmethod
     def _spec(cls, name: str) -> ToolSpec:
@@ -402,7 +425,7 @@ class EpisodeState:
     format_errors: int = 0
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     done: bool = False
-    termination_reason: str = ""  # user_stop | max_steps | too_many_errors | agent_stop (subclass)
+    termination_reason: str = ""  # user_stop | max_steps | too_many_errors | transfer | agent_stop (subclass)
 
 
 class ToolEnvGame(Game):
@@ -415,20 +438,34 @@ class ToolEnvGame(Game):
         message "Error: <msg>", any other exception propagates (it is a bug);
       - a reply goes to `respond_to_user`, whose message (if any) is appended as the user's turn;
       - a malformed action gets a "[format error] ..." user message and counts toward `max_errors`;
-        the episode ends when the count exceeds `max_errors`;
+        the episode ends when the count exceeds `max_errors`; a turn longer than `max_turn_chars`
+        characters is malformed too (and kept cut in the log);
+      - at most `max_calls_per_turn` tool calls run per turn (the written policy says one): each extra
+        call is not executed, gets an error tool message and counts as a failed call;
+      - a tool output longer than `max_observation_chars` is cut (a 100k-character argument echoed in an
+        error would otherwise flood the context);
+      - a successful call of a tool declared `@tool(ends_episode=True)` (a transfer to a human) ends it;
       - the episode ends after `max_steps` assistant turns.
     """
 
     # The Toolkit subclass the game uses: lets `get_tool_schemas()` answer before the first reset.
     toolkit_class: type[Toolkit] | None = None
 
-    def __init__(self, max_steps: int = 12, max_errors: int = 3) -> None:
+    def __init__(self, max_steps: int = 12, max_errors: int = 3, max_calls_per_turn: int = 1,
+                 max_observation_chars: int = 2000, max_turn_chars: int = 4000) -> None:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
         if not isinstance(max_errors, int) or max_errors < 0:
             raise ValueError(f"max_errors must be an int >= 0, got {max_errors!r}")
+        for name, value in (("max_calls_per_turn", max_calls_per_turn), ("max_observation_chars", max_observation_chars),
+                            ("max_turn_chars", max_turn_chars)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.max_steps = max_steps
         self.max_errors = max_errors
+        self.max_calls_per_turn = max_calls_per_turn
+        self.max_observation_chars = max_observation_chars
+        self.max_turn_chars = max_turn_chars
         self.toolkit: Toolkit | None = None
         self.state = EpisodeState()
 
@@ -442,6 +479,12 @@ class ToolEnvGame(Game):
     @abstractmethod
     def respond_to_user(self, text: str) -> tuple[str | None, bool]:
         """The simulated user's answer to an assistant reply: (message or None, episode over?)."""
+
+    def _cap(self, text: str) -> str:
+        """A tool output cut to `max_observation_chars` (with a marker saying how much was dropped)."""
+        if len(text) <= self.max_observation_chars:
+            return text
+        return f"{text[: self.max_observation_chars]} [cut {len(text) - self.max_observation_chars} characters]"
 
     def end_episode(self, reason: str) -> None:
         """Mark the episode over (idempotent: the first reason is kept)."""
@@ -457,6 +500,17 @@ class ToolEnvGame(Game):
     @property
     def termination_reason(self) -> str:
         return self.state.termination_reason
+
+    def _toolkit_source(self) -> type[Toolkit] | Toolkit | None:
+        return self.toolkit if self.toolkit is not None else self.toolkit_class
+
+    def write_tool_names(self) -> frozenset[str] | None:
+        source = self._toolkit_source()
+        return None if source is None else source.write_tools()
+
+    def auth_tool_names(self) -> frozenset[str] | None:
+        source = self._toolkit_source()
+        return None if source is None else source.auth_tools()
 
     def get_tool_schemas(self) -> list[dict[str, Any]]:
         """Schemas of the current toolkit, or of `toolkit_class` before the first reset."""
@@ -487,17 +541,26 @@ class ToolEnvGame(Game):
         turn = state.turns
         state.turns += 1
         observations: list[dict[str, Any]] = []
+        if len(action.raw) > self.max_turn_chars:
+            action = Action(kind="malformed", raw=action.raw[: self.max_turn_chars] + " [cut]",
+                            error=f"the turn is {len(action.raw)} characters long; the limit is {self.max_turn_chars}")
         if action.kind == "tool_call":
             for index, call in enumerate(action.tool_calls):
                 call.id = f"call_{turn}_{index}"
             state.messages.append(action.to_message())
-            for call in action.tool_calls:
-                try:
-                    output, ok = self.toolkit.call(call.name, call.arguments), True
-                except ValueError as err:
-                    output, ok = f"Error: {err}", False
+            for index, call in enumerate(action.tool_calls):
+                if index >= self.max_calls_per_turn or state.done:
+                    output, ok = (f"Error: not executed: the policy allows {self.max_calls_per_turn} tool call(s) per "
+                                  "turn; make this call in a later turn"), False
+                else:
+                    try:
+                        output, ok = self._cap(self.toolkit.call(call.name, call.arguments)), True
+                    except ValueError as err:
+                        output, ok = self._cap(f"Error: {err}"), False
                 state.tool_calls.append(ToolCallRecord(turn, call.id, call.name, call.arguments, output, ok))
                 observations.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output})
+                if ok and self.toolkit.ends_episode(call.name):
+                    self.end_episode("transfer")
         elif action.kind == "reply":
             state.messages.append(action.to_message())
             user_message, user_done = self.respond_to_user(action.content)

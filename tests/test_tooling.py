@@ -219,7 +219,7 @@ def call_text(*calls: tuple[str, dict]) -> str:
 
 
 def test_step_runs_tools_with_ids_and_error_messages():
-    game = EchoGame(max_steps=10, max_errors=1)
+    game = EchoGame(max_steps=10, max_errors=1, max_calls_per_turn=3)
     messages = game.reset(3)
     assert messages == [{"role": "system", "content": "Be helpful."}, {"role": "user", "content": "hello 3"}]
     result = game.step(parse_hermes_action(call_text(("store", {"key": "k", "values": {}}), ("refuse", {"order_id": "x"}),
@@ -291,3 +291,65 @@ def test_invalid_game_limits_are_rejected():
         EchoGame(max_errors=-1)
     with pytest.raises(RuntimeError, match="reset"):
         EchoGame().step(parse_hermes_action("hi"))
+
+
+def test_one_call_per_turn_extra_calls_are_not_executed():
+    game = EchoGame(max_steps=10)  # the default: one call per turn, as the written policies say
+    game.reset(0)
+    result = game.step(parse_hermes_action(call_text(("refuse", {"order_id": "x"}),
+                                                     ("store", {"key": "k", "values": {}}))))
+    assert result.observation_messages[0]["content"] == "Error: order 'x' not found"
+    assert result.observation_messages[1]["content"].startswith("Error: not executed: the policy allows 1 tool call")
+    assert "k" not in game.toolkit.db  # the second call did not run
+    assert [r.ok for r in game.state.tool_calls] == [False, False]
+
+
+def test_long_observations_and_turns_are_capped():
+    game = EchoGame(max_steps=10, max_observation_chars=100, max_turn_chars=5000)
+    game.reset(0)
+    result = game.step(parse_hermes_action(call_text(("refuse", {"order_id": "A" * 3000}))))
+    content = result.observation_messages[0]["content"]
+    assert content.startswith("Error: order 'AAA") and content.endswith("characters]") and len(content) < 140
+    result = game.step(parse_hermes_action("b" * 6000))
+    assert game.state.format_errors == 1 and "6000 characters long" in result.observation_messages[0]["content"]
+    assert len(game.get_messages()[-2]["content"]) < 5100
+
+
+class HandOffTools(Toolkit):
+    @tool(ends_episode=True)
+    def transfer(self, summary: str) -> str:
+        """Hand the user to a person.
+
+        Args:
+            summary: What happened.
+        """
+        return "Transfer successful"
+
+    @tool(auth=True)
+    def whoami(self, email: str) -> str:
+        """Find a user.
+
+        Args:
+            email: Email.
+        """
+        return "u1"
+
+
+class HandOffGame(EchoGame):
+    toolkit_class = HandOffTools
+
+    def reset(self, seed: int) -> list[dict[str, Any]]:
+        return self.start_episode(HandOffTools({}), [{"role": "user", "content": "hi"}])
+
+    def get_summary(self) -> dict[str, Any]:
+        return {"reward": 0.0, "steps": self.state.turns, "success": False}
+
+
+def test_a_successful_transfer_ends_the_episode():
+    game = HandOffGame()
+    game.reset(0)
+    assert game.auth_tool_names() == frozenset({"whoami"}) and game.write_tool_names() == frozenset()
+    result = game.step(parse_hermes_action(call_text(("transfer", {"summary": 1}))))  # a failed call does not
+    assert not result.done
+    result = game.step(parse_hermes_action(call_text(("transfer", {"summary": "x"}))))
+    assert result.done and game.termination_reason == "transfer"

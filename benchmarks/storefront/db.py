@@ -230,8 +230,11 @@ class Order:
         return out
 
     def view(self) -> dict[str, Any]:
-        """What `get_order_details` shows: `to_dict()` with the address on one line (shorter)."""
-        return {**self.to_dict(), "address": self.address.text()}
+        """What `get_order_details` shows: `to_dict()` with the address on one line (shorter), without the
+        stored price difference of an exchange (a computed answer: the agent works it out from prices)."""
+        out = {**self.to_dict(), "address": self.address.text()}
+        out.pop("exchange_price_difference", None)
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Order:

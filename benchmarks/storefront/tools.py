@@ -5,7 +5,9 @@ method belongs to the order's user, a gift card covers a charge) and raise Value
 do NOT enforce the written policy: `cancel_pending_order` will cancel a delivered order. Following
 the policy (checking the status first) is the agent's job, and that is what the tasks test.
 
-Outputs are compact: look-ups return the record, writes return a short receipt.
+Outputs are compact: look-ups return the record; writes return the updated record, as in τ²-bench, and
+never a computed answer (no refund total, no price difference: stating an amount takes reading prices and
+adding them up). A successful `transfer_to_human_agents` ends the episode.
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ class StorefrontTools(Toolkit):
         return method
 
     # ---- read tools ------------------------------------------------------------------------------
-    @tool
+    @tool(auth=True)
     def find_user_id_by_email(self, email: str) -> str:
         """Find a user id by email.
 
@@ -65,7 +67,7 @@ class StorefrontTools(Toolkit):
                 return user.user_id
         raise ValueError(f"no user with email {email!r}")
 
-    @tool
+    @tool(auth=True)
     def find_user_id_by_name_zip(self, first_name: str, last_name: str, zip: str) -> str:
         """Find a user id by name and zip code.
 
@@ -130,8 +132,7 @@ class StorefrontTools(Toolkit):
                 method.balance = round(method.balance + payment.amount, 2)
         order.status = "cancelled"
         order.cancel_reason = reason
-        return {"order_id": order.order_id, "status": order.status,
-                "refund_amount": round(sum(p.amount for p in refunds), 2)}
+        return order.view()
 
     @tool(write=True)
     def modify_pending_order_address(self, order_id: str, address1: str, address2: str, city: str, state: str,
@@ -149,7 +150,7 @@ class StorefrontTools(Toolkit):
         """
         order = self._order(order_id)
         order.address = Address(address1, address2, city, state, country, zip)
-        return {"order_id": order.order_id, "status": order.status}
+        return order.view()
 
     @tool(write=True)
     def return_delivered_order_items(self, order_id: str, item_ids: list[str], payment_method_id: str
@@ -164,12 +165,10 @@ class StorefrontTools(Toolkit):
         order = self._order(order_id)
         self._check_items_in_order(order, item_ids)
         self._user_payment_method(order, payment_method_id)
-        prices = {i.item_id: i.price for i in order.items}
         order.status = "return requested"
         order.return_items = sorted(item_ids)
         order.return_payment_method_id = payment_method_id
-        return {"order_id": order.order_id, "status": order.status,
-                "refund_amount": round(sum(prices[i] for i in item_ids), 2), "refund_to": payment_method_id}
+        return order.view()
 
     @tool(write=True)
     def exchange_delivered_order_items(self, order_id: str, item_ids: list[str], new_item_ids: list[str],
@@ -209,7 +208,7 @@ class StorefrontTools(Toolkit):
         order.exchange_new_items = sorted(new_item_ids)
         order.exchange_payment_method_id = payment_method_id
         order.exchange_price_difference = difference
-        return {"order_id": order.order_id, "status": order.status, "price_difference": difference}
+        return order.view()
 
     @tool(write=True)
     def modify_user_address(self, user_id: str, address1: str, address2: str, city: str, state: str,
@@ -227,9 +226,9 @@ class StorefrontTools(Toolkit):
         """
         user = self._user(user_id)
         user.address = Address(address1, address2, city, state, country, zip)
-        return {"user_id": user.user_id, "address": user.address.text()}
+        return user.view()
 
-    @tool
+    @tool(ends_episode=True)
     def transfer_to_human_agents(self, summary: str) -> str:
         """Transfer the user to a human agent.
 
