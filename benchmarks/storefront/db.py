@@ -259,11 +259,36 @@ class Order:
         return round(sum(i.price for i in self.items), 2)
 
 
+@dataclass(frozen=True)
+class IdFormat:
+    """How long generated ids are (digits after the prefix) and how emails look.
+
+    The defaults are τ²-bench-like; the CPU demo shortens them, since a 2M-parameter model copies each
+    digit as one token (`../shared/design/CPU-DEMO-SIZING.md`: shorter ids made copying 3-4x easier).
+    """
+
+    order_digits: int = 7  # '#W' + digits
+    item_digits: int = 6
+    product_digits: int = 4
+    user_digits: int = 4  # 'first_last_' + digits
+    payment_digits: int = 7  # 'credit_card_' + digits
+    short_emails: bool = False  # 'mia9@x.io' instead of 'mia.chen12@example.com'
+
+    def __post_init__(self) -> None:
+        for name in ("order_digits", "item_digits", "product_digits", "user_digits", "payment_digits"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 3 <= value <= 9:
+                raise ValueError(f"IdFormat.{name} must be an int in 3..9 (3 digits leave 900 ids), got {value!r}")
+        if not isinstance(self.short_emails, bool):
+            raise ValueError(f"IdFormat.short_emails must be True or False, got {self.short_emails!r}")
+
+
 @dataclass
 class StoreDB:
     users: dict[str, User]  # by user_id
     products: dict[str, Product]  # by product_id
     orders: dict[str, Order]  # by order_id
+    ids: IdFormat = field(default_factory=IdFormat)  # how new ids are made (not part of the hash)
 
     def to_dict(self) -> dict[str, Any]:
         return {"users": {k: v.to_dict() for k, v in self.users.items()},
@@ -280,7 +305,7 @@ class StoreDB:
         """An independent deep copy."""
         return StoreDB(users={k: v.clone() for k, v in self.users.items()},
                        products={k: v.clone() for k, v in self.products.items()},
-                       orders={k: v.clone() for k, v in self.orders.items()})
+                       orders={k: v.clone() for k, v in self.orders.items()}, ids=self.ids)
 
     def find_item(self, item_id: str) -> tuple[Product, Variant] | None:
         for product in self.products.values():
@@ -373,7 +398,7 @@ def _unique_digits(rng: random.Random, used: set[str], n_digits: int) -> str:
 
 
 def generate_db(rng: random.Random, n_users: int = 5, n_products: int = 6, min_orders: int = 1,
-                max_orders: int = 3, max_items_per_order: int = 2) -> StoreDB:
+                max_orders: int = 3, max_items_per_order: int = 2, ids: IdFormat | None = None) -> StoreDB:
     """A random store from `rng` (a `random.Random(seed)`): the same rng state gives the same DB."""
     if not 1 <= n_users <= 100:
         raise ValueError(f"n_users must be in 1..100, got {n_users}")
@@ -383,14 +408,15 @@ def generate_db(rng: random.Random, n_users: int = 5, n_products: int = 6, min_o
         raise ValueError(f"need 1 <= min_orders <= max_orders, got {min_orders}, {max_orders}")
     if not 1 <= max_items_per_order <= n_products:
         raise ValueError(f"max_items_per_order must be in 1..n_products, got {max_items_per_order}")
+    ids = ids or IdFormat()
     used: set[str] = set()
 
     products: dict[str, Product] = {}
     for name, option, values in _sample(rng, CATALOG, n_products):
         chosen = _sample(rng, values, _int(rng, 2, len(values)))
-        variants = [Variant(item_id=_unique_digits(rng, used, 6), options={option: value}, price=random_price(rng),
+        variants = [Variant(item_id=_unique_digits(rng, used, ids.item_digits), options={option: value}, price=random_price(rng),
                             available=rng.random() < 0.8) for value in chosen]
-        product_id = _unique_digits(rng, used, 4)
+        product_id = _unique_digits(rng, used, ids.product_digits)
         products[product_id] = Product(product_id=product_id, name=name, variants=variants)
 
     users: dict[str, User] = {}
@@ -400,10 +426,15 @@ def generate_db(rng: random.Random, n_users: int = 5, n_products: int = 6, min_o
         if pair not in name_pairs:
             name_pairs.append(pair)
     for first, last in name_pairs:
-        user_id = f"{first}_{last}_{_unique_digits(rng, used, 4)}"
-        methods = [_new_payment_method(rng, used, source) for source in _sample(rng, PAYMENT_SOURCES, _int(rng, 1, 3))]
+        user_id = f"{first}_{last}_{_unique_digits(rng, used, ids.user_digits)}"
+        methods = [_new_payment_method(rng, used, source, ids)
+                   for source in _sample(rng, PAYMENT_SOURCES, _int(rng, 1, 3))]
+        email = ""
+        while not email or any(u.email == email for u in users.values()):  # emails identify users: unique
+            email = (f"{first}{_int(rng, 1, 9)}@x.io" if ids.short_emails
+                     else f"{first}.{last}{_int(rng, 10, 99)}@example.com")
         users[user_id] = User(user_id=user_id, first_name=first.capitalize(), last_name=last.capitalize(),
-                              email=f"{first}.{last}{_int(rng, 10, 99)}@example.com", address=random_address(rng),
+                              email=email, address=random_address(rng),
                               payment_methods=methods, orders=[])
 
     orders: dict[str, Order] = {}
@@ -412,14 +443,14 @@ def generate_db(rng: random.Random, n_users: int = 5, n_products: int = 6, min_o
     for user in users.values():
         for _ in range(_int(rng, min_orders, max_orders)):
             order = _random_order(rng, used, user, products, max_items_per_order,
-                                  status=_weighted(rng, statuses, cum_weights))
+                                  status=_weighted(rng, statuses, cum_weights), order_digits=ids.order_digits)
             orders[order.order_id] = order
             user.orders.append(order.order_id)
-    return StoreDB(users=users, products=products, orders=orders)
+    return StoreDB(users=users, products=products, orders=orders, ids=ids)
 
 
 def _random_order(rng: random.Random, used: set[str], user: User, products: dict[str, Product],
-                  max_items: int, status: str, n_items: int | None = None) -> Order:
+                  max_items: int, status: str, n_items: int | None = None, order_digits: int = 7) -> Order:
     n_items = n_items or _int(rng, 1, max_items)
     product_list = list(products.values())
     while True:  # redraw until the total's cents do not end in 0 (see the module docstring)
@@ -433,7 +464,7 @@ def _random_order(rng: random.Random, used: set[str], user: User, products: dict
         if round(total * 100) % 10:
             break
     method = _pick(rng, user.payment_methods)
-    order = Order(order_id=f"#W{_unique_digits(rng, used, 7)}", user_id=user.user_id, status="pending",
+    order = Order(order_id=f"#W{_unique_digits(rng, used, order_digits)}", user_id=user.user_id, status="pending",
                   items=items, address=user.address.clone(), payment_history=[Payment(method.id, total, "payment")])
     set_order_status(order, status, rng)
     return order
@@ -478,7 +509,8 @@ def add_order(rng: random.Random, db: StoreDB, user: User, status: str, n_items:
     """Add a random order of `user` with `status` (and `n_items` distinct products, random if None)."""
     if n_items is not None and not 1 <= n_items <= len(db.products):
         raise ValueError(f"n_items must be in 1..{len(db.products)}, got {n_items}")
-    order = _random_order(rng, used_ids(db), user, db.products, max_items=2, status=status, n_items=n_items)
+    order = _random_order(rng, used_ids(db), user, db.products, max_items=2, status=status, n_items=n_items,
+                          order_digits=db.ids.order_digits)
     db.orders[order.order_id] = order
     user.orders.append(order.order_id)
     return order
@@ -488,13 +520,13 @@ def add_payment_method(rng: random.Random, db: StoreDB, user: User, source: str)
     """Give `user` a new payment method of `source` (credit_card, gift_card or paypal)."""
     if source not in PAYMENT_SOURCES:
         raise ValueError(f"unknown payment source {source!r}; known: {', '.join(PAYMENT_SOURCES)}")
-    method = _new_payment_method(rng, used_ids(db), source)
+    method = _new_payment_method(rng, used_ids(db), source, db.ids)
     user.payment_methods.append(method)
     return method
 
 
-def _new_payment_method(rng: random.Random, used: set[str], source: str) -> PaymentMethod:
-    method_id = f"{source}_{_unique_digits(rng, used, 7)}"
+def _new_payment_method(rng: random.Random, used: set[str], source: str, ids: IdFormat) -> PaymentMethod:
+    method_id = f"{source}_{_unique_digits(rng, used, ids.payment_digits)}"
     if source == "credit_card":
         return PaymentMethod(method_id, source, last_four=f"{_int(rng, 0, 9999):04d}")
     if source == "gift_card":

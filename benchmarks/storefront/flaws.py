@@ -1,16 +1,20 @@
-"""Flawed experts: the oracle with one realistic mistake each, one per task family.
+"""Flawed experts: the oracle with one realistic mistake each.
 
-They serve two purposes: tests check that each family catches its mistake (a benchmark that rewards a
-broken agent measures nothing), and the CPU demo plants them in SFT demonstrations so the base model
-has failures that capability training can fix.
+They serve two purposes: tests check that the benchmark catches each mistake (a benchmark that rewards
+a broken agent measures nothing), and the CPU demo plants them in SFT demonstrations so the base model
+has failures that capability training can fix. Because every task mixes needs, each flaw lowers the
+pass rate of several request kinds.
 
-    skip_status_check    (precondition) writes what the user asked without looking the order up first,
-                         so non-pending orders get cancelled / re-addressed;
-    forget_requests      (compound) handles the first request, then asks "anything else?";
-    wrong_refund_method  (nested_field) refunds to the user's first payment method instead of the one
-                         in the order's payment_history;
-    drop_hash            (arg_format) copies the order id as the user typed it (without '#'), and gives
-                         up when the look-up fails.
+    skip_status_check    (precondition_verification) looks the order up, then does what the user asked
+                         whatever its status;
+    forget_requests      (multi_step_task_completion) handles the first request, then asks "anything else?";
+    wrong_refund_method  (structured_data_reasoning) refunds / charges the user's first payment method
+                         instead of the one in the order's payment_history (or the gift card asked for);
+    drop_hash            (tool_calling_precision) copies an order id as the user typed it (without '#'),
+                         and gives up when the look-up fails;
+    skip_confirmation    (explicit_confirmation, no capability game) changes things without asking first;
+    no_order_search      (order_search, no capability game) asks for an order id the user does not know,
+                         then gives up.
 
 Each flaw only changes the expert where its mistake applies; elsewhere it is the expert.
 """
@@ -20,17 +24,13 @@ from typing import Any
 
 from benchmarks.agents import Agent
 from benchmarks.storefront.env import StorefrontGame, tool_call_text
-from benchmarks.storefront.tasks import SubRequest, address_arguments
+from benchmarks.storefront.tasks import Step, SubRequest
 from game_registry import Game
 
-FLAW_FAMILY = {"skip_status_check": "precondition", "forget_requests": "compound",
-               "wrong_refund_method": "nested_field", "drop_hash": "arg_format"}
-
-
-def _succeeded(game: StorefrontGame, name: str, **match: Any) -> bool:
-    """Whether a successful call of `name` whose arguments include `match` was made."""
-    return any(r.ok and r.name == name and all(r.arguments.get(k) == v for k, v in match.items())
-               for r in game.state.tool_calls)
+FLAW_CAPABILITY = {"skip_status_check": "precondition_verification", "forget_requests": "multi_step_task_completion",
+                   "wrong_refund_method": "structured_data_reasoning", "drop_hash": "tool_calling_precision",
+                   "skip_confirmation": "explicit_confirmation", "no_order_search": "order_search"}
+ASK_ORDER_ID = "Which order do you mean? Please give me the order id."
 
 
 def _failed(game: StorefrontGame, name: str, **match: Any) -> bool:
@@ -38,22 +38,15 @@ def _failed(game: StorefrontGame, name: str, **match: Any) -> bool:
                for r in game.state.tool_calls)
 
 
-def _authenticated(game: StorefrontGame) -> bool:
-    return any(r.ok and r.name.startswith("find_user_id") and r.output == game.task.user_id
-               for r in game.state.tool_calls)
+def _said(game: StorefrontGame, text: str) -> bool:
+    return any(m["role"] == "assistant" and m.get("content") == text for m in game.state.messages)
 
 
 def _skip_status_check(game: StorefrontGame, sub: SubRequest) -> str | None:
-    if sub.kind == "cancel":
-        if _succeeded(game, "cancel_pending_order", order_id=sub.order_id):
-            return f"Order {sub.order_id} is cancelled."
-        return tool_call_text("cancel_pending_order", {"order_id": sub.order_id, "reason": sub.reason})
-    if sub.kind == "modify_order_address":
-        if _succeeded(game, "modify_pending_order_address", order_id=sub.order_id):
-            return f"The address of order {sub.order_id} is updated."
-        return tool_call_text("modify_pending_order_address",
-                              {"order_id": sub.order_id, **address_arguments(sub.address)})
-    return None
+    if sub.allowed:
+        return None
+    # A forbidden request's plan holds only its look-ups; the flawed agent goes on as if it were allowed.
+    return game.next_step(sub.steps + sub.requested) or sub.requested_statement
 
 
 def _forget_requests(game: StorefrontGame, sub: SubRequest) -> str | None:
@@ -62,32 +55,53 @@ def _forget_requests(game: StorefrontGame, sub: SubRequest) -> str | None:
     return None
 
 
+def _swap_method(step: Step, old: str, new: str) -> Step:
+    if step.is_confirm:
+        return Step("confirm", text=step.text.replace(old, new))
+    if step.arguments.get("payment_method_id") == old:
+        return Step(step.name, {**step.arguments, "payment_method_id": new})
+    return step
+
+
 def _wrong_refund_method(game: StorefrontGame, sub: SubRequest) -> str | None:
-    if sub.kind not in ("return", "exchange"):
+    write = sub.write
+    if not sub.allowed or sub.kind not in ("return", "exchange") or write is None:
         return None
-    write = sub.gold[-1]
+    right, first = write.arguments["payment_method_id"], game.task.user.payment_methods[0].id
+    steps = [_swap_method(s, right, first) for s in sub.steps]
     # After the write (or a refused one, e.g. a gift card too small) the flawed agent reports success anyway.
-    if _succeeded(game, write["name"], order_id=sub.order_id) or _failed(game, write["name"], order_id=sub.order_id):
-        return sub.statement
-    done = {(r.name, str(sorted(r.arguments.items()))) for r in game.state.tool_calls if r.ok}
-    for action in sub.gold[:-1]:  # the look-ups stay right
-        if (action["name"], str(sorted(action["arguments"].items()))) not in done:
-            return None
-    first_method = game.task.user.payment_methods[0].id
-    return tool_call_text(write["name"], {**write["arguments"], "payment_method_id": first_method})
+    return game.next_step(steps) or sub.statement.replace(right, first)
 
 
 def _drop_hash(game: StorefrontGame, sub: SubRequest) -> str | None:
-    if not sub.order_ref or sub.order_ref == sub.order_id:
+    ref = sub.user.order_ref
+    if not ref or ref == sub.order_id:
         return None
-    if _failed(game, "get_order_details", order_id=sub.order_ref):
-        return f"Sorry, I could not find order {sub.order_ref}."
-    text = game.oracle_response()
-    return text.replace(f'"{sub.order_id}"', f'"{sub.order_ref}"')
+    if _failed(game, "get_order_details", order_id=ref):
+        return f"Sorry, I could not find order {ref}."
+    steps = [Step(s.name, {**s.arguments, "order_id": ref}) if s.arguments.get("order_id") == sub.order_id else s
+             for s in sub.steps]
+    return game.next_step(steps) or sub.statement
+
+
+def _skip_confirmation(game: StorefrontGame, sub: SubRequest) -> str | None:
+    if not any(s.is_confirm for s in sub.steps):
+        return None
+    return game.next_step([s for s in sub.steps if not s.is_confirm]) or sub.statement
+
+
+def _no_order_search(game: StorefrontGame, sub: SubRequest) -> str | None:
+    if not sub.user.order_hint:
+        return None
+    if _said(game, ASK_ORDER_ID):
+        return "Sorry, I need the order id to help with that."
+    return ASK_ORDER_ID
 
 
 _FLAWS = {"skip_status_check": _skip_status_check, "forget_requests": _forget_requests,
-          "wrong_refund_method": _wrong_refund_method, "drop_hash": _drop_hash}
+          "wrong_refund_method": _wrong_refund_method, "drop_hash": _drop_hash,
+          "skip_confirmation": _skip_confirmation, "no_order_search": _no_order_search}
+FLAWS = tuple(_FLAWS)
 
 
 def flawed_response(game: StorefrontGame, flaw: str) -> str:
@@ -96,8 +110,8 @@ def flawed_response(game: StorefrontGame, flaw: str) -> str:
         raise ValueError(f"unknown flaw {flaw!r}; choose from {', '.join(_FLAWS)}")
     if game.task is None or game.done:
         raise RuntimeError("flawed_response() needs a running episode")
-    sub = game.user.current
-    if sub is not None and _authenticated(game):
+    sub = game.current
+    if sub is not None and game.authenticated():
         text = _FLAWS[flaw](game, sub)
         if text is not None:
             return text

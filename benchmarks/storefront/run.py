@@ -2,13 +2,14 @@
 
     python -m benchmarks.storefront.run --agent expert --tasks 40 --seed 0 --out runs/x/results.json
     python -m benchmarks.storefront.run --agent hf:MODEL_DIR[:ADAPTER_DIR] --tasks 100 --seed 1 \\
-        --out results.json [--families precondition,compound] [--temperature 1.0] [--trials 3]
+        --out results.json [--kinds cancel,return] [--temperature 1.0] [--trials 3]
     python -m benchmarks.storefront.run --agent vllm:http://localhost:8000 --tokenizer MODEL_DIR ...
     python -m benchmarks.storefront.run --agent flawed:skip_status_check ...   (a planted-failure expert)
 
-Task i (0-based) gets the seed derived from (--seed, i) and the family `families[i % len(families)]`, so
-every family gets the same number of tasks. Each task is played --trials times (trial 0..K-1, one
-simulation each). Prints the pass rate (reward == 1) per family and overall.
+Task i (0-based) gets the seed derived from (--seed, i); each task holds one to three requests drawn
+from the config's mix. Each task is played --trials times (trial 0..K-1, one simulation each; the
+customer words things differently per trial). Prints the pass rate (reward == 1) per request kind (a task
+counts under every kind it holds) and overall.
 """
 from __future__ import annotations
 
@@ -24,8 +25,7 @@ from benchmarks.agents import Agent, parse_agent_spec
 from benchmarks.results import make_simulation, pass_rates, write_results
 from benchmarks.storefront.env import StorefrontConfig, StorefrontGame
 from benchmarks.storefront.flaws import FlawedExpertAgent
-from benchmarks.storefront.policy import POLICY
-from benchmarks.storefront.tasks import FAMILIES
+from benchmarks.storefront.user_sim import REQUEST_KINDS
 from game_registry import parse_hermes_action
 from pipeline._io import InputError
 
@@ -36,56 +36,62 @@ def task_seed(seed: int, index: int) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
-def play_episode(game: StorefrontGame, agent: Agent, seed: int, agent_seed: int | None = None
+def play_episode(game: StorefrontGame, agent: Agent, seed: int, agent_seed: int | None = None, trial: int = 0
                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Play one episode to the end; return (messages, summary). The agent samples with `agent_seed`
-    (default: the task's `seed`)."""
-    game.reset(seed)
+    """Play one episode (task `seed`, customer wording of `trial`) to the end; return (messages, summary).
+    The agent samples with `agent_seed` (default: the task's `seed`)."""
+    game.reset(seed, trial=trial)
     agent.begin_episode(game, seed=seed if agent_seed is None else agent_seed)
     tools = game.get_tool_schemas()
-    while not game.done:  # the game ends itself (user stop, max_steps, too many format errors)
+    while not game.done:  # the game ends itself (user stop, max_steps, too many format errors, transfer)
         text = agent.respond(game.get_messages(), tools)
         game.step(parse_hermes_action(text))
     return game.get_messages(), game.get_summary()
 
 
-def run_benchmark(agent: Agent, n_tasks: int, seed: int, families: tuple[str, ...] = FAMILIES, trials: int = 1,
-                  config: StorefrontConfig | None = None, progress: bool = True
-                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Play `n_tasks` × `trials` episodes; return (simulations, task entries) for the results file."""
-    base = config or StorefrontConfig()
-    games = {f: StorefrontGame(StorefrontConfig(**{**base.__dict__, "families": (f,)})) for f in families}
-    plan = [(i, families[i % len(families)], task_seed(seed, i)) for i in range(n_tasks)]
+def run_benchmark(agent: Agent, n_tasks: int, seed: int, trials: int = 1, config: StorefrontConfig | None = None,
+                  progress: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Play `n_tasks` × `trials` episodes; return (simulations, task entries) for the results file.
+
+    Trial t of a task replays the same task (same DB, requests and facts) with the customer's wording and
+    request order drawn for that trial, and the agent sampling with its own seed."""
+    game = StorefrontGame(config or StorefrontConfig())
     simulations, tasks = [], {}
     bar = tqdm(total=n_tasks * trials, desc="storefront", unit="ep", file=sys.stderr, disable=not progress)
-    for index, family, episode_seed in plan:
-        game = games[family]
+    for index in range(n_tasks):
+        episode_seed = task_seed(seed, index)
         for trial in range(trials):
             started = time.time()
             # Each trial samples with its own seed: one seed for all trials would repeat trial 0 K times.
             agent_seed = episode_seed if trial == 0 else task_seed(episode_seed, trial)
-            messages, summary = play_episode(game, agent, episode_seed, agent_seed)
+            messages, summary = play_episode(game, agent, episode_seed, agent_seed, trial=trial)
             task = game.task
             tasks.setdefault(task.task_id, task.to_json())
-            reward_info = {k: v for k, v in summary.items() if k not in ("termination_reason", "task_id")}
+            reward_info = {k: v for k, v in summary.items() if k not in ("termination_reason", "task_id", "trial")}
             simulations.append(make_simulation(
                 task_id=task.task_id, messages=messages, reward_info=reward_info,
                 termination_reason=summary["termination_reason"], trial=trial, sample_idx=0, seed=episode_seed,
-                duration=round(time.time() - started, 4), family=family))
+                duration=round(time.time() - started, 4), request_kinds=task.request_kinds))
             bar.update(1)
     bar.close()
     return simulations, list(tasks.values())
 
 
-def _parse_families(text: str | None) -> tuple[str, ...]:
+def kind_pass_rates(simulations: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Pass rates per request kind; an episode counts in the group of every kind its task holds."""
+    expanded = [{**sim, "_kind": kind} for sim in simulations for kind in dict.fromkeys(sim["request_kinds"])]
+    return pass_rates(expanded, group=lambda s: s["_kind"])
+
+
+def _parse_kinds(text: str | None) -> tuple[str, ...] | None:
     if not text:
-        return FAMILIES
-    families = tuple(f.strip() for f in text.split(",") if f.strip())
-    unknown = [f for f in families if f not in FAMILIES]
-    if unknown or not families:
-        raise InputError(f"--families: unknown family {', '.join(unknown) or '(none given)'}; "
-                         f"choose from {', '.join(FAMILIES)}")
-    return families
+        return None
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in REQUEST_KINDS]
+    if unknown or not kinds:
+        raise InputError(f"--kinds: unknown request kind {', '.join(unknown) or '(none given)'}; "
+                         f"choose from {', '.join(REQUEST_KINDS)}")
+    return kinds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, required=True, help="number of tasks")
     parser.add_argument("--seed", type=int, default=0, help="base seed; task seeds derive from it (default 0)")
     parser.add_argument("--out", required=True, help="results JSON to write")
-    parser.add_argument("--families", help=f"comma-separated subset of {','.join(FAMILIES)} (default: all)")
+    parser.add_argument("--kinds", help=f"only these request kinds, comma-separated from {','.join(REQUEST_KINDS)} "
+                                        "(default: the config's mix)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
     parser.add_argument("--trials", type=int, default=1, help="episodes per task (default 1)")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="per assistant turn (default 256)")
@@ -110,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"--trials must be >= 1, got {args.trials}")
         if args.temperature < 0:
             raise InputError(f"--temperature must be >= 0, got {args.temperature}")
-        families = _parse_families(args.families)
+        kinds = _parse_kinds(args.kinds)
         try:
             if args.agent.startswith("flawed:"):  # a planted-failure expert (benchmarks/storefront/flaws.py)
                 agent = FlawedExpertAgent(args.agent.removeprefix("flawed:"))
@@ -124,23 +131,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     config = StorefrontConfig()
-    simulations, tasks = run_benchmark(agent, args.tasks, args.seed, families, args.trials, config,
+    if kinds:
+        config = StorefrontConfig(kind_weights={k: w for k, w in config.kind_weights.items() if k in kinds}
+                                  or {k: 1.0 for k in kinds})
+    simulations, tasks = run_benchmark(agent, args.tasks, args.seed, args.trials, config,
                                        progress=not args.no_progress)
     info = {
         "benchmark": "storefront", "num_tasks": args.tasks, "num_trials": args.trials, "seed": args.seed,
-        "families": list(families), "max_steps": config.max_steps, "max_errors": config.max_errors,
+        "kinds": list(kinds or config.kind_weights), "max_steps": config.max_steps, "max_errors": config.max_errors,
         "agent_info": {**agent.describe(), "spec": args.agent},
         "user_info": {"implementation": "benchmarks.storefront.user_sim.UserSimulator"},
-        "environment_info": {"domain_name": "storefront", "policy": POLICY,
+        "environment_info": {"domain_name": "storefront", "policy": StorefrontGame(config).policy,
                              "tool_defs": StorefrontGame.toolkit_class.schemas()},
     }
     write_results(args.out, simulations, tasks, info)
-    rates = pass_rates(simulations, group=lambda s: s["family"])
+    rates = kind_pass_rates(simulations)
     overall = pass_rates(simulations)["all"]
-    print(f"{'family':14s} {'passed':>8s} {'n':>5s} {'pass rate':>10s}")
-    for family, row in rates.items():
-        print(f"{family:14s} {row['passed']:8d} {row['n']:5d} {row['pass_rate']:10.3f}")
-    print(f"{'all':14s} {overall['passed']:8d} {overall['n']:5d} {overall['pass_rate']:10.3f}")
+    print(f"{'request kind':22s} {'passed':>8s} {'n':>5s} {'pass rate':>10s}")
+    for kind, row in rates.items():
+        print(f"{kind:22s} {row['passed']:8d} {row['n']:5d} {row['pass_rate']:10.3f}")
+    print(f"{'all':22s} {overall['passed']:8d} {overall['n']:5d} {overall['pass_rate']:10.3f}")
     print(f"wrote {args.out}")
     return 0
 

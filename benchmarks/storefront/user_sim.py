@@ -1,29 +1,38 @@
-"""A scripted, deterministic storefront customer (no LLM).
+"""The scripted storefront customer (no LLM), shared by the storefront benchmark and its capability games.
 
-The user opens with every request (the task's opening message), then answers each assistant reply by
-keyword rules:
-  - a question (a '?' or "please give/provide/...") that asks for confirmation gets "yes" when it is
-    about the current request (its kind word and its order id), "no" otherwise;
-  - a question about email / name / zip reveals what the user knows (email, or name and zip); this
-    wins over the confirmation rule ("Could you confirm your email?") unless the user has already
-    said who they are and the question is about the current request;
-  - questions about the order id, reason, address, refund method or items get the current request's
-    value;
-  - anything else is a statement: it closes the current request. The user then acknowledges briefly
-    without repeating the remaining requests (keeping track of all of them is the agent's job), or,
-    after the last one, says goodbye with the stop token `###STOP###`.
-The user also stops after `max_turns` replies. Utterances are chosen with the episode's rng, so the
-same seed and the same assistant messages always give the same conversation.
+The customer opens with every request (the opening message is built by the caller), then answers each
+assistant reply by keyword rules:
+  - a question (a '?' or "please give/provide/...") that asks for confirmation gets a yes when it is
+    about the current request (its kind word, and its order id's digits if the customer knows the id),
+    "no" otherwise;
+  - a question about email / name / zip reveals who they are (email, or name and zip); this wins over
+    the confirmation rule ("Could you confirm your email?") unless the customer has already said who they
+    are and the question is about the current request;
+  - "which order?" / "order id?" gets the id as the customer writes it, or, when they do not know it, a
+    description of the order ("the one with the lamp");
+  - questions about the reason, address, refund method or items get the current request's value;
+  - anything else is a statement: it closes the current request. The customer then acknowledges briefly
+    without repeating the remaining requests (keeping track of them is the agent's job), or, after the
+    last one, says goodbye with the stop token `###STOP###`.
+The customer also stops after `max_turns` replies.
+
+Wording varies with the rng the caller passes (the benchmark seeds it with the task and the trial, so
+repeated trials of one task are worded differently); the facts never do. The same rng state and the same
+assistant messages always give the same conversation.
 """
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 
-from benchmarks.storefront.tasks import SubRequest, Task, address_text
+from benchmarks.storefront.db import Address
 
 STOP = "###STOP###"
 ACKS = ("Thanks.", "Great, thanks.", "OK, thank you.")
 GOODBYES = ("Thanks, that's all.", "Great, that's everything.", "Perfect, thank you.")
+GIVE_UP = "I have to go now."
+YES_REPLIES = ("Yes, please.", "Yes, go ahead.", "Yes.")
+NO_REPLY = "No, that is not what I asked for."
 QUESTION_MARKERS = ("?", "please provide", "please give", "please tell", "please share", "please send",
                     "could you", "can you", "may i have")
 CONFIRM_MARKERS = ("confirm", "shall i", "should i", "do you want", "would you like me", "proceed",
@@ -31,26 +40,79 @@ CONFIRM_MARKERS = ("confirm", "shall i", "should i", "do you want", "would you l
 AUTH_WORDS = ("email", "zip", "name", "verify", "authenticate", "identity")
 KIND_WORDS = {"cancel": ("cancel",), "modify_order_address": ("address",), "return": ("return", "refund"),
               "exchange": ("exchange",), "modify_user_address": ("address",)}
+REQUEST_KINDS = tuple(KIND_WORDS)
+
+
+def is_question(text: str) -> bool:
+    """Whether the customer reads `text` as a question (rather than a statement that closes a request)."""
+    lowered = text.lower()
+    return any(marker in lowered for marker in QUESTION_MARKERS)
+
+
+@dataclass
+class Identity:
+    """Who the customer is and how they identify themselves ("email", or "name_zip" when they forgot it)."""
+
+    first_name: str
+    last_name: str
+    email: str
+    zip: str
+    auth: str
+
+    def __post_init__(self) -> None:
+        if self.auth not in ("email", "name_zip"):
+            raise ValueError(f"Identity.auth must be 'email' or 'name_zip', got {self.auth!r}")
+
+    def sentences(self) -> tuple[str, ...]:
+        """The ways the customer says who they are (the order of what they reveal varies)."""
+        if self.auth == "email":
+            return (f"My email is {self.email}.", f"Sure, my email is {self.email}.", f"It's {self.email}.")
+        name = f"{self.first_name} {self.last_name}"
+        return (f"I don't remember my email. I'm {name}, zip code {self.zip}.",
+                f"I forgot my email. My zip code is {self.zip} and my name is {name}.",
+                f"I don't know my email. Name: {name}, zip: {self.zip}.")
+
+
+@dataclass
+class UserRequest:
+    """What the customer knows and says about one request."""
+
+    kind: str  # one of REQUEST_KINDS
+    order_id: str = ""  # canonical ('#W...'); empty for the default address
+    order_ref: str = ""  # how the customer writes the id; empty when they do not know it
+    order_hint: str = ""  # how they describe an order whose id they do not know ("the one with the lamp")
+    reason_text: str = ""
+    address: Address | None = None
+    refund_answer: str = ""
+    item_names: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KIND_WORDS:
+            raise ValueError(f"UserRequest.kind must be one of {', '.join(KIND_WORDS)}, got {self.kind!r}")
 
 
 class UserSimulator:
-    """The customer of one episode. `respond(text)` -> (message, done)."""
+    """The customer of one episode. `respond(text)` -> (message, done). See the module docstring."""
 
-    def __init__(self, task: Task, rng: random.Random, max_turns: int = 8) -> None:
+    def __init__(self, identity: Identity, requests: list[UserRequest], rng: random.Random, max_turns: int = 10,
+                 identity_reply: str = "", revealed_identity: bool = False) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        self.task = task
+        if not requests:
+            raise ValueError("the customer needs at least one request")
+        self.identity = identity
+        self.requests = requests
         self.rng = rng
         self.max_turns = max_turns
+        self.identity_reply = identity_reply or rng.choice(identity.sentences())
         self.pointer = 0  # index of the request being handled
         self.turns = 0  # replies given
-        self.revealed_auth = False
+        self.revealed_identity = revealed_identity
         self.stopped = False
 
     @property
-    def current(self) -> SubRequest | None:
-        subs = self.task.sub_requests
-        return subs[self.pointer] if self.pointer < len(subs) else None
+    def current(self) -> UserRequest | None:
+        return self.requests[self.pointer] if self.pointer < len(self.requests) else None
 
     def respond(self, text: str) -> tuple[str, bool]:
         """Answer one assistant reply."""
@@ -58,14 +120,14 @@ class UserSimulator:
             raise RuntimeError("the user has already ended the conversation")
         self.turns += 1
         lowered = text.lower()
-        answer = self._answer_question(lowered) if any(m in lowered for m in QUESTION_MARKERS) else None
+        answer = self._answer_question(lowered) if is_question(lowered) else None
         if answer is None:  # a statement: the current request is over
             self.pointer += 1
             if self.current is None:
                 return self._stop(self.rng.choice(GOODBYES))
             answer = self.rng.choice(ACKS)
         if self.turns >= self.max_turns:
-            return self._stop("I have to go now.")
+            return self._stop(GIVE_UP)
         return answer, False
 
     def _stop(self, text: str) -> tuple[str, bool]:
@@ -73,37 +135,36 @@ class UserSimulator:
         return f"{text} {STOP}", True
 
     def _answer_question(self, lowered: str) -> str | None:
-        sub = self.current
-        if sub is None:
+        request = self.current
+        if request is None:
             return None
         asks_identity = any(w in lowered for w in AUTH_WORDS)
         if any(m in lowered for m in CONFIRM_MARKERS):
-            about = self._about(sub, lowered)
+            about = self._about(request, lowered)
             # "Could you confirm your email?" asks who the user is, not for a go-ahead: identity wins unless
             # the user has already said who they are and the question is about the current request.
-            if not asks_identity or (self.revealed_auth and about):
-                return "Yes, please." if about else "No, that is not what I asked for."
+            if not asks_identity or (self.revealed_identity and about):
+                return self.rng.choice(YES_REPLIES) if about else NO_REPLY
         if asks_identity:
-            self.revealed_auth = True
-            user = self.task.user
-            if self.task.auth == "email":
-                return f"My email is {user.email}."
-            return f"I don't remember my email. I'm {user.first_name} {user.last_name}, zip code {user.address.zip}."
-        if sub.order_ref and ("order id" in lowered or "order number" in lowered or "which order" in lowered):
-            return f"It's {sub.order_ref}."
-        if sub.reason_text and ("reason" in lowered or "why" in lowered):
-            return sub.reason_text
-        if sub.address is not None and "address" in lowered:
-            return f"The new address is {address_text(sub.address)}."
-        if sub.refund_answer and ("payment" in lowered or "refund" in lowered):
-            return sub.refund_answer
-        if sub.item_names and ("item" in lowered or "product" in lowered or "which" in lowered):
-            return f"The {' and the '.join(sub.item_names)}."
+            self.revealed_identity = True
+            return self.identity_reply
+        if request.order_id and ("order id" in lowered or "order number" in lowered or "which order" in lowered):
+            if request.order_ref:
+                return self.rng.choice((f"It's {request.order_ref}.", f"The order id is {request.order_ref}."))
+            return f"I don't remember the order number. It's {request.order_hint}."
+        if request.reason_text and ("reason" in lowered or "why" in lowered):
+            return request.reason_text
+        if request.address is not None and "address" in lowered:
+            return f"The new address is {request.address.text()}."
+        if request.refund_answer and ("payment" in lowered or "refund" in lowered):
+            return request.refund_answer
+        if request.item_names and ("item" in lowered or "product" in lowered or "which" in lowered):
+            return f"The {' and the '.join(request.item_names)}."
         return None  # a question we have nothing for ("anything else?") counts as a statement
 
     @staticmethod
-    def _about(sub: SubRequest, lowered: str) -> bool:
-        """Whether a confirmation question is about this request (kind word, and its order id if any)."""
-        if not any(word in lowered for word in KIND_WORDS[sub.kind]):
+    def _about(request: UserRequest, lowered: str) -> bool:
+        """Whether a confirmation question is about this request (kind word, and its order id if known)."""
+        if not any(word in lowered for word in KIND_WORDS[request.kind]):
             return False
-        return not sub.order_id or sub.order_id.removeprefix("#W") in lowered  # the id's digits
+        return not request.order_id or request.order_id.removeprefix("#W") in lowered  # the id's digits
