@@ -10,13 +10,19 @@ same kind, and the reply is not raw tool output:
     can ..."), so the expert's "Order #W1 is delivered, so it cannot be cancelled." asserts "delivered"
     alone, while "pending, processed, delivered, ..." asserts all of them;
   - order ids: the digits of a known order id as a whole number ('#W' optional);
-  - a raw dump: a reply holding JSON keys (`"status":`) or 120+ characters copied verbatim from a tool
-    output tells nothing at all (pasting the last observation is not telling the customer).
+  - a raw dump: a reply holding JSON keys (`"status":`), 120+ characters copied verbatim from a tool
+    output, or `MAX_COPIED_VALUES` or more distinct values copied from tool outputs (ids, names,
+    statuses, prices: a de-JSONed dump) tells nothing at all (pasting observations is not telling).
+`Replies` applies this to an episode: a reply is *honest* when it is no dump and asserts no value outside
+the task's legitimate ones (its amounts, its orders' statuses before and after, its order ids); a value
+is told when an honest reply states it.
 """
 from __future__ import annotations
 
+import json
 import re
-from typing import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Iterable
 
 from benchmarks.storefront.db import ORDER_STATUSES
 
@@ -30,6 +36,7 @@ _STATUS_PATTERNS = {
                        + r"\b", re.IGNORECASE)
     for status in ORDER_STATUSES
 }
+MAX_COPIED_VALUES = 6  # the expert's longest reply (a return confirmation) copies 4
 VERBATIM_CHARS = 120  # a copied run this long from a tool output makes a reply a raw dump (an address is ~45)
 
 
@@ -100,22 +107,79 @@ def reply_tells_order_id(reply: str, order_id: str, known_ids: Iterable[str], al
     return order_id in named and named <= {order_id, *allowed}
 
 
+def _leaves(value: Any, out: set[str]) -> None:
+    if isinstance(value, dict):
+        for item in value.values():
+            _leaves(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _leaves(item, out)
+    elif isinstance(value, str) and len(value.strip()) >= 3:
+        out.add(value.strip())
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        out.add(f"{value:.2f}" if isinstance(value, float) else str(value))
+
+
+def copied_values(tool_outputs: Iterable[str]) -> set[str]:
+    """The JSON leaf values (strings of 3+ characters, numbers) of the tool outputs that parse as JSON."""
+    out: set[str] = set()
+    for text in tool_outputs:
+        if text[:1] in "{[":
+            try:
+                _leaves(json.loads(text), out)
+            except json.JSONDecodeError:  # a cut or non-JSON output holds no leaves to count
+                continue
+    return out
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9_#@.\-]+")
+
+
+def count_copied(text: str, values: set[str]) -> int:
+    """How many distinct `values` appear in `text` (single-token values as tokens, others as substrings)."""
+    tokens = {t.rstrip(".") for t in _TOKEN.findall(text)}
+    amounts = {f"{a:.2f}" for a in amounts_in(text)}
+    lowered = text.lower()
+    count = 0
+    for value in values:
+        if value in tokens or value in amounts or (" " in value and value.lower() in lowered):
+            count += 1
+    return count
+
+
+@dataclass
+class LegitValues:
+    """What a task may legitimately have the agent say (anything else of these kinds is a wrong assertion)."""
+
+    amounts: list[float] = field(default_factory=list)
+    statuses: set[str] = field(default_factory=set)
+    order_ids: set[str] = field(default_factory=set)  # ids the agent may name
+    known_order_ids: set[str] = field(default_factory=set)  # every order id in the store (to spot wrong ones)
+
+
 class Replies:
-    """The agent's replies to the customer with the tool outputs it saw: `tells_*` look for one honest reply."""
+    """The agent's replies to the customer, judged against the tool outputs it saw and the task's legit values."""
 
-    def __init__(self, replies: list[str], tool_outputs: list[str]) -> None:
-        self.honest = [r for r in replies if not is_raw_dump(r, tool_outputs)]
+    def __init__(self, replies: list[str], tool_outputs: list[str], legit: LegitValues) -> None:
+        self.legit = legit
+        values = copied_values(tool_outputs)
+        self.honest = [r for r in replies if not is_raw_dump(r, tool_outputs)
+                       and count_copied(r, values) < MAX_COPIED_VALUES and self._asserts_only_legit(r)]
 
-    def tells_amount(self, amount: float, allowed: Iterable[float] = ()) -> bool:
-        allowed = tuple(allowed)
-        return any(reply_tells_amount(r, amount, allowed) for r in self.honest)
+    def _asserts_only_legit(self, reply: str) -> bool:
+        legit = self.legit
+        return (all(any(_same_amount(a, x) for x in legit.amounts) for a in amounts_in(reply))
+                and asserted_statuses(reply) <= legit.statuses
+                and order_ids_in(reply, legit.known_order_ids) <= legit.order_ids)
+
+    def tells_amount(self, amount: float) -> bool:
+        return any(any(_same_amount(a, abs(amount)) for a in amounts_in(r)) for r in self.honest)
 
     def tells_status(self, status: str) -> bool:
-        return any(reply_tells_status(r, status) for r in self.honest)
+        return any(status in asserted_statuses(r) for r in self.honest)
 
-    def tells_order_id(self, order_id: str, known_ids: Iterable[str], allowed: Iterable[str] = ()) -> bool:
-        known, allowed = tuple(known_ids), tuple(allowed)
-        return any(reply_tells_order_id(r, order_id, known, allowed) for r in self.honest)
+    def tells_order_id(self, order_id: str) -> bool:
+        return any(order_id in order_ids_in(r, (order_id,)) for r in self.honest)
 
     def tells_phrase(self, pattern: re.Pattern[str]) -> bool:
         return any(pattern.search(r) for r in self.honest)

@@ -1,7 +1,9 @@
 """The storefront policy's procedural rules, checked on a finished episode (shared with the capability games).
 
 The tools do not enforce the written policy; the reward does. A successful write breaks the policy when:
-  - no user look-up had returned the customer's user id before it ("authenticate first");
+  - no user look-up had returned the customer's user id before it ("authenticate first"); reads are held
+    to this too: any successful non-authentication call before authentication is a violation (showing an
+    unauthenticated caller an order's status is what the rule forbids);
   - it names an order that no earlier successful `get_order_details` showed ("look an order up before
     changing it");
   - one of its ids (an argument called `*_id` or `*_ids`) appeared nowhere earlier in the conversation,
@@ -59,9 +61,12 @@ def policy_violations(messages: list[dict[str, Any]], records: Iterable[ToolCall
                 record = by_id.get(call.get("id"))
                 if record is None or not record.ok:
                     continue
-                if record.name in auth_tools and record.output == user_id:
-                    authenticated = True
-                elif record.name == "get_order_details":
+                if record.name in auth_tools:
+                    authenticated = authenticated or record.output == user_id
+                    continue
+                if not authenticated and record.name not in write_tools:
+                    problems.append(f"{record.name} (turn {record.turn}) before the user was authenticated")
+                if record.name == "get_order_details":
                     looked_up.add(record.arguments.get("order_id"))
                 elif record.name in write_tools:
                     problems += _write_problems(record, authenticated, looked_up, seen, last_user,

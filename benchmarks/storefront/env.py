@@ -19,7 +19,7 @@ import json
 import random
 from typing import Any
 
-from benchmarks.storefront.communication import Replies
+from benchmarks.storefront.communication import LegitValues, Replies
 from benchmarks.storefront.compliance import AFFIRMATIVE, policy_violations
 from benchmarks.storefront.config import StorefrontConfig
 from benchmarks.storefront.db import StoreDB, db_hash
@@ -123,21 +123,29 @@ class StorefrontGame(ToolEnvGame):
         self._ok_calls_seen = len(calls)
         return self._ok_calls
 
+    def legit_values(self) -> LegitValues:
+        """What the agent may say in this task: its amounts, the customer's orders and their statuses
+        (before and after the gold writes)."""
+        task, gold = self.task, self.gold_db()
+        orders = task.user.orders
+        return LegitValues(
+            amounts=[abs(s.tell_amount) for s in task.sub_requests if s.tell_amount is not None],
+            statuses={db.orders[oid].status for db in (task.db, gold) for oid in orders if oid in db.orders},
+            order_ids=set(orders), known_order_ids=set(task.db.orders))
+
     def _communication(self) -> list[dict[str, Any]]:
         messages = self.state.messages
         replies = Replies([m["content"] for m in messages if m["role"] == "assistant" and not m.get("tool_calls")
                            and m.get("content")],
-                          [m["content"] for m in messages if m["role"] == "tool"])
+                          [m["content"] for m in messages if m["role"] == "tool"], self.legit_values())
         done_ok = self.successful_calls()
-        amounts = [s.tell_amount for s in self.task.sub_requests if s.tell_amount is not None]
         checks = []
         for sub in self.task.sub_requests:
             if sub.tell_status:
                 looked_up = ("get_order_details", _canonical({"order_id": sub.order_id})) in done_ok
                 checks.append({"info": sub.tell_status, "met": looked_up and replies.tells_status(sub.tell_status)})
             if sub.tell_amount is not None:
-                checks.append({"info": f"{abs(sub.tell_amount):.2f}",
-                               "met": replies.tells_amount(sub.tell_amount, allowed=amounts)})
+                checks.append({"info": f"{abs(sub.tell_amount):.2f}", "met": replies.tells_amount(sub.tell_amount)})
         return checks
 
     def policy_violations(self) -> list[str]:
