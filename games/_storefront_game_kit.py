@@ -10,19 +10,22 @@ shape and only change what is asked:
 - **Conversation**: as in the target, the customer opens with the request(s) but not who they are
   (unless the config sets `identity_in_opening`); the expert asks `AUTH_QUESTION`, looks the user up, and
   for each request makes its look-ups and write, then a statement that closes it.
-- **Scripted customer** (`ScriptedCustomer`, much simpler than the target's simulator): a question about
-  email / name / zip reveals the identity; a confirmation question gets "Yes, please."; anything else is
-  a statement that closes the current request, answered "Thanks." until the last request, then
-  `###STOP###`. It also stops after a fixed number of replies.
+- **Customer**: the target's own scripted customer (`benchmarks.storefront.user_sim.UserSimulator`): the
+  same question gets the same answer here and in the target ("which order do you mean?" gets the id).
+  Its wording is seeded separately from the instance, so the instance stays the same.
+- **Policy procedure**: as in the target (`benchmarks.storefront.compliance`), a write before
+  authentication, a read before authentication, a write on an order not looked up, or a write with an id
+  never seen voids the action part of the reward. Each planned write is preceded by a confirmation
+  question (the policy asks for it); the games do not score it (no capability game trains it).
+- **Telling**: replies are judged with the target's rules (`benchmarks.storefront.communication`): a
+  value counts only in an honest reply (no pasted tool output, no list of copied values, no amount,
+  status or order id outside the instance's legitimate ones).
 - **Expected state**: an `Instance` carries the oracle's plan. Its write calls, applied with the same
   tools to a copy of the starting database, give the database the episode must end with; rewards
   compare against that copy rather than re-implementing the tools.
 - **Oracle**: `oracle_response()` follows the plan from the current state (ask, authenticate, then the
-  current request's first call not yet made successfully, then its statement), as Hermes markup made by
-  `train.chat_template.render_tool_call` or as plain text.
-- **Matchers** for the communication part of rewards: does a reply mention an amount (any number within
-  half a cent, sign ignored: "45.3", "$45.30" and "-45.30" all count for 45.30), an order id (its digits;
-  '#W' optional), or a phrase (case-insensitive whole words; "canceled" counts for "cancelled").
+  current request's first call not yet made successfully, with a confirmation question before a write,
+  then its statement), as Hermes markup made by `train.chat_template.render_tool_call` or as plain text.
 
 A game subclasses `StorefrontCapabilityGame` and implements `build_instance(rng)` (all randomness comes
 from that `random.Random(seed)`) and `score()` (named reward parts that add up to the reward).
@@ -37,26 +40,22 @@ from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from benchmarks.storefront.communication import LegitValues, Replies
+from benchmarks.storefront.compliance import AFFIRMATIVE, policy_violations
 from benchmarks.storefront.db import CITIES, Address, Order, StoreDB, User, random_address
 from benchmarks.storefront.policy import POLICY
 from benchmarks.storefront.tools import StorefrontTools
+from benchmarks.storefront.user_sim import REQUEST_KINDS, Identity, UserRequest, UserSimulator, is_question
 from benchmarks.tooling import ToolCallRecord, ToolEnvGame
 from train.chat_template import render_tool_call
 
 TARGET_BENCHMARK = "storefront"
 # The target's expert asks exactly this (benchmarks/storefront/env.py); the same words keep the two aligned.
 AUTH_QUESTION = "Please give me your email, or your name and zip code."
-CONFIRMATION_REPLY = "Yes, please."
-ACK_REPLY = "Thanks."
-STOP_MESSAGE = "Thanks, that's all. ###STOP###"
-GIVE_UP_MESSAGE = "I have to go now. ###STOP###"
 GREETINGS = ("Hi.", "Hello!", "Hi there.", "")
-# What makes a reply a question; which questions ask for identity or for a go-ahead.
-QUESTION_MARKERS = ("?", "please provide", "please give", "please tell", "please share", "could you", "can you",
-                    "may i have")
-AUTH_WORDS = ("email", "zip", "name", "verify", "authenticate", "identity")
-CONFIRM_MARKERS = ("confirm", "shall i", "should i", "do you want", "would you like me", "proceed",
-                   "is that correct", "is that right", "ok to ", "okay to ")
+CONFIRM_SUFFIX = " Shall I proceed?"
+# Game request kinds that the customer speaks of as one of the target's kinds.
+USER_KIND = {"return_to_gift_card": "return"}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -98,10 +97,27 @@ class PlannedRequest:
     calls: list[PlannedCall]
     statement: str  # closes the request; no question markers (the customer would answer it)
     info: dict[str, Any] = field(default_factory=dict)  # JSON-ready facts used by `score` and the summary
+    user: UserRequest | None = None  # what the customer knows and says (default: from kind and info)
 
     def __post_init__(self) -> None:
         if is_question(self.statement):
             raise ValueError(f"planned statement {self.statement!r} reads as a question to the scripted customer")
+        if self.user is None:
+            kind = USER_KIND.get(self.kind, self.kind)
+            if kind not in REQUEST_KINDS:
+                raise ValueError(f"PlannedRequest kind {self.kind!r}: pass user=UserRequest(...) with one of "
+                                 f"{', '.join(REQUEST_KINDS)}")
+            order_id = self.info.get("order_id", "")
+            self.user = UserRequest(kind=kind, order_id=order_id, order_ref=self.info.get("order_ref", order_id))
+
+    @property
+    def confirmation(self) -> str:
+        """The question the expert asks before this request's write (names the kind and the order id)."""
+        user = self.user
+        what = {"cancel": "cancel", "modify_order_address": "change the shipping address of",
+                "return": "return items of", "exchange": "exchange an item of"}.get(user.kind)
+        text = f"I will {what} order {user.order_id}." if what else "I will update your default address."
+        return text + CONFIRM_SUFFIX
 
 
 @dataclass
@@ -121,8 +137,12 @@ class Instance:
             raise ValueError(f"Instance.auth must be 'email' or 'name_zip', got {self.auth!r}")
         if not self.requests:
             raise ValueError("an instance needs at least one request")
-        if not self.identity_reply:
-            self.identity_reply = identity_sentence(self.user, self.auth)
+
+    @property
+    def identity(self) -> Identity:
+        user = self.user
+        return Identity(first_name=user.first_name, last_name=user.last_name, email=user.email,
+                        zip=user.address.zip, auth=self.auth)
 
     @property
     def auth_call(self) -> PlannedCall:
@@ -137,10 +157,9 @@ class Instance:
 
 
 def identity_sentence(user: User, auth: str) -> str:
-    """How the customer says who they are (the target's wording)."""
-    if auth == "email":
-        return f"My email is {user.email}."
-    return f"I don't remember my email. I'm {user.first_name} {user.last_name}, zip code {user.address.zip}."
+    """How the customer says who they are (the target customer's first wording)."""
+    return Identity(first_name=user.first_name, last_name=user.last_name, email=user.email, zip=user.address.zip,
+                    auth=auth).sentences()[0]
 
 
 def apply_calls(db: StoreDB, calls: list[PlannedCall]) -> StoreDB:
@@ -165,49 +184,6 @@ def opening_message(rng: random.Random, clauses: list[str], identity: str = "") 
     """'<greeting> [identity] I want to <clause 1> Also, please <clause 2> ...' (the target's shape)."""
     parts = [rng.choice(GREETINGS), identity, f"I want to {clauses[0]}", *(f"Also, please {c}" for c in clauses[1:])]
     return " ".join(p for p in parts if p)
-
-
-# --------------------------------------------------------------------------------------------------
-# The scripted customer
-# --------------------------------------------------------------------------------------------------
-def is_question(text: str) -> bool:
-    lowered = text.lower()
-    return any(marker in lowered for marker in QUESTION_MARKERS)
-
-
-class ScriptedCustomer:
-    """Answers the agent's replies (see the module docstring). `respond(text) -> (message, done)`."""
-
-    def __init__(self, instance: Instance, max_replies: int) -> None:
-        self.instance = instance
-        self.max_replies = max_replies
-        self.pointer = 0  # index of the request being handled; each statement closes one
-        self.replies = 0
-        self.revealed_identity = False
-
-    @property
-    def current(self) -> PlannedRequest | None:
-        requests = self.instance.requests
-        return requests[self.pointer] if self.pointer < len(requests) else None
-
-    def respond(self, text: str) -> tuple[str, bool]:
-        self.replies += 1
-        lowered = text.lower()
-        answer = None
-        if is_question(lowered):
-            if any(word in lowered for word in AUTH_WORDS):
-                self.revealed_identity = True
-                answer = self.instance.identity_reply
-            elif any(marker in lowered for marker in CONFIRM_MARKERS):
-                answer = CONFIRMATION_REPLY
-        if answer is None:  # a statement (or a question we have no answer for) closes the current request
-            self.pointer += 1
-            if self.current is None:
-                return STOP_MESSAGE, True
-            answer = ACK_REPLY
-        if self.replies >= self.max_replies:
-            return GIVE_UP_MESSAGE, True
-        return answer, False
 
 
 # --------------------------------------------------------------------------------------------------
@@ -292,14 +268,15 @@ def mentions_order_id(text: str, order_id: str) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def _phrase_pattern(phrase: str) -> re.Pattern[str]:
+def phrase_pattern(phrase: str) -> re.Pattern[str]:
+    """The pattern `mentions_phrase` uses: whole words, any case, any spacing ('canceled' = 'cancelled')."""
     words = [_SPELLINGS.get(word, re.escape(word)) for word in phrase.lower().split()]
     return re.compile(r"\b" + r"\s+".join(words) + r"\b", re.IGNORECASE)
 
 
 def mentions_phrase(text: str, phrase: str) -> bool:
     """True when `text` contains `phrase` as whole words, any case, any spacing ('canceled' = 'cancelled')."""
-    return _phrase_pattern(phrase).search(text) is not None
+    return phrase_pattern(phrase).search(text) is not None
 
 
 def address_text(address: Address) -> str:
@@ -353,7 +330,7 @@ class StorefrontCapabilityGame(ToolEnvGame):
         self.config_summary = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
         self.seed: int | None = None
         self.instance: Instance | None = None
-        self.customer: ScriptedCustomer | None = None
+        self.customer: UserSimulator | None = None
         self.start_db: StoreDB | None = None  # the database as generated (with `keeps_start_db`)
         self.expected_db: StoreDB | None = None  # the starting database after the oracle's writes
         self.replies: list[str] = []  # every plain reply the agent sent the customer
@@ -393,8 +370,35 @@ class StorefrontCapabilityGame(ToolEnvGame):
 
     def authenticated(self) -> bool:
         """True once a user look-up returned the customer's user id."""
-        user_id = self.instance.user.user_id
-        return any(r.ok and r.name.startswith("find_user_id") and r.output == user_id for r in self.state.tool_calls)
+        user_id, auth_tools = self.instance.user.user_id, StorefrontTools.auth_tools()
+        return any(r.ok and r.name in auth_tools and r.output == user_id for r in self.state.tool_calls)
+
+    def policy_violations(self) -> list[str]:
+        """The target policy's procedure (authenticate first, look orders up before changing them, use only
+        ids that were shown); confirmation is not scored by the capability games."""
+        return policy_violations(self.state.messages, self.state.tool_calls, self.instance.user.user_id,
+                                 write_tools=StorefrontTools.write_tools(), auth_tools=StorefrontTools.auth_tools(),
+                                 require_confirmation=False)
+
+    def legit_values(self) -> LegitValues:
+        """What the agent may say: the instance's amounts, the customer's orders and their statuses (before
+        and after the expected writes)."""
+        orders = self.instance.user.orders
+        statuses = {db.orders[oid].status for db in (self.instance.db, self.expected_db) for oid in orders}
+        amounts = [abs(r.info["amount"]) for r in self.instance.requests if "amount" in r.info]
+        return LegitValues(amounts=amounts, statuses=statuses, order_ids=set(orders),
+                           known_order_ids=set(self.db.orders))
+
+    def told(self) -> Replies:
+        """The replies judged by the target's rules (see the module docstring): ask it what was told."""
+        tool_outputs = [m["content"] for m in self.state.messages if m["role"] == "tool"]
+        return Replies(self.replies, tool_outputs, self.legit_values())
+
+    @property
+    def current_request(self) -> PlannedRequest | None:
+        pointer = self.customer.pointer
+        requests = self.instance.requests
+        return requests[pointer] if pointer < len(requests) else None
 
     def failed_call_count(self) -> int:
         return sum(1 for record in self.state.tool_calls if not record.ok)
@@ -415,9 +419,11 @@ class StorefrontCapabilityGame(ToolEnvGame):
         self.seed, self.instance = seed, instance
         self.start_db = instance.db.clone() if self.keeps_start_db else None
         self.expected_db = apply_calls(instance.db, instance.write_calls())
-        # Replies the customer gives before leaving: identity, one per request, confirmations, some slack.
-        self.customer = ScriptedCustomer(instance, max_replies=len(instance.requests) + 4)
-        self.customer.revealed_identity = self.config.identity_in_opening
+        # Replies the customer gives before leaving: identity, a confirmation and a statement per request, slack.
+        self.customer = UserSimulator(instance.identity, [r.user for r in instance.requests],
+                                      random.Random(f"{self.game_name}-user:{seed}"),
+                                      max_turns=2 * len(instance.requests) + 4, identity_reply=instance.identity_reply,
+                                      revealed_identity=self.config.identity_in_opening)
         self.replies = []
         return self.start_episode(self.toolkit_class(instance.db), [{"role": "user", "content": instance.opening}])
 
@@ -438,14 +444,22 @@ class StorefrontCapabilityGame(ToolEnvGame):
                 return AUTH_QUESTION
             call = self.instance.auth_call
             return render_tool_call(call.name, call.arguments)
-        request = self.customer.current
+        request = self.current_request
         if request is None:  # every request is closed: the customer has left
             raise RuntimeError(f"{self.game_name}: no request left to handle")
         made = [(r.name, r.arguments) for r in self.state.tool_calls if r.ok]
         for call in request.calls:
             if (call.name, call.arguments) not in made:
+                if StorefrontTools.is_write(call.name) and not self._just_confirmed(request.confirmation):
+                    return request.confirmation
                 return render_tool_call(call.name, call.arguments)
         return request.statement
+
+    def _just_confirmed(self, question: str) -> bool:
+        """Whether the agent's last reply was `question` and the customer answered yes."""
+        messages = self.state.messages
+        return (len(messages) >= 2 and messages[-1]["role"] == "user" and bool(AFFIRMATIVE.search(messages[-1]["content"]))
+                and messages[-2]["role"] == "assistant" and messages[-2].get("content") == question)
 
     def get_summary(self) -> dict[str, Any]:
         base = {"game": self.game_name, "capability": self.capability, "seed": self.seed,

@@ -6,18 +6,22 @@ the policy. As in the target benchmark, each statement the agent makes closes th
 the customer only answers "Thanks." without repeating what is left: keeping track of the remaining
 requests is the agent's job. The customer leaves after the last statement.
 
-Expert (oracle): ask who the customer is, look them up, then per request: look the order up, write,
-state the result. 2 + 3 per order request + 2 per default-address request turns (8 for two order requests).
+Expert (oracle): ask who the customer is, look them up, then per request: look the order up, confirm,
+write, state the result. 2 + 4 per order request + 3 per default-address request turns (10 for two
+order requests).
 
 Reward (in [0, 1]; success = 1.0), split evenly over the n requests:
   0.6 / n  per request whose target is in the expected state (its order equals the expected order;
            for the default address, the customer's address equals the expected one);
-  0.4 / n  per request done AND reported in a reply: order id (cancel, order address change), refund
-           amount (return), the words "default address" (default-address change);
+  0.4 / n  per request done AND reported in an honest reply (no pasted tool output, no value outside the
+           instance's): order id (cancel, order address change), refund amount (return), the words
+           "default address" (default-address change);
   x 0      when anything not asked for changed (another order, another user, the products, or the
-           customer's address when no default-address change was asked): writes nobody asked for void
-           the reward.
+           customer's address when no default-address change was asked), or when the policy's procedure
+           was broken (a call before authentication, a write on an order not looked up, an id never shown).
 Stopping after the first of two requests scores 0.5.
+
+Difficulty: `n_requests` (declared knob, harder as it rises).
 
 Tools (the storefront's own schemas): find_user_id_by_email, find_user_id_by_name_zip, get_order_details,
 cancel_pending_order, modify_pending_order_address, return_delivered_order_items, modify_user_address.
@@ -27,9 +31,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from benchmarks.storefront.communication import Replies
 from benchmarks.storefront.db import add_order, generate_db
 from benchmarks.storefront.policy import POLICY
-from game_registry import GameSpec, register_game
+from game_registry import DifficultyKnob, GameSpec, register_game
 from games._storefront_game_kit import (
     TARGET_BENCHMARK,
     Instance,
@@ -42,9 +47,7 @@ from games._storefront_game_kit import (
     check_fraction,
     check_int,
     identity_sentence,
-    mentions_amount,
-    mentions_order_id,
-    mentions_phrase,
+    phrase_pattern,
     money,
     new_address,
     original_payment_method,
@@ -75,7 +78,7 @@ class MultiStepTaskCompletionConfig(StorefrontGameConfig):
     n_requests: int = 2  # requests in the opening message (1..4)
     request_kinds: tuple[str, ...] = DEFAULT_REQUEST_KINDS  # drawn with replacement; the default address once
     email_auth_rate: float = 0.75  # share of customers who identify by email (the rest by name and zip)
-    max_steps: int = 14  # room for four order requests (2 + 3 * 4 turns)
+    max_steps: int = 18  # room for four order requests (2 + 4 * 4 turns)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -86,7 +89,7 @@ class MultiStepTaskCompletionConfig(StorefrontGameConfig):
         if self.request_kinds == ("modify_user_address",) and self.n_requests > 1:
             raise ValueError(f"{owner}: the default address can be changed once per episode, so request_kinds="
                              f"('modify_user_address',) allows only n_requests=1; add an order request kind")
-        self.check_room(2 + 3 * self.n_requests, f"the oracle with n_requests={self.n_requests}")
+        self.check_room(2 + 4 * self.n_requests, f"the oracle with n_requests={self.n_requests}")
 
 
 class MultiStepTaskCompletionGame(StorefrontCapabilityGame):
@@ -152,12 +155,12 @@ class MultiStepTaskCompletionGame(StorefrontCapabilityGame):
         order_id = request.info["order_id"]
         return self.db.orders[order_id] == self.expected_db.orders[order_id]
 
-    def _request_told(self, request: PlannedRequest, text: str) -> bool:
+    def _request_told(self, request: PlannedRequest, replies: Replies) -> bool:
         if request.kind == "modify_user_address":
-            return mentions_phrase(text, "default address")
+            return replies.tells_phrase(phrase_pattern("default address"))
         if request.kind == "return":
-            return mentions_amount(text, request.info["amount"])
-        return mentions_order_id(text, request.info["order_id"])
+            return replies.tells_amount(request.info["amount"])
+        return replies.tells_order_id(request.info["order_id"])
 
     def _nothing_else_changed(self) -> bool:
         requests = self.instance.requests
@@ -178,11 +181,11 @@ class MultiStepTaskCompletionGame(StorefrontCapabilityGame):
 
     def score(self) -> dict[str, float]:
         requests = self.instance.requests
-        if not self._nothing_else_changed():
+        if not self._nothing_else_changed() or self.policy_violations():
             return {"action": 0.0, "communication": 0.0}
-        text = self.reply_text()
+        replies = self.told()
         done = [self._request_done(r) for r in requests]
-        told = [d and self._request_told(r, text) for r, d in zip(requests, done)]
+        told = [d and self._request_told(r, replies) for r, d in zip(requests, done)]
         n = len(requests)
         return {"action": ACTION_WEIGHT * sum(done) / n, "communication": COMMUNICATION_WEIGHT * sum(told) / n}
 
@@ -203,4 +206,5 @@ register_game(GameSpec(
     capability=CAPABILITY,
     config_cls=MultiStepTaskCompletionConfig,
     target=TARGET_BENCHMARK,
+    difficulty_knobs=(DifficultyKnob("n_requests", "increase", (1, 2, 3, 4)),),
 ))

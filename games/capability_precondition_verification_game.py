@@ -6,17 +6,23 @@ return only for a *delivered* one. A share of instances (`violating_fraction`) g
 that forbids the request. The opening never says the status (with `eligibility_claim_rate` the customer
 even claims the order is eligible, truthfully or not), so the only way to know is `get_order_details`.
 
-Expert (oracle): ask who the customer is, look them up, look the order up, then either make the change
-and confirm it, or change nothing and tell the customer the status. 5 turns (4 when refusing).
+Expert (oracle): ask who the customer is, look them up, look the order up, then either confirm, make
+the change and say so, or change nothing and tell the customer the status. 6 turns (4 when refusing).
 
 Reward (in [0, 1]; success = 1.0):
   0.6  action: the final database equals the expected one (the write made when allowed; no write at all
-       when not allowed; any other write also breaks it);
-  0.4  communication, only on top of the action part:
-       allowed:     a reply confirms with the order id (cancel, address change) or the refund amount (return);
-       not allowed: the order was looked up and a reply names its actual status.
+       when not allowed; any other write also breaks it) and the policy's procedure holds (no call before
+       authentication, no write on an order not looked up, no id that was never shown);
+  0.4  communication, only on top of the action part, in an honest reply (no pasted tool output, no
+       other status, amount or order id than the instance's):
+       allowed:     the order id (cancel, address change) or the refund amount (return);
+       not allowed: the order was looked up and a reply asserts its actual status.
 A refusal without looking scores 0.6 on a forbidden instance and 0 on an allowed one; acting without
-looking scores 1.0 on allowed instances and 0 on forbidden ones.
+looking scores 0 everywhere (the policy says look first).
+
+Difficulty: `eligibility_claim_rate` (declared knob, harder as it rises): the customer claims the order is
+eligible ("It has not shipped yet."), truthfully or not, which tempts an agent to skip the look-up.
+`violating_fraction` is a class prior, not a difficulty: it moves the share of refusals.
 
 Tools (the storefront's own schemas): find_user_id_by_email, find_user_id_by_name_zip, get_order_details,
 cancel_pending_order, modify_pending_order_address, return_delivered_order_items.
@@ -28,7 +34,7 @@ from dataclasses import dataclass
 
 from benchmarks.storefront.db import add_order, generate_db
 from benchmarks.storefront.policy import POLICY
-from game_registry import GameSpec, register_game
+from game_registry import DifficultyKnob, GameSpec, register_game
 from games._storefront_game_kit import (
     TARGET_BENCHMARK,
     Instance,
@@ -40,9 +46,6 @@ from games._storefront_game_kit import (
     check_choices,
     check_fraction,
     identity_sentence,
-    mentions_amount,
-    mentions_order_id,
-    mentions_phrase,
     money,
     new_address,
     original_payment_method,
@@ -66,7 +69,7 @@ ELIGIBILITY_CLAIMS = {"cancel": " It has not shipped yet.", "modify_order_addres
                       "return": " It arrived last week."}
 REASON_TEXTS = {"no longer needed": "I no longer need it.", "ordered by mistake": "I ordered it by mistake."}
 ACTION_WEIGHT, COMMUNICATION_WEIGHT = 0.6, 0.4
-ORACLE_TURNS = 5  # ask identity, look the user up, look the order up, write, confirm
+ORACLE_TURNS = 6  # ask identity, look the user up, look the order up, confirm, write, tell
 
 HINT = ("Hint: call get_order_details first and read status. Cancel or change the address only if it is "
         "'pending'; return only if 'delivered'. Otherwise change nothing and tell the user the status.")
@@ -82,7 +85,7 @@ class PreconditionVerificationConfig(StorefrontGameConfig):
 
     violating_fraction: float = 0.5  # share of instances whose order status forbids the request
     request_kinds: tuple[str, ...] = REQUEST_KINDS  # requests drawn (uniformly)
-    eligibility_claim_rate: float = 0.0  # share of openings where the customer claims the order is eligible
+    eligibility_claim_rate: float = 0.25  # share of openings where the customer claims the order is eligible
     email_auth_rate: float = 0.75  # share of customers who identify by email (the rest by name and zip)
     max_steps: int = 8
 
@@ -150,14 +153,14 @@ class PreconditionVerificationGame(StorefrontCapabilityGame):
     def score(self) -> dict[str, float]:
         request = self.instance.requests[0]
         info = request.info
-        action_ok = self.db == self.expected_db
-        text = self.reply_text()
+        action_ok = self.db == self.expected_db and not self.policy_violations()
+        replies = self.told()
         if not info["allowed"]:
-            told = self.looked_up_order(info["order_id"]) and mentions_phrase(text, info["status"])
+            told = self.looked_up_order(info["order_id"]) and replies.tells_status(info["status"])
         elif request.kind == "return":
-            told = mentions_amount(text, info["amount"])
+            told = replies.tells_amount(info["amount"])
         else:
-            told = mentions_order_id(text, info["order_id"])
+            told = replies.tells_order_id(info["order_id"])
         return {"action": ACTION_WEIGHT if action_ok else 0.0,
                 "communication": COMMUNICATION_WEIGHT if action_ok and told else 0.0}
 
@@ -178,4 +181,5 @@ register_game(GameSpec(
     capability=CAPABILITY,
     config_cls=PreconditionVerificationConfig,
     target=TARGET_BENCHMARK,
+    difficulty_knobs=(DifficultyKnob("eligibility_claim_rate", "increase", (0.0, 0.25, 0.5, 0.75, 1.0)),),
 ))

@@ -14,13 +14,19 @@ look-alike entries:
                        `variants`; the price difference is paid with / refunded to the original method.
 
 Expert (oracle): ask who the customer is, look them up, read the order (and the user or product
-record), write, then state the amount. 5 or 6 turns.
+record), confirm, write, then state the amount. 6 or 7 turns.
 
 Reward (in [0, 1]; success = 1.0):
   0.6  action: the final database equals the expected one (right items, right new variant, right
-       payment method; any other write also breaks it);
-  0.4  communication, only on top of the action part: a reply states the refund amount (return) or
-       the price difference (exchange; the sign is not checked).
+       payment method; any other write also breaks it) and the policy's procedure holds (no call before
+       authentication, no write on an order not looked up, no id that was never shown: the item, variant
+       and payment-method ids must be read, not guessed);
+  0.4  communication, only on top of the action part: an honest reply (no pasted tool output, no other
+       amount) states the refund amount (return) or the price difference (exchange; the sign is not
+       checked). Tools return the updated record, never the amount: it has to be added up.
+
+Difficulty (declared knobs, harder as they rise): `n_distractor_items` (look-alike items in the order)
+and `min_payment_methods` (payment methods the refund target hides among).
 
 Tools (the storefront's own schemas): find_user_id_by_email, find_user_id_by_name_zip, get_user_details,
 get_order_details, get_product_details, return_delivered_order_items, exchange_delivered_order_items.
@@ -32,7 +38,7 @@ from dataclasses import dataclass
 
 from benchmarks.storefront.db import add_order, add_payment_method, generate_db
 from benchmarks.storefront.policy import POLICY
-from game_registry import GameSpec, register_game
+from game_registry import DifficultyKnob, GameSpec, register_game
 from games._storefront_game_kit import (
     TARGET_BENCHMARK,
     Instance,
@@ -44,7 +50,6 @@ from games._storefront_game_kit import (
     check_fraction,
     check_int,
     identity_sentence,
-    mentions_amount,
     money,
     subset_toolkit,
 )
@@ -54,7 +59,7 @@ GAME_NAME = f"capability_{CAPABILITY}"
 TASK_KINDS = ("return", "return_to_gift_card", "exchange")
 PAYMENT_SOURCES = ("credit_card", "paypal", "gift_card")
 ACTION_WEIGHT, COMMUNICATION_WEIGHT = 0.6, 0.4
-ORACLE_TURNS = 6  # ask identity, look the user up, order, user or product record, write, statement
+ORACLE_TURNS = 7  # ask identity, look the user up, order, user or product record, confirm, write, statement
 
 HINT = ("Hint: copy values from the tool output: the item_id of the named item, the item_id of the variant "
         "with the asked option, the payment_method_id from payment_history (the gift card id from "
@@ -168,8 +173,8 @@ class StructuredDataReasoningGame(StorefrontCapabilityGame):
 
     def score(self) -> dict[str, float]:
         request = self.instance.requests[0]
-        action_ok = self.db == self.expected_db
-        told = mentions_amount(self.reply_text(), request.info["amount"])
+        action_ok = self.db == self.expected_db and not self.policy_violations()
+        told = self.told().tells_amount(request.info["amount"])
         return {"action": ACTION_WEIGHT if action_ok else 0.0,
                 "communication": COMMUNICATION_WEIGHT if action_ok and told else 0.0}
 
@@ -190,4 +195,6 @@ register_game(GameSpec(
     capability=CAPABILITY,
     config_cls=StructuredDataReasoningConfig,
     target=TARGET_BENCHMARK,
+    difficulty_knobs=(DifficultyKnob("n_distractor_items", "increase", (0, 1, 2, 3, 4)),
+                      DifficultyKnob("min_payment_methods", "increase", (2, 3, 4, 5))),
 ))

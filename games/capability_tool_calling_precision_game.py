@@ -16,16 +16,21 @@ into its six fields. Tools are strict (no coercion), so a loose value is an erro
 Requests (one per instance): cancel an order, change an order's shipping address, return two named items
 of an order (a list of two ids read from the order), change the default address.
 
-Expert (oracle): ask who the customer is, look them up, look the order up, write, confirm (5 turns; 4
-for the default address).
+Expert (oracle): ask who the customer is, look them up, look the order up, confirm, write, say so (6
+turns; 4 for the default address).
 
 Reward (in [0, 1]; success = 1.0), mostly on exactness:
   0.5  write: the final database equals the expected one (the write made with exactly the right values;
-       any other write breaks it);
+       any other write breaks it) and the policy's procedure holds (no call before authentication, no
+       write on an order not looked up, no id that was never shown);
   0.2  identification: a user look-up returned the customer's id (first/last name split, zip a string);
-  0.3  confirmation, only with the write part: a reply gives the order id (cancel, order address), the
-       refund amount (return) or the words "default address" (default-address change);
- -0.1  per tool call that failed (wrong id format, wrong type, not found): first-time exactness is the skill.
+  0.3  confirmation, only with the write part: an honest reply gives the order id (cancel, order address),
+       the refund amount (return) or the words "default address" (default-address change);
+ -0.1  per tool call that failed (wrong id format, wrong type, not found, a second call in one turn):
+       first-time exactness is the skill.
+
+Difficulty (declared knobs, harder as they rise): `looseness` (how far the customer's writing is from the
+arguments) and `name_zip_rate` (customers who identify by name and a leading-zero zip, not by email).
 
 Tools (the storefront's own schemas): find_user_id_by_email, find_user_id_by_name_zip, get_order_details,
 cancel_pending_order, modify_pending_order_address, return_delivered_order_items, modify_user_address.
@@ -37,7 +42,7 @@ from dataclasses import dataclass
 
 from benchmarks.storefront.db import Address, User, add_order, generate_db
 from benchmarks.storefront.policy import POLICY
-from game_registry import GameSpec, register_game
+from game_registry import DifficultyKnob, GameSpec, register_game
 from games._storefront_game_kit import (
     TARGET_BENCHMARK,
     Instance,
@@ -50,9 +55,7 @@ from games._storefront_game_kit import (
     check_fraction,
     check_int,
     identity_sentence,
-    mentions_amount,
-    mentions_order_id,
-    mentions_phrase,
+    phrase_pattern,
     money,
     new_address,
     original_payment_method,
@@ -68,7 +71,7 @@ REASON_TEXTS = {  # cancel reason -> how the customer says it at looseness 1, th
     "ordered by mistake": ("I ordered it by mistake.", ("I bought it by accident.", "That order was an accident.")),
 }
 WRITE_WEIGHT, IDENTIFY_WEIGHT, CONFIRM_WEIGHT, FAILED_CALL_PENALTY = 0.5, 0.2, 0.3, 0.1
-ORACLE_TURNS = 5  # ask identity, look the user up, look the order up, write, confirm
+ORACLE_TURNS = 6  # ask identity, look the user up, look the order up, confirm, write, tell
 
 HINT = ("Hint: write arguments exactly: order_id as '#W' plus the digits, zip as a string keeping leading "
         "zeros, first_name and last_name separately, item_ids as a list of strings, address in six fields, "
@@ -85,7 +88,7 @@ class ToolCallingPrecisionConfig(StorefrontGameConfig):
 
     looseness: int = 1  # how loosely the customer writes values (0 exact .. 2 loosest; see the module docstring)
     task_kinds: tuple[str, ...] = TASK_KINDS  # requests drawn (uniformly)
-    name_zip_rate: float = 1.0  # share of customers who identify by name and zip (the rest by email)
+    name_zip_rate: float = 0.75  # share of customers who identify by name and zip (the rest by email)
     max_steps: int = 8
 
     def __post_init__(self) -> None:
@@ -177,14 +180,14 @@ class ToolCallingPrecisionGame(StorefrontCapabilityGame):
 
     def score(self) -> dict[str, float]:
         request = self.instance.requests[0]
-        write_ok = self.db == self.expected_db
-        text = self.reply_text()
+        write_ok = self.db == self.expected_db and not self.policy_violations()
+        replies = self.told()
         if request.kind == "modify_user_address":
-            told = mentions_phrase(text, "default address")
+            told = replies.tells_phrase(phrase_pattern("default address"))
         elif request.kind == "return":
-            told = mentions_amount(text, request.info["amount"])
+            told = replies.tells_amount(request.info["amount"])
         else:
-            told = mentions_order_id(text, request.info["order_id"])
+            told = replies.tells_order_id(request.info["order_id"])
         return {"write": WRITE_WEIGHT if write_ok else 0.0,
                 "identify": IDENTIFY_WEIGHT if self.authenticated() else 0.0,
                 "confirm": CONFIRM_WEIGHT if write_ok and told else 0.0,
@@ -207,4 +210,6 @@ register_game(GameSpec(
     capability=CAPABILITY,
     config_cls=ToolCallingPrecisionConfig,
     target=TARGET_BENCHMARK,
+    difficulty_knobs=(DifficultyKnob("looseness", "increase", (0, 1, 2)),
+                      DifficultyKnob("name_zip_rate", "increase", (0.0, 0.5, 1.0))),
 ))

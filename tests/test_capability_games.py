@@ -14,9 +14,9 @@ from typing import Any, Callable
 import pytest
 
 from game_registry import Action, GameSpec, get_game, list_games, parse_hermes_action, prompt_variant
+from benchmarks.storefront.user_sim import NO_REPLY, YES_REPLIES
 from games._storefront_game_kit import (
     AUTH_QUESTION,
-    CONFIRMATION_REPLY,
     mentions_amount,
     mentions_order_id,
     mentions_phrase,
@@ -30,8 +30,8 @@ GAMES = (
     "capability_structured_data_reasoning",
     "capability_tool_calling_precision",
 )
-# Oracle turns with the default config (ask identity + look-up + per request look-ups, write, statement).
-MAX_ORACLE_TURNS = {GAMES[0]: 5, GAMES[1]: 8, GAMES[2]: 6, GAMES[3]: 5}
+# Oracle turns with the default config (ask identity + look-up + per request look-ups, confirm, write, statement).
+MAX_ORACLE_TURNS = {GAMES[0]: 6, GAMES[1]: 10, GAMES[2]: 7, GAMES[3]: 6}
 
 # A policy sees the game and returns the model's text for this turn (None: stop playing).
 Policy = Callable[[Any], "str | None"]
@@ -226,7 +226,7 @@ class RefuseWithoutLooking:
         return text
 
 
-def test_precondition_acting_without_looking_fails_forbidden_orders():
+def test_precondition_acting_without_looking_fails_everywhere():
     spec = get_game(GAMES[0])
     forbidden, allowed = [], []
     for seed in range(80):
@@ -236,7 +236,8 @@ def test_precondition_acting_without_looking_fails_forbidden_orders():
         (allowed if request.info["allowed"] else forbidden).append(reward_of(game))
     assert len(forbidden) >= 20 and len(allowed) >= 20
     assert max(forbidden) == 0.0  # wrote when not allowed: no action credit, nothing right to tell
-    assert max(allowed) == 1.0  # the same calls are right when the order is pending (reason permitting)
+    # The same calls on a pending order change the right thing, but the policy says look first: no credit.
+    assert max(allowed) == 0.0
 
 
 def test_precondition_refusing_without_looking_is_partial_credit():
@@ -514,8 +515,10 @@ def test_scripted_customer_answers_identity_and_confirmation_questions():
     game.reset(5)
     result = game.step(spec.extract_action(AUTH_QUESTION))
     assert result.observation_messages[0]["content"] == game.instance.identity_reply and not result.done
-    result = game.step(spec.extract_action("Shall I proceed with that?"))
-    assert result.observation_messages[0]["content"] == CONFIRMATION_REPLY and not result.done
+    result = game.step(spec.extract_action("Shall I proceed with that?"))  # about no request: a no
+    assert result.observation_messages[0]["content"] == NO_REPLY and not result.done
+    result = game.step(spec.extract_action(game.instance.requests[0].confirmation))
+    assert result.observation_messages[0]["content"] in YES_REPLIES and not result.done
     result = game.step(spec.extract_action("All done."))
     assert result.done and "###STOP###" in result.observation_messages[0]["content"]
 

@@ -21,6 +21,7 @@ from typing import Any, Iterable
 from benchmarks.tooling import ToolCallRecord
 
 _TOKEN = re.compile(r"[A-Za-z0-9_#@.\-]+")
+FREE_TOOLS = ("transfer_to_human_agents",)  # allowed at any time, before authentication too
 AFFIRMATIVE = re.compile(r"^\W*yes\b", re.IGNORECASE)
 
 
@@ -64,7 +65,7 @@ def policy_violations(messages: list[dict[str, Any]], records: Iterable[ToolCall
                 if record.name in auth_tools:
                     authenticated = authenticated or record.output == user_id
                     continue
-                if not authenticated and record.name not in write_tools:
+                if not authenticated and record.name not in write_tools and record.name not in FREE_TOOLS:
                     problems.append(f"{record.name} (turn {record.turn}) before the user was authenticated")
                 if record.name == "get_order_details":
                     looked_up.add(record.arguments.get("order_id"))
