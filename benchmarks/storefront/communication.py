@@ -19,7 +19,6 @@ is told when an honest reply states it.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -30,12 +29,16 @@ _AMOUNT = re.compile(r"(?<![\w.])\$?-?\$?\d[\d,]*\.\d+|\$-?\d[\d,]*")
 _DIGIT_RUN = re.compile(r"\d+")
 _JSON_KEY = re.compile(r'"[A-Za-z_][\w ]*"\s*:')
 _NOT_ASSERTED_AFTER = ("be", "been", "not", "only", "longer", "cannot", "can't")
-_STATUS_SPELLINGS = {"cancelled": r"cancel{1,2}ed"}
-_STATUS_PATTERNS = {
-    status: re.compile(r"(?:(\b[\w']+)\s+)?\b" + r"\s+".join(_STATUS_SPELLINGS.get(w, re.escape(w)) for w in status.split())
-                       + r"\b", re.IGNORECASE)
-    for status in ORDER_STATUSES
-}
+_STATUS_WORDS = {"pending": "pending", "processed": "processed", "delivered": "delivered",
+                 "cancelled": "cancel{1,2}ed", "return requested": r"return\s+requested",
+                 "exchange requested": r"exchange\s+requested"}
+# One pass over the text: the word before a status (to tell assertions from "cannot be cancelled") and the status.
+_STATUS = re.compile(r"(?:\b([\w']+)\s+)?\b(" + "|".join(f"(?P<s{i}>{p})" for i, p in enumerate(_STATUS_WORDS.values()))
+                     + r")\b", re.IGNORECASE)
+_STATUS_NAMES = tuple(_STATUS_WORDS)
+_STATUS_STEMS = ("pending", "processed", "deliver", "cancel", "requested")
+if set(_STATUS_NAMES) != set(ORDER_STATUSES):
+    raise RuntimeError("communication.py must list every order status of db.ORDER_STATUSES")
 MAX_COPIED_VALUES = 6  # the expert's longest reply (a return confirmation) copies 4
 VERBATIM_CHARS = 120  # a copied run this long from a tool output makes a reply a raw dump (an address is ~45)
 
@@ -53,14 +56,15 @@ def amounts_in(text: str) -> list[float]:
 
 def asserted_statuses(text: str) -> set[str]:
     """The order statuses `text` asserts (see the module docstring for what is not an assertion)."""
+    lowered = text.lower()
+    if not any(stem in lowered for stem in _STATUS_STEMS):
+        return set()
     found = set()
-    for status, pattern in _STATUS_PATTERNS.items():
-        for match in pattern.finditer(text):
-            before = (match.group(1) or "").lower()
-            if before not in _NOT_ASSERTED_AFTER:
-                found.add(status)
-                break
-    # "return requested" contains no other status word, but "requested" alone is not a status: nothing to undo.
+    for match in _STATUS.finditer(text):
+        if (match.group(1) or "").lower() in _NOT_ASSERTED_AFTER:
+            continue
+        index = next(i for i in range(len(_STATUS_NAMES)) if match.group(f"s{i}") is not None)
+        found.add(_STATUS_NAMES[index])
     return found
 
 
@@ -107,28 +111,19 @@ def reply_tells_order_id(reply: str, order_id: str, known_ids: Iterable[str], al
     return order_id in named and named <= {order_id, *allowed}
 
 
-def _leaves(value: Any, out: set[str]) -> None:
-    if isinstance(value, dict):
-        for item in value.values():
-            _leaves(item, out)
-    elif isinstance(value, list):
-        for item in value:
-            _leaves(item, out)
-    elif isinstance(value, str) and len(value.strip()) >= 3:
-        out.add(value.strip())
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        out.add(f"{value:.2f}" if isinstance(value, float) else str(value))
+_STRING_VALUE = re.compile(r'(?<=[:\[,])"((?:[^"\\]|\\.)*)"(?!:)')  # a string after ':' '[' ',' and not a key
+_NUMBER_VALUE = re.compile(r'(?<=[:\[,])\s*(-?\d+(?:\.\d+)?)(?=\s*[,\]}])')
 
 
 def copied_values(tool_outputs: Iterable[str]) -> set[str]:
-    """The JSON leaf values (strings of 3+ characters, numbers) of the tool outputs that parse as JSON."""
+    """The leaf values of the JSON tool outputs: strings of 3+ characters and numbers (floats as 0.00)."""
     out: set[str] = set()
     for text in tool_outputs:
-        if text[:1] in "{[":
-            try:
-                _leaves(json.loads(text), out)
-            except json.JSONDecodeError:  # a cut or non-JSON output holds no leaves to count
-                continue
+        if text[:1] not in "{[":
+            continue
+        out.update(v.strip() for v in _STRING_VALUE.findall(text) if len(v.strip()) >= 3)
+        for number in _NUMBER_VALUE.findall(text):
+            out.add(f"{float(number):.2f}" if "." in number else number)
     return out
 
 
@@ -137,14 +132,21 @@ _TOKEN = re.compile(r"[A-Za-z0-9_#@.\-]+")
 
 def count_copied(text: str, values: set[str]) -> int:
     """How many distinct `values` appear in `text` (single-token values as tokens, others as substrings)."""
-    tokens = {t.rstrip(".") for t in _TOKEN.findall(text)}
-    amounts = {f"{a:.2f}" for a in amounts_in(text)}
-    lowered = text.lower()
-    count = 0
-    for value in values:
-        if value in tokens or value in amounts or (" " in value and value.lower() in lowered):
-            count += 1
-    return count
+    return _CopiedValues(values).count(text)
+
+
+class _CopiedValues:
+    """`values` split for fast counting: one-token values by set intersection, the rest by substring."""
+
+    def __init__(self, values: set[str]) -> None:
+        self.single = {v for v in values if _TOKEN.fullmatch(v)}
+        self.multi = [v.lower() for v in values if v not in self.single]
+
+    def count(self, text: str) -> int:
+        found = {t.rstrip(".") for t in _TOKEN.findall(text)} & self.single
+        found |= {f"{a:.2f}" for a in amounts_in(text)} & self.single
+        lowered = text.lower()
+        return len(found) + sum(1 for v in self.multi if v in lowered)
 
 
 @dataclass
@@ -162,9 +164,9 @@ class Replies:
 
     def __init__(self, replies: list[str], tool_outputs: list[str], legit: LegitValues) -> None:
         self.legit = legit
-        values = copied_values(tool_outputs)
-        self.honest = [r for r in replies if not is_raw_dump(r, tool_outputs)
-                       and count_copied(r, values) < MAX_COPIED_VALUES and self._asserts_only_legit(r)]
+        candidates = [r for r in replies if not is_raw_dump(r, tool_outputs) and self._asserts_only_legit(r)]
+        copied = _CopiedValues(copied_values(tool_outputs)) if candidates else None
+        self.honest = [r for r in candidates if copied.count(r) < MAX_COPIED_VALUES]
 
     def _asserts_only_legit(self, reply: str) -> bool:
         legit = self.legit

@@ -134,6 +134,8 @@ class StorefrontGame(ToolEnvGame):
             order_ids=set(orders), known_order_ids=set(task.db.orders))
 
     def _communication(self) -> list[dict[str, Any]]:
+        if not any(s.tell_status or s.tell_amount is not None for s in self.task.sub_requests):
+            return []  # nothing to tell: skip judging the replies
         messages = self.state.messages
         replies = Replies([m["content"] for m in messages if m["role"] == "assistant" and not m.get("tool_calls")
                            and m.get("content")],
@@ -201,11 +203,10 @@ class StorefrontGame(ToolEnvGame):
         done_ok = self.successful_calls()
         for index, step in enumerate(steps):
             if step.is_confirm:
-                write = steps[index + 1]
-                if (write.name, _canonical(write.arguments)) in done_ok or self.just_confirmed(step.text):
+                if steps[index + 1].key in done_ok or self.just_confirmed(step.text):
                     continue
                 return step.text
-            if (step.name, _canonical(step.arguments)) not in done_ok:
+            if step.key not in done_ok:
                 return tool_call_text(step.name, step.arguments)
         return None
 

@@ -30,6 +30,8 @@ sees it; it is never written into results files):
 """
 from __future__ import annotations
 
+import functools
+import json
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,6 +93,11 @@ class Step:
     @property
     def is_confirm(self) -> bool:
         return self.name == "confirm"
+
+    @functools.cached_property
+    def key(self) -> tuple[str, str]:
+        """(name, canonical JSON arguments): how the game recognises the call among those made."""
+        return self.name, json.dumps(self.arguments, sort_keys=True, ensure_ascii=False)
 
     def as_action(self) -> dict[str, Any]:
         return {"name": self.name, "arguments": self.arguments}
