@@ -27,7 +27,7 @@ from benchmarks.storefront.flaws import FlawedExpertAgent
 from benchmarks.storefront.policy import POLICY
 from benchmarks.storefront.tasks import FAMILIES
 from game_registry import parse_hermes_action
-from pipeline._io import InputError
+from pipeline._io import InputError, check_number, check_output_path
 
 
 def task_seed(seed: int, index: int) -> int:
@@ -103,13 +103,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="vllm: served model name (default: the server's first model)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    try:
+    try:  # every flag and the output path before the agent is built (an hf model load takes a while)
         if args.tasks < 1:
             raise InputError(f"--tasks must be >= 1, got {args.tasks}")
         if args.trials < 1:
             raise InputError(f"--trials must be >= 1, got {args.trials}")
-        if args.temperature < 0:
-            raise InputError(f"--temperature must be >= 0, got {args.temperature}")
+        if args.max_new_tokens < 1:
+            raise InputError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+        check_number(args.temperature, "--temperature", 0.0)
+        check_output_path(args.out, "--out")
         families = _parse_families(args.families)
         try:
             if args.agent.startswith("flawed:"):  # a planted-failure expert (benchmarks/storefront/flaws.py)
