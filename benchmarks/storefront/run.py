@@ -8,7 +8,10 @@
 
 Task i (0-based) gets the seed derived from (--seed, i) and the family `families[i % len(families)]`, so
 every family gets the same number of tasks. Each task is played --trials times (trial 0..K-1, one
-simulation each). Prints the pass rate (reward == 1) per family and overall.
+simulation each). Prints the pass rate (reward == 1) and τ²-bench's pass^k for k = 1..--trials per request
+kind (a task counts under every kind it holds; the family while simulations carry no `request_kinds`) and
+overall; the results file's `info["pass_hat_k"]` holds the same pass^k figures:
+{"all" | kind: {"n_tasks": N, "1": pass^1, ..., "K": pass^K}}.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from typing import Any
 from tqdm import tqdm
 
 from benchmarks.agents import Agent, parse_agent_spec
-from benchmarks.results import make_simulation, pass_rates, write_results
+from benchmarks.results import make_simulation, pass_hat_k, pass_rates, write_results
 from benchmarks.storefront.env import StorefrontConfig, StorefrontGame
 from benchmarks.storefront.flaws import FlawedExpertAgent
 from benchmarks.storefront.policy import POLICY
@@ -88,6 +91,33 @@ def _parse_families(text: str | None) -> tuple[str, ...]:
     return families
 
 
+def request_kinds(sim: dict[str, Any]) -> list[str]:
+    """The request kinds of a simulation's task: its `request_kinds` when the record has them, else its family."""
+    kinds = sim.get("request_kinds")
+    return list(dict.fromkeys(kinds)) if kinds is not None else [sim["family"]]
+
+
+def pass_hat_k_by_kind(simulations: list[dict[str, Any]], k_max: int) -> dict[str, dict[str, Any]]:
+    """pass^k for k = 1..k_max overall ("all") and per request kind (see benchmarks.results.pass_hat_k)."""
+    return {**pass_hat_k(simulations, k_max), **pass_hat_k(simulations, k_max, groups=request_kinds)}
+
+
+def format_table(simulations: list[dict[str, Any]], hat: dict[str, dict[str, Any]], k_max: int) -> str:
+    """One row per request kind, then "all": passed episodes, episodes, pass rate and a pass^k column per k
+    ("-" where no task of the row has k scored trials)."""
+    kinds = sorted({kind for sim in simulations for kind in request_kinds(sim)})
+    width = max([14, *map(len, kinds)])
+    ks = range(1, k_max + 1)
+    header = f"{'kind':{width}s} {'passed':>8s} {'n':>5s} {'pass rate':>10s}"
+    lines = [header + "".join(f" {f'pass^{k}':>7s}" for k in ks)]
+    for label, sims in [*((kind, [s for s in simulations if kind in request_kinds(s)]) for kind in kinds),
+                        ("all", simulations)]:
+        row, hats = pass_rates(sims)["all"], hat[label]["pass_hat_k"]
+        lines.append(f"{label:{width}s} {row['passed']:8d} {row['n']:5d} {row['pass_rate']:10.3f}"
+                     + "".join(f" {hats[k]:7.3f}" if k in hats else f" {'-':>7s}" for k in ks))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run an agent on the storefront benchmark (τ²-bench results JSON).")
     parser.add_argument("--agent", required=True,
@@ -136,13 +166,11 @@ def main(argv: list[str] | None = None) -> int:
         "environment_info": {"domain_name": "storefront", "policy": POLICY,
                              "tool_defs": StorefrontGame.toolkit_class.schemas()},
     }
+    hat = pass_hat_k_by_kind(simulations, args.trials)
+    info["pass_hat_k"] = {label: {"n_tasks": group["n_tasks"], **{str(k): v for k, v in group["pass_hat_k"].items()}}
+                          for label, group in hat.items()}
     write_results(args.out, simulations, tasks, info)
-    rates = pass_rates(simulations, group=lambda s: s["family"])
-    overall = pass_rates(simulations)["all"]
-    print(f"{'family':14s} {'passed':>8s} {'n':>5s} {'pass rate':>10s}")
-    for family, row in rates.items():
-        print(f"{family:14s} {row['passed']:8d} {row['n']:5d} {row['pass_rate']:10.3f}")
-    print(f"{'all':14s} {overall['passed']:8d} {overall['n']:5d} {overall['pass_rate']:10.3f}")
+    print(format_table(simulations, hat, args.trials))
     print(f"wrote {args.out}")
     return 0
 
