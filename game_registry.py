@@ -21,7 +21,8 @@ Prompts: `get_system_prompt()` is the environment's own system prompt (policy, r
 `prompt_variant(messages, spec, hinted)` appends `spec.base_prompt` or `spec.hint_prompt` to it, so the
 GRPO trainer can sample with the hint and re-score the same completion under the base prompt.
 
-Usage: `python game_registry.py --list`.
+Usage: `python game_registry.py --list` (exit 2 when a game fails to import, or to build: its tool count
+shows as `?` and stderr says why).
 """
 from __future__ import annotations
 
@@ -417,10 +418,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"{'game':44s} {'capability':34s} tools  max_turns")
+    broken = []
     for name in names:
         spec = _REGISTRY[name]
-        n_tools = len(spec.make_env().get_tool_schemas())
-        print(f"{name:44s} {spec.capability or '-':34s} {n_tools:5d}  {spec.max_turns:9d}")
+        try:
+            n_tools = f"{len(spec.make_env().get_tool_schemas()):5d}"
+        except Exception as err:  # noqa: BLE001 -- game code may raise anything; one broken game hides no other
+            n_tools = f"{'?':>5s}"
+            broken.append(name)
+            print(f"warning: game {name!r} cannot be built or list its tools: {type(err).__name__}: "
+                  f"{str(err)[:200]} (python -m pipeline.validate_game {name} checks it)", file=sys.stderr)
+        print(f"{name:44s} {spec.capability or '-':34s} {n_tools}  {spec.max_turns:9d}")
+    if broken:
+        print(f"error: {len(broken)} game(s) could not be built: {', '.join(broken)}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -7,7 +7,7 @@ Each game plays whole episodes (make_env + reset + oracle_response + extract_act
 pre-generated) for about --seconds of wall time; a step is one `game.step` call. One line per game, the
 target benchmark `storefront` first; the last line is `min_steps_per_s=<slowest game>`.
 Exit 0 when every game reaches --target steps/s, 1 when one does not or no game is registered,
-2 when a game fails to import or is unknown.
+2 when a game fails to import or is unknown, or --seconds / --target is not a finite number (> 0, >= 0).
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: make game_registry import
     sys.path.insert(0, str(REPO_ROOT))
 
 from game_registry import GameSpec, get_game, list_games  # noqa: E402
+from pipeline._io import InputError, check_number  # noqa: E402
 
 TARGET_BENCHMARK = "storefront"
 
@@ -61,8 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=5000.0, help="steps/s every game should reach (default 5000)")
     parser.add_argument("--games", nargs="+", help="only these games (default: all registered)")
     args = parser.parse_args(argv)
-    if args.seconds <= 0:
-        print("error: --seconds must be > 0", file=sys.stderr)
+    try:  # NaN compares false with everything: `elapsed >= nan` would never end the loop
+        check_number(args.seconds, "--seconds", 0.0, low_open=True)
+        check_number(args.target, "--target", 0.0)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     try:
         names = args.games or list_games()

@@ -3,6 +3,9 @@
     {"timestamp", "info", "tasks": [...], "simulations": [{"id", "task_id", "trial", "sample_idx", "seed",
       "messages": [...], "reward_info": {"reward", ...breakdown}, "termination_reason", ...}]}
 
+Metrics: `pass_rates` (share of simulations that pass) and `pass_hat_k` (τ²-bench's pass^k: the chance that
+k trials of a task all pass).
+
 Messages are the dicts of game_registry's docstring (assistant tool calls as `{"id", "name",
 "arguments": dict}`, tool results as `{"role": "tool", "tool_call_id", "name", "content"}`). Benchmark
 runs, calibration rollouts and GRPO rollouts all write this one format with `write_results`;
@@ -118,4 +121,52 @@ def pass_rates(simulations: Iterable[dict[str, Any]], group: Callable[[dict[str,
         passed = sum(r >= threshold for r in rewards)
         out[key] = {"n": len(rewards), "passed": passed, "pass_rate": passed / len(rewards),
                     "mean_reward": sum(rewards) / len(rewards)}
+    return out
+
+
+def pass_hat_k(simulations: Iterable[dict[str, Any]], k_max: int,
+               groups: Callable[[dict[str, Any]], Iterable[str]] = lambda sim: ["all"],
+               threshold: float = 1.0) -> dict[str, dict[str, Any]]:
+    """τ²-bench's pass^k for k = 1..k_max, averaged over tasks, per group.
+
+    A task (simulations sharing a `task_id`) with n scored trials of which c pass (reward >= `threshold`)
+    has pass^k = C(c, k) / C(n, k): the chance that k of its trials, drawn without replacement, all pass
+    (unbiased; 0 when c < k). Unscored simulations (reward_info null) are left out. A task belongs to every
+    group that `groups(sim)` names for any of its simulations (a task holding a cancel and a return counts
+    under both kinds).
+
+    A task with fewer than k scored trials contributes nothing to pass^k: that k's mean runs over the other
+    tasks of the group, `n_tasks_at_k[k]` says how many there were, and a k that no task reaches is left
+    out of `pass_hat_k`. So when trials are uneven, compare `n_tasks_at_k` with `n_tasks` before reading it.
+
+    Returns {group: {"n_tasks": tasks with a scored trial, "pass_hat_k": {k: mean}, "n_tasks_at_k": {k: int}}},
+    groups sorted by name.
+    """
+    if isinstance(k_max, bool) or not isinstance(k_max, int) or k_max < 1:
+        raise ValueError(f"k_max must be an int >= 1, got {k_max!r}")
+    outcomes: dict[Any, list[bool]] = defaultdict(list)  # task_id -> pass/fail of each scored trial
+    task_groups: dict[Any, set[str]] = defaultdict(set)
+    for sim in simulations:
+        labels = groups(sim)
+        if isinstance(labels, str):
+            raise TypeError(f"groups must return a list of group names, got the string {labels!r}; wrap it: [name]")
+        task_groups[sim["task_id"]].update(labels)
+        reward = simulation_reward(sim)
+        if reward is not None:
+            outcomes[sim["task_id"]].append(reward >= threshold)
+    members: dict[str, list[Any]] = defaultdict(list)
+    for task_id, labels in task_groups.items():
+        if outcomes.get(task_id):  # a task without a scored trial says nothing about pass^k
+            for label in labels:
+                members[label].append(task_id)
+    out: dict[str, dict[str, Any]] = {}
+    for label in sorted(members):
+        means: dict[int, float] = {}
+        counts: dict[int, int] = {}
+        for k in range(1, k_max + 1):
+            values = [math.comb(sum(outcomes[t]), k) / math.comb(len(outcomes[t]), k)
+                      for t in members[label] if len(outcomes[t]) >= k]
+            if values:
+                means[k], counts[k] = sum(values) / len(values), len(values)
+        out[label] = {"n_tasks": len(members[label]), "pass_hat_k": means, "n_tasks_at_k": counts}
     return out

@@ -7,6 +7,7 @@ Reads raise `InputError`, which every CLI turns into exit code 2 with the file n
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -15,6 +16,64 @@ from typing import Any
 
 class InputError(Exception):
     """Bad user input (a file, a flag). CLIs print it and exit 2; nothing is written."""
+
+
+def check_output_path(path: str | os.PathLike, flag: str) -> None:
+    """Raise InputError unless `path` can be written as an output file; call it before any work starts.
+
+    Refused: an empty path, a path ending in a separator or naming an existing folder, and a path whose
+    nearest existing ancestor is a file or a folder where no file can be created. Missing parent folders are
+    fine (the atomic writers create them). Writability is probed by opening an anonymous temporary file in
+    that ancestor (nothing is left behind), so it also holds for root and read-only file systems.
+    """
+    text = os.fspath(path)
+    if not text:
+        raise InputError(f"{flag} is empty; give a file path, e.g. {flag} runs/out.json")
+    target = Path(text)
+    if text.endswith(("/", os.sep)) or target.is_dir():
+        raise InputError(f"{flag} {text}: is a folder, not a file; give a file path inside it, "
+                         f"e.g. {flag} {target / 'out.json'}")
+    folder = target.parent
+    try:
+        while not folder.exists() and folder != folder.parent:  # walk up to the folder that exists
+            folder = folder.parent
+    except OSError as err:  # e.g. a parent we may not even look into
+        raise InputError(f"{flag} {text}: cannot check its folder ({err.strerror or err}); "
+                         "pick a folder you can write to") from None
+    if not folder.is_dir():
+        raise InputError(f"{flag} {text}: {folder} is a file, not a folder; pick another path for {flag}")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise InputError(f"{flag} {text}: cannot create files in {folder} ({err.strerror or err}); "
+                         f"pick a writable folder for {flag}") from None
+
+
+def check_number(value: float, flag: str, low: float | None = None, high: float | None = None, *,
+                 low_open: bool = False, high_open: bool = False) -> float:
+    """`value` if it is a finite number within the bounds, else InputError naming `flag` and the range.
+
+    `low_open` / `high_open` exclude that bound (e.g. low=0, low_open=True means "> 0"). NaN and infinities
+    are always refused: NaN fails no comparison, so a range test alone lets it through.
+    """
+    if low is not None and high is not None:
+        wanted = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    elif low is not None:
+        wanted = f"{'>' if low_open else '>='} {low:g}"
+    elif high is not None:
+        wanted = f"{'<' if high_open else '<='} {high:g}"
+    else:
+        wanted = ""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = number and math.isfinite(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        raise InputError(f"{flag} must be a finite number {wanted}".rstrip() + f", got {value!r}")
+    return value
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:

@@ -10,7 +10,8 @@ ROLLOUTS.json is τ²-bench results JSON whose simulations carry `task_id` (the 
 `trial`) and `reward_info.reward`; the samples sharing a task_id form a group (GRPO learns only from groups
 whose rewards differ, hence the constant/informative shares).
 
-Exit codes: 0 every band holds, 1 some band fails (each listed), 2 bad input (nothing written).
+Exit codes: 0 every band holds, 1 some band fails (each listed), 2 bad input: a flag (NaN included), an
+unwritable --json-output or a bad rollouts file (checked before anything is computed; nothing written).
 `--json-output` writes {"metrics", "errors", "warnings"}; errors are the failed bands.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `pipeline._io` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline._io import InputError, atomic_write_json, load_json  # noqa: E402
+from pipeline._io import InputError, atomic_write_json, check_number, check_output_path, load_json  # noqa: E402
 
 PASS_AT_K = (1, 4, 8, 16)
 CONSTANT_TOLERANCE = 1e-12  # rewards closer than this count as equal
@@ -274,15 +275,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
+    try:  # flags and the output path first: a typo must not cost a run
+        check_number(args.success_threshold, "--success-threshold", 0.0, 1.0, low_open=True)
+        for _, attribute, _ in _SCALAR_BANDS:
+            check_number(getattr(args, attribute), _flag(attribute), 0.0, 1.0)
+        for flag, bounds in (("--min-pass-at-k", args.min_pass_at_k), ("--max-pass-at-k", args.max_pass_at_k)):
+            for k, bound in bounds:
+                check_number(bound, f"the VALUE of {flag} {k}=VALUE", 0.0, 1.0)
+        if args.json_output is not None:
+            check_output_path(args.json_output, "--json-output")
         bands = Bands(
             **{attribute: getattr(args, attribute) for _, attribute, _ in _SCALAR_BANDS},
             min_pass_at_k=dict(args.min_pass_at_k),
             max_pass_at_k=dict(args.max_pass_at_k),
         )
-        if not 0.0 < args.success_threshold <= 1.0:
-            raise ValueError(f"--success-threshold must be in (0, 1], got {args.success_threshold}")
-    except ValueError as err:
+    except (InputError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:

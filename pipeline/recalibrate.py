@@ -7,7 +7,8 @@ File mode (rollouts already collected, one τ²-bench results file per knob valu
     python -m pipeline.recalibrate --game NAME --knob KEY --rollouts VALUE=FILE [VALUE=FILE ...]
         [--band 0.2,0.6] [--harder increase|decrease] [--success-threshold 1.0] [--json-output FILE]
 reports the in-band value closest to the band's centre, or which way to move and (for numeric knobs) the
-next value to try by bisection. Exit 0 when a value is in the band, 1 when not, 2 on bad input.
+next value to try by bisection. Exit 0 when a value is in the band, 1 when not, 2 on bad input (flags, NaN
+included, and the --json-output path are checked before any file is read; nothing is written).
 
 Search mode (library): `search_knob(spec, knob, values, collect, band)` bisects a sorted candidate list,
 calling `collect(spec, {knob: value}) -> simulations` (τ²-bench simulations) for each probe. The rollout
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import random
 import sys
 import types
@@ -24,7 +26,7 @@ import typing
 from typing import Any, Callable
 
 from game_registry import Game, GameSpec, get_game
-from pipeline._io import InputError, atomic_write_json, load_json
+from pipeline._io import InputError, atomic_write_json, check_number, check_output_path, load_json
 from pipeline.calibrate_environment import compute_metrics
 
 DEFAULT_BAND = (0.2, 0.6)
@@ -337,8 +339,8 @@ def _band(text: str) -> tuple[float, float]:
         low, high = (float(p) for p in parts)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected LOW,HIGH (e.g. 0.2,0.6), got {text!r}") from None
-    if not 0.0 <= low <= high <= 1.0:
-        raise argparse.ArgumentTypeError(f"band needs 0 <= LOW <= HIGH <= 1, got {text!r}")
+    if not (math.isfinite(low) and math.isfinite(high) and 0.0 <= low <= high <= 1.0):
+        raise argparse.ArgumentTypeError(f"band needs finite numbers 0 <= LOW <= HIGH <= 1, got {text!r}")
     return low, high
 
 
@@ -354,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json-output", help="write the decision here (JSON)")
     args = parser.parse_args(argv)
     try:
+        check_number(args.success_threshold, "--success-threshold", 0.0, 1.0, low_open=True)
+        if args.json_output is not None:
+            check_output_path(args.json_output, "--json-output")
         try:
             spec = get_game(args.game)
         except KeyError as err:

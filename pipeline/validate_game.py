@@ -6,7 +6,8 @@ Usage:
                                           [--json-output FILE]
 
 Exit codes: 0 every check passed (warnings allowed), 1 some check failed (each failure listed),
-2 unknown game or bad flags (nothing written). `validate(spec, ...)` returns the same report as a dict.
+2 unknown game, a game whose make_env raises, a bad flag or an unwritable --json-output (all checked before
+any episode; nothing written). `validate(spec, ...)` returns the same report as a dict.
 
 Every episode is driven the way the trainer drives it: model text -> `spec.extract_action` -> `game.step`,
 until `game.done` or `spec.max_turns` turns.
@@ -28,7 +29,7 @@ from typing import Any, Callable
 from tqdm import tqdm
 
 from game_registry import REPO_ROOT, Action, Game, GameSpec, get_game
-from pipeline._io import InputError, atomic_write_json, load_json
+from pipeline._io import InputError, atomic_write_json, check_number, check_output_path, load_json
 
 PASS, FAIL, WARN = "PASS", "FAIL", "WARN"
 ORACLE_MIN_SUCCESS = 0.99
@@ -70,6 +71,12 @@ class Episode:
     final_messages: list[dict[str, Any]] = field(default_factory=list)
     system_prompt: str = ""
     error: str | None = None
+    error_phase: str | None = None  # where `error` happened: "make_env", "reset", "step (turn 0)", ...
+
+    @property
+    def never_started(self) -> bool:
+        """True when the episode raised before reset returned (no instance to compare or replay)."""
+        return self.error_phase in ("make_env", "reset")
 
     @property
     def reward(self) -> float:
@@ -114,8 +121,18 @@ def run_episode(spec: GameSpec, game: Game, seed: int, policy: Policy, rng: rand
         phase = "get_messages"
         episode.final_messages = game.get_messages()
     except Exception as err:  # noqa: BLE001 -- reported as a failure, see docstring
-        episode.error = f"seed {seed}, {phase}: {_describe(err)}"
+        episode.error, episode.error_phase = f"seed {seed}, {phase}: {_describe(err)}", phase
     return episode
+
+
+def run_fresh_episode(spec: GameSpec, seed: int, policy: Policy, rng: random.Random) -> Episode:
+    """`run_episode` on a new instance from `spec.make_env()`; a make_env that raises is recorded as the
+    episode's error (phase "make_env"), like any other exception of the game (see run_episode)."""
+    try:
+        game = spec.make_env()
+    except Exception as err:  # noqa: BLE001 -- game code may raise anything; reported, see run_episode
+        return Episode(seed=seed, error=f"seed {seed}, make_env: {_describe(err)}", error_phase="make_env")
+    return run_episode(spec, game, seed, policy, rng)
 
 
 def oracle_policy(turn: int, game: Game, rng: random.Random) -> str:
@@ -288,7 +305,7 @@ def _audit(episode: Episode, label: str, rewards: Problems, protocol: Problems) 
             protocol.add(f"{where}: {problem}")
         elif reward_problem(episode.summary["reward"]):
             rewards.add(f"{where} summary reward {reward_problem(episode.summary['reward'])}")
-    if episode.error is None or not episode.error.startswith(f"seed {episode.seed}, reset"):
+    if not episode.never_started:  # a game that never reset has no initial messages to judge
         problem = initial_problem(episode.initial, episode.system_prompt)
         if problem:
             protocol.add(f"{where}: {problem}")
@@ -397,7 +414,10 @@ def load_target_schemas(target: str) -> tuple[list[Any] | None, str]:
         target_spec = get_game(target)
     except KeyError as err:
         return None, str(err.args[0])
-    return target_spec.make_env().get_tool_schemas(), f"game {target!r}"
+    try:
+        return target_spec.make_env().get_tool_schemas(), f"game {target!r}"
+    except Exception as err:  # noqa: BLE001 -- game code may raise anything; the caller reports a failure
+        raise InputError(f"target game {target!r} cannot be built: {_describe(err)}") from None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -423,7 +443,7 @@ class _Run:
 
     def play(self, seed: int, policy: Policy, rng: random.Random, label: str, errors: Problems) -> Episode:
         """One episode on a fresh instance, audited for reward and protocol problems."""
-        episode = run_episode(self.spec, self.spec.make_env(), seed, policy, rng)
+        episode = run_fresh_episode(self.spec, seed, policy, rng)
         _audit(episode, label, self.rewards, self.protocol)
         if episode.error:
             errors.add(f"{label}: {episode.error}")
@@ -464,34 +484,56 @@ def _baselines_check(run: _Run, max_baseline: float) -> tuple[dict[str, Any], li
 
 
 def _determinism_check(run: _Run, recorded: dict[str, list[Episode]]) -> dict[str, Any]:
-    """Recorded action texts replayed on fresh instances reproduce everything; seeds change the instance."""
+    """Recorded action texts replayed on fresh instances reproduce everything; seeds change the instance.
+
+    A seed whose reset raised (in the first recorded run) is still replayed (a reset that raises only
+    sometimes is a mismatch), but it never counts as reproducing, and the distinct-instance share is taken
+    over the seeds that did reset. When no seed could be reset at all, the check fails: determinism was
+    never shown.
+    """
     t0, mismatches, mismatched_seeds = time.perf_counter(), Problems(), set()
+    reference = next(iter(recorded.values()))
+    started = [e for e in reference if not e.never_started]
+    unstarted = [e for e in reference if e.never_started]
     for index, seed in enumerate(run.bar("determinism")):
         before = mismatches.count
         for label, episodes in recorded.items():
             original = episodes[index]
-            replay = run_episode(run.spec, run.spec.make_env(), seed, replay_policy(original.texts), random.Random(0))
+            replay = run_fresh_episode(run.spec, seed, replay_policy(original.texts), random.Random(0))
             if canonical(replay.initial) != canonical(original.initial):
                 mismatches.add(f"seed {seed}: initial messages differ between two resets")
             elif replay.outcome() != original.outcome():
                 mismatches.add(f"seed {seed}: replaying the {label} actions gives a different outcome")
         # The same instance reset again must start over exactly (no state leaking across episodes).
-        reused = run.spec.make_env()
-        first = run_episode(run.spec, reused, seed, do_nothing_policy, random.Random(0))
-        again = run_episode(run.spec, reused, seed, do_nothing_policy, random.Random(0))
-        if first.outcome() != again.outcome():
-            mismatches.add(f"seed {seed}: a reused instance reset to the same seed plays differently")
+        try:
+            reused = run.spec.make_env()
+        except Exception as err:  # noqa: BLE001 -- game code may raise anything; reported as a mismatch
+            mismatches.add(f"seed {seed}: make_env raised {_describe(err)}")
+        else:
+            first = run_episode(run.spec, reused, seed, do_nothing_policy, random.Random(0))
+            again = run_episode(run.spec, reused, seed, do_nothing_policy, random.Random(0))
+            if first.outcome() != again.outcome():
+                mismatches.add(f"seed {seed}: a reused instance reset to the same seed plays differently")
         if mismatches.count > before:
             mismatched_seeds.add(seed)
     n = len(run.seeds)
-    distinct = len({canonical(e.initial) for e in next(iter(recorded.values()))}) / n
-    detail = f"{n - len(mismatched_seeds)}/{n} seeds reproduce; distinct initial messages {distinct:.1%}"
+    if not started:
+        detail = f"no seed could be reset ({n} tried), nothing to compare: {unstarted[0].error}"
+        detail += f"; {mismatches.text()}" if mismatches.count else ""
+        return _check(FAIL, detail, time.perf_counter() - t0, mismatches=mismatches.count, unreset_seeds=n,
+                      distinct_initial_share=0.0)
+    distinct = len({canonical(e.initial) for e in started}) / len(started)
+    reproduced = sum(1 for e in started if e.seed not in mismatched_seeds)
+    detail = f"{reproduced}/{n} seeds reproduce; distinct initial messages {distinct:.1%}"
+    if unstarted:
+        detail += f"; {len(unstarted)} seeds could not be reset (e.g. {unstarted[0].error})"
     status = PASS
     if mismatches.count:
         status, detail = FAIL, detail + f"; {mismatches.text()}"
-    if distinct < MIN_DISTINCT_SHARE and n > 1:
+    if distinct < MIN_DISTINCT_SHARE and len(started) > 1:
         status, detail = FAIL, detail + f"; under {MIN_DISTINCT_SHARE:.0%} of seeds give distinct instances"
-    return _check(status, detail, time.perf_counter() - t0, mismatches=mismatches.count, distinct_initial_share=distinct)
+    return _check(status, detail, time.perf_counter() - t0, mismatches=mismatches.count,
+                  unreset_seeds=len(unstarted), distinct_initial_share=distinct)
 
 
 def _fuzz_check(run: _Run, n_actions: int, rng: random.Random) -> dict[str, Any]:
@@ -502,18 +544,21 @@ def _fuzz_check(run: _Run, n_actions: int, rng: random.Random) -> dict[str, Any]
     """
     t0, spec = time.perf_counter(), run.spec
     extract_errors, step_errors = Problems(), Problems()
-    game, functions = spec.make_env(), []
+    game: Game | None = None  # built inside the try below: a make_env that raises is counted, not raised
+    functions: list[dict[str, Any]] = []
     episode_index, turns, needs_reset = 0, 0, True
     for i in run.bar("fuzz", range(n_actions)):
         try:
+            if game is None:
+                game = spec.make_env()
             if needs_reset:
                 game.reset(run.seeds[episode_index % len(run.seeds)])
                 functions = _functions(game)
                 episode_index, turns, needs_reset = episode_index + 1, 0, False
             words, ints = _conversation_values(game)
         except Exception as err:  # noqa: BLE001 -- reported, see docstring
-            step_errors.add(f"action {i} (reset): {_describe(err)}")
-            game, needs_reset = spec.make_env(), True
+            step_errors.add(f"action {i} ({'make_env' if game is None else 'reset'}): {_describe(err)}")
+            game, needs_reset = None, True
             continue
         category, text = fuzz_text(rng, functions, words, ints)
         try:
@@ -538,7 +583,7 @@ def _fuzz_check(run: _Run, n_actions: int, rng: random.Random) -> dict[str, Any]
                     run.rewards.add(f"fuzz summary reward {reward_problem(summary['reward'])}")
         except Exception as err:  # noqa: BLE001 -- reported, see docstring
             step_errors.add(f"{category} (action kind {action.kind}): {_describe(err)}")
-            game, needs_reset = spec.make_env(), True  # the instance may be corrupt: start a fresh one
+            game, needs_reset = None, True  # the instance may be corrupt: start a fresh one
     detail = f"{n_actions} actions: extract_action raised {extract_errors.count}, step raised {step_errors.count}"
     examples = "; ".join(x for x in (extract_errors.text(), step_errors.text()) if x)
     return _check(FAIL if extract_errors.count or step_errors.count else PASS,
@@ -660,6 +705,23 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _buildable_game(name: str) -> GameSpec:
+    """The registered game `name`, once `make_env()` has built an instance; InputError otherwise (an unknown
+    game, a game file that fails to import, or a make_env that raises: nothing could be validated)."""
+    try:
+        spec = get_game(name)
+    except KeyError as err:
+        raise InputError(err.args[0]) from None
+    except ImportError as err:  # GameImportError, or a built-in game module that is missing
+        raise InputError(str(err)) from None
+    try:
+        spec.make_env()
+    except Exception as err:  # noqa: BLE001 -- game code may raise anything; it is the reason we report
+        raise InputError(f"game {name!r} cannot be built: make_env() raised {_describe(err)}; "
+                         "fix the game's make_env, then validate again") from None
+    return spec
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Validate a registered game (see module docstring).")
     parser.add_argument("name", help="registered game name (python game_registry.py --list)")
@@ -669,15 +731,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json-output", help="write the report here (JSON)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    if args.seeds < 1 or args.fuzz_actions < 0 or not 0.0 < args.max_baseline <= 1.0:
-        print("error: need --seeds >= 1, --fuzz-actions >= 0 and 0 < --max-baseline <= 1", file=sys.stderr)
-        return 2
-    try:
-        spec = get_game(args.name)
-    except KeyError as err:
-        print(f"error: {err.args[0]}", file=sys.stderr)
-        return 2
-    except ImportError as err:  # GameImportError, or a built-in game module that is missing
+    try:  # every flag, the output path and the game itself are checked before the first episode
+        if args.seeds < 1:
+            raise InputError(f"--seeds must be >= 1, got {args.seeds}")
+        if args.fuzz_actions < 0:
+            raise InputError(f"--fuzz-actions must be >= 0, got {args.fuzz_actions}")
+        check_number(args.max_baseline, "--max-baseline", 0.0, 1.0, low_open=True)
+        if args.json_output is not None:
+            check_output_path(args.json_output, "--json-output")
+        spec = _buildable_game(args.name)
+    except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     report = validate(spec, seeds=args.seeds, fuzz_actions=args.fuzz_actions, max_baseline=args.max_baseline,

@@ -258,6 +258,20 @@ class RenamedToolVault(VaultGame):
         return schemas
 
 
+class UnbuildableVault(VaultGame):
+    """Cannot even be built: the constructor (so make_env) raises."""
+
+    def __init__(self, config: VaultConfig | None = None) -> None:
+        raise RuntimeError("vault database file is missing")
+
+
+class UnresettableVault(VaultGame):
+    """Builds, but every reset raises."""
+
+    def reset(self, seed: int) -> list[dict[str, Any]]:
+        raise ValueError(f"seed {seed} has no vault")
+
+
 def register_temporarily(monkeypatch: Any, spec: GameSpec) -> None:
     """Make `spec` visible to get_game for one test (pytest's monkeypatch undoes it), without importing the
     real game files (which other work may be changing)."""

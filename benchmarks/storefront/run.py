@@ -8,8 +8,9 @@
 
 Task i (0-based) gets the seed derived from (--seed, i); each task holds one to three requests drawn
 from the config's mix. Each task is played --trials times (trial 0..K-1, one simulation each; the
-customer words things differently per trial). Prints the pass rate (reward == 1) per request kind (a task
-counts under every kind it holds) and overall.
+customer words things differently per trial). Prints the pass rate (reward == 1) and τ²-bench's pass^k for
+k = 1..--trials per request kind (a task counts under every kind it holds) and overall; the results file's
+`info["pass_hat_k"]` holds the same pass^k figures: {"all" | kind: {"n_tasks": N, "1": pass^1, ..., "K": pass^K}}.
 """
 from __future__ import annotations
 
@@ -22,12 +23,12 @@ from typing import Any
 from tqdm import tqdm
 
 from benchmarks.agents import Agent, parse_agent_spec
-from benchmarks.results import make_simulation, pass_rates, write_results
+from benchmarks.results import make_simulation, pass_hat_k, pass_rates, write_results
 from benchmarks.storefront.env import StorefrontConfig, StorefrontGame
 from benchmarks.storefront.flaws import FlawedExpertAgent
 from benchmarks.storefront.user_sim import REQUEST_KINDS
 from game_registry import parse_hermes_action
-from pipeline._io import InputError
+from pipeline._io import InputError, check_number, check_output_path
 
 
 def task_seed(seed: int, index: int) -> int:
@@ -77,12 +78,6 @@ def run_benchmark(agent: Agent, n_tasks: int, seed: int, trials: int = 1, config
     return simulations, list(tasks.values())
 
 
-def kind_pass_rates(simulations: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Pass rates per request kind; an episode counts in the group of every kind its task holds."""
-    expanded = [{**sim, "_kind": kind} for sim in simulations for kind in dict.fromkeys(sim["request_kinds"])]
-    return pass_rates(expanded, group=lambda s: s["_kind"])
-
-
 def _parse_kinds(text: str | None) -> tuple[str, ...] | None:
     if not text:
         return None
@@ -92,6 +87,32 @@ def _parse_kinds(text: str | None) -> tuple[str, ...] | None:
         raise InputError(f"--kinds: unknown request kind {', '.join(unknown) or '(none given)'}; "
                          f"choose from {', '.join(REQUEST_KINDS)}")
     return kinds
+
+
+def request_kinds(sim: dict[str, Any]) -> list[str]:
+    """The request kinds of a simulation's task (each once)."""
+    return list(dict.fromkeys(sim["request_kinds"]))
+
+
+def pass_hat_k_by_kind(simulations: list[dict[str, Any]], k_max: int) -> dict[str, dict[str, Any]]:
+    """pass^k for k = 1..k_max overall ("all") and per request kind (see benchmarks.results.pass_hat_k)."""
+    return {**pass_hat_k(simulations, k_max), **pass_hat_k(simulations, k_max, groups=request_kinds)}
+
+
+def format_table(simulations: list[dict[str, Any]], hat: dict[str, dict[str, Any]], k_max: int) -> str:
+    """One row per request kind, then "all": passed episodes, episodes, pass rate and a pass^k column per k
+    ("-" where no task of the row has k scored trials)."""
+    kinds = sorted({kind for sim in simulations for kind in request_kinds(sim)})
+    width = max([14, *map(len, kinds)])
+    ks = range(1, k_max + 1)
+    header = f"{'kind':{width}s} {'passed':>8s} {'n':>5s} {'pass rate':>10s}"
+    lines = [header + "".join(f" {f'pass^{k}':>7s}" for k in ks)]
+    for label, sims in [*((kind, [s for s in simulations if kind in request_kinds(s)]) for kind in kinds),
+                        ("all", simulations)]:
+        row, hats = pass_rates(sims)["all"], hat[label]["pass_hat_k"]
+        lines.append(f"{label:{width}s} {row['passed']:8d} {row['n']:5d} {row['pass_rate']:10.3f}"
+                     + "".join(f" {hats[k]:7.3f}" if k in hats else f" {'-':>7s}" for k in ks))
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,13 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="vllm: served model name (default: the server's first model)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    try:
+    try:  # every flag and the output path before the agent is built (an hf model load takes a while)
         if args.tasks < 1:
             raise InputError(f"--tasks must be >= 1, got {args.tasks}")
         if args.trials < 1:
             raise InputError(f"--trials must be >= 1, got {args.trials}")
-        if args.temperature < 0:
-            raise InputError(f"--temperature must be >= 0, got {args.temperature}")
+        if args.max_new_tokens < 1:
+            raise InputError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+        check_number(args.temperature, "--temperature", 0.0)
+        check_output_path(args.out, "--out")
         kinds = _parse_kinds(args.kinds)
         try:
             if args.agent.startswith("flawed:"):  # a planted-failure expert (benchmarks/storefront/flaws.py)
@@ -144,13 +167,11 @@ def main(argv: list[str] | None = None) -> int:
         "environment_info": {"domain_name": "storefront", "policy": StorefrontGame(config).policy,
                              "tool_defs": StorefrontGame.toolkit_class.schemas()},
     }
+    hat = pass_hat_k_by_kind(simulations, args.trials)
+    info["pass_hat_k"] = {label: {"n_tasks": group["n_tasks"], **{str(k): v for k, v in group["pass_hat_k"].items()}}
+                          for label, group in hat.items()}
     write_results(args.out, simulations, tasks, info)
-    rates = kind_pass_rates(simulations)
-    overall = pass_rates(simulations)["all"]
-    print(f"{'request kind':22s} {'passed':>8s} {'n':>5s} {'pass rate':>10s}")
-    for kind, row in rates.items():
-        print(f"{kind:22s} {row['passed']:8d} {row['n']:5d} {row['pass_rate']:10.3f}")
-    print(f"{'all':22s} {overall['passed']:8d} {overall['n']:5d} {overall['pass_rate']:10.3f}")
+    print(format_table(simulations, hat, args.trials))
     print(f"wrote {args.out}")
     return 0
 
