@@ -451,7 +451,7 @@ class ProbeResult:
     description: str
     expected: float
     limit: float
-    skipped: str = ""  # why it did not run (a missing fact)
+    skipped: str = ""  # why it did not run: the missing fact, e.g. "write_tool_names() is None"
     applicable: int = 0
     successes: int = 0
     reward_sum: float = 0.0
@@ -503,9 +503,10 @@ def evaluate_probes(spec: GameSpec, seeds: Sequence[int], oracle_texts: dict[int
     for name, why in skipped.items():
         described = next(p.description for p in GENERIC_PROBES if p.name == name)
         expected = spec.probe_expectations.get(name, 0.0)
-        results.append(ProbeResult(name, "generic", described, expected, expected + tolerance,
-                                   skipped=f"skipped: the game does not say which tools it needs ({why})"))
-    runnable = [(p, "generic") for p in generic] + [(p, "game") for p in spec.probes]
+        results.append(ProbeResult(name, "generic", described, expected, expected + tolerance, skipped=why))
+    # A game probe named like a generic one is not run (suite_problems reports the clash).
+    runnable = [(p, "generic") for p in generic] + [(p, "game") for p in spec.probes
+                                                    if p.name not in GENERIC_PROBE_NAMES]
     by_name: dict[str, ProbeResult] = {}
     for probe, origin in runnable:
         by_name[probe.name] = ProbeResult(probe.name, origin, probe.description, probe.expected_success,
@@ -529,7 +530,7 @@ def evaluate_probes(spec: GameSpec, seeds: Sequence[int], oracle_texts: dict[int
             if episode_succeeded(episode):
                 result.successes += 1
                 result.success_seeds.append(seed)
-    order = {name: i for i, name in enumerate([*GENERIC_PROBE_NAMES, *(p.name for p in spec.probes)])}
+    order = {name: i for i, name in enumerate(dict.fromkeys([*GENERIC_PROBE_NAMES, *(p.name for p in spec.probes)]))}
     return sorted([*results, *by_name.values()], key=lambda r: order[r.name])
 
 
@@ -560,15 +561,16 @@ def summarize(results: list[ProbeResult], problems: list[str], warnings: list[st
                          f"(limit {r.limit:.2f}; e.g. seeds {r.success_seeds[:MAX_EXAMPLES]})")
     parts += problems
     if warned:
-        parts.append(f"not run: {', '.join(r.name for r in warned)} ({warned[0].skipped.split('(', 1)[-1].rstrip(')')}"
-                     f"{'' if len(warned) == 1 else ', ...'}); declare the tools' write/auth facts")
+        parts.append(f"not run: {', '.join(f'{r.name} ({r.skipped})' for r in warned)}; make write_tool_names() and "
+                     "auth_tool_names() return the tool names (ToolEnvGame: @tool(write=True) / @tool(auth=True))")
     parts += warnings
     not_applicable = [r.name for r in results if r.status == NA]
     if not_applicable:
         parts.append(f"n/a: {', '.join(not_applicable)}")
     status = FAIL if failed or problems else WARN if warned or warnings else PASS
-    head = f"{len(failed)} of {len(results)} probes beat their limit" if failed else (
-        f"no probe beats its limit ({len(results)} probes)")
+    ran = len(results) - len(warned)
+    head = f"{len(failed)} of {ran} probes run beat their limit" if failed else (
+        f"no probe beats its limit ({ran} of {len(results)} probes run)")
     return status, "; ".join([head, *parts])
 
 
@@ -583,7 +585,8 @@ def format_table(check: dict[str, Any]) -> list[str]:
     for name, row in rows.items():
         rate = "-" if row["success_rate"] is None else f"{row['success_rate']:.1%}"
         reward = "-" if row["mean_reward"] is None else f"{row['mean_reward']:.3f}"
-        note = f"  {row['skipped']}" if row["skipped"] else (f"  {row['errors']} raised" if row["errors"] else "")
+        note = f"  not run: {row['skipped']}" if row["skipped"] else (
+            f"  {row['errors']} raised" if row["errors"] else "")
         lines.append(f"      {name:26s} {row['applicable_seeds']:5d} {rate:>8s} {reward:>7s} {row['limit']:6.2f}  "
                      f"{row['status']}{note}")
     return lines
