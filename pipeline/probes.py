@@ -229,11 +229,15 @@ def observed_numbers(game: Game) -> list[float]:
         for leaf in _leaves(_decoded(content)):
             if isinstance(leaf, bool) or leaf is None:
                 continue
-            candidates = [leaf] if isinstance(leaf, (int, float)) else [float(x) for x in _NUMBER.findall(str(leaf))]
-            for number in candidates:
+            candidates = [leaf] if isinstance(leaf, (int, float)) else _NUMBER.findall(str(leaf))
+            for candidate in candidates:
+                try:
+                    number = float(candidate)
+                except OverflowError:  # an integer beyond float range: not an amount anyone states
+                    continue
                 if math.isfinite(number) and f"{number:.2f}" not in seen:
                     seen.add(f"{number:.2f}")
-                    numbers.append(float(number))
+                    numbers.append(number)
     return numbers
 
 

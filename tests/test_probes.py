@@ -461,6 +461,7 @@ def test_numbers_reply_lists_numbers_sums_and_differences():
     many = FakeGame([json.dumps(list(range(1000)))])
     assert len(P.numbers_reply(many).split(", ")) == P.MAX_LISTED
     assert P.numbers_reply(FakeGame([])) == P.NOTHING_SEEN
+    assert P.numbers_reply(FakeGame([json.dumps([10 ** 400, 7, "9" * 400])])) == "It is one of: 7.00."
 
 
 def test_enum_reply_lists_schema_enums_and_short_strings_only():
