@@ -484,7 +484,7 @@ def _probes_check(run: _Run, oracle_episodes: list[Episode], tolerance: float) -
     problems += fact_problems
     warnings += fact_warnings
     oracle_texts = {e.seed: e.texts for e in oracle_episodes if e.error is None}
-    errors = Problems()  # also kept per probe by evaluate_probes
+    errors = Problems()  # run.play wants one; evaluate_probes keeps each probe's errors for the report
 
     def play(seed: int, policy: Policy, label: str, index: int) -> Episode:
         return run.play(seed, policy, _policy_rng(10 + index, seed), f"probe {label}", errors)
