@@ -1,9 +1,10 @@
-"""Self-test of one game: determinism, a winning oracle, losing baselines, bounded rewards, tool schemas
-shared with the target benchmark, and robustness to garbage actions.
+"""Self-test of one game: determinism, a winning oracle, losing baselines, reward-hacking probes that lose
+(pipeline/probes.py), bounded rewards, tool schemas shared with the target benchmark, and robustness to
+garbage actions.
 
 Usage:
     python -m pipeline.validate_game NAME [--seeds 200] [--fuzz-actions 1000] [--max-baseline 0.5]
-                                          [--json-output FILE]
+                                          [--probe-tolerance 0.1] [--no-probes] [--json-output FILE]
 
 Exit codes: 0 every check passed (warnings allowed), 1 some check failed (each failure listed),
 2 unknown game, a game whose make_env raises, a bad flag or an unwritable --json-output (all checked before
@@ -30,6 +31,7 @@ from tqdm import tqdm
 
 from game_registry import REPO_ROOT, Action, Game, GameSpec, get_game
 from pipeline._io import InputError, atomic_write_json, check_number, check_output_path, load_json
+from pipeline.probes import DEFAULT_TOLERANCE, evaluate_probes, format_table, suite_problems, summarize, tool_facts
 
 PASS, FAIL, WARN = "PASS", "FAIL", "WARN"
 ORACLE_MIN_SUCCESS = 0.99
@@ -483,6 +485,53 @@ def _baselines_check(run: _Run, max_baseline: float) -> tuple[dict[str, Any], li
     return check, randoms
 
 
+def _probes_check(run: _Run, oracle_episodes: list[Episode], tolerance: float) -> dict[str, Any]:
+    """Generic and game-specific reward-hacking probes (pipeline/probes.py) each succeed on at most their
+    expected share of the applicable seeds plus `tolerance`; a probe episode that raises is a failure.
+
+    Probes replay the oracle's texts of the same seed, so seeds where the oracle raised are left out (the
+    oracle check reports them).
+    """
+    t0, spec = time.perf_counter(), run.spec
+    problems, warnings = suite_problems(spec)
+    try:
+        fresh = spec.make_env()
+        fresh.reset(run.seeds[0])
+        facts, fact_problems, fact_warnings = tool_facts(spec, fresh)
+    except Exception as err:  # noqa: BLE001 -- the game raised: reported as a failure of this check
+        return _check(FAIL, f"a fresh game raised while asked for its tool facts: {_describe(err)}",
+                      time.perf_counter() - t0)
+    problems += fact_problems
+    warnings += fact_warnings
+    oracle_texts = {e.seed: e.texts for e in oracle_episodes if e.error is None}
+    errors = Problems()  # run.play wants one; evaluate_probes keeps each probe's errors for the report
+
+    def play(seed: int, policy: Policy, label: str, index: int) -> Episode:
+        return run.play(seed, policy, _policy_rng(10 + index, seed), f"probe {label}", errors)
+
+    results = evaluate_probes(spec, run.seeds, oracle_texts, facts, play, tolerance,
+                              seed_bar=lambda seeds: run.bar("probes", seeds))
+    status, detail = summarize(results, problems, warnings)
+    probed = [e for e in oracle_episodes if e.error is None]
+    if len(probed) < len(oracle_episodes):
+        detail += f"; {len(oracle_episodes) - len(probed)} seeds left out (the oracle raised there)"
+    n = max(len(probed), 1)
+    return _check(status, detail, time.perf_counter() - t0, tolerance=tolerance, probed_seeds=len(probed),
+                  oracle_success_rate=sum(1 for e in probed if e.reward >= 1.0) / n,
+                  oracle_mean_reward=sum(e.reward for e in probed) / n,
+                  probes={r.name: r.to_dict() for r in results})
+
+
+def probe_check(spec: GameSpec, seeds: int = 100, first_seed: int = 0, tolerance: float = DEFAULT_TOLERANCE,
+                progress: bool = False) -> dict[str, Any]:
+    """Only the probes check of `validate` (after recording the oracle's texts on each seed)."""
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    run = _Run(spec, list(range(first_seed, first_seed + seeds)), progress)
+    _, oracle_episodes = _oracle_check(run, ORACLE_MIN_SUCCESS)
+    return _probes_check(run, oracle_episodes, tolerance)
+
+
 def _determinism_check(run: _Run, recorded: dict[str, list[Episode]]) -> dict[str, Any]:
     """Recorded action texts replayed on fresh instances reproduce everything; seeds change the instance.
 
@@ -619,22 +668,31 @@ def validate(
     oracle_min_success: float = ORACLE_MIN_SUCCESS,
     first_seed: int = 0,
     progress: bool = False,
+    probes: bool = True,
+    probe_tolerance: float = DEFAULT_TOLERANCE,
 ) -> dict[str, Any]:
     """Run every check on `spec` over seeds first_seed .. first_seed+seeds-1; return the report dict.
 
     Report: {"game", "seeds", "first_seed", "fuzz_actions", "passed", "seconds",
     "checks": {name: {"status": PASS|FAIL|WARN, "detail", "seconds", <numbers>}}, "failures", "warnings"}.
-    Checks, in order: oracle, baselines, determinism, fuzz, rewards, protocol, tool_schemas.
+    Checks, in order: oracle, baselines, probes, determinism, fuzz, rewards, protocol, tool_schemas. The
+    probes check carries a row per probe under "probes" (see pipeline/probes.py); `probes=False` turns it
+    into a warning that says it was skipped.
     """
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     if fuzz_actions < 0:
         raise ValueError(f"fuzz_actions must be >= 0, got {fuzz_actions}")
+    if isinstance(probe_tolerance, bool) or not isinstance(probe_tolerance, (int, float)) or not (
+            0.0 <= probe_tolerance <= 1.0):
+        raise ValueError(f"probe_tolerance must be a number in [0, 1], got {probe_tolerance!r}")
     started = time.perf_counter()
     run = _Run(spec, list(range(first_seed, first_seed + seeds)), progress)
     checks: dict[str, dict[str, Any]] = {}
     checks["oracle"], oracle_episodes = _oracle_check(run, oracle_min_success)
     checks["baselines"], random_episodes = _baselines_check(run, max_baseline)
+    checks["probes"] = (_probes_check(run, oracle_episodes, probe_tolerance) if probes
+                        else _check(WARN, "skipped (probes=False / --no-probes): reward hacks were not looked for", 0.0))
     checks["determinism"] = _determinism_check(run, {"oracle": oracle_episodes, "random-tool": random_episodes})
     checks["fuzz"] = _fuzz_check(run, fuzz_actions, random.Random(first_seed * 31 + 5))
     checks["rewards"] = _check(  # gathered from every episode above
@@ -697,6 +755,8 @@ def format_report(report: dict[str, Any]) -> str:
     lines = [f"validate_game {report['game']}  ({report['seeds']} seeds, {report['fuzz_actions']} fuzz actions)"]
     for name, check in report["checks"].items():
         lines.append(f"{check['status']:4s}  {name:12s} {check['seconds']:7.2f}s  {check['detail']}")
+        if name == "probes":
+            lines += format_table(check)
     verdict = "PASS" if report["passed"] else "FAIL"
     lines.append(
         f"RESULT: {verdict} ({len(report['failures'])} failed, {len(report['warnings'])} warnings) "
@@ -728,6 +788,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=200, help="seeds 0..N-1 to play (default 200)")
     parser.add_argument("--fuzz-actions", type=int, default=1000, help="random/malformed actions (default 1000)")
     parser.add_argument("--max-baseline", type=float, default=0.5, help="fail when a baseline's mean reward >= this")
+    parser.add_argument("--probe-tolerance", type=float, default=DEFAULT_TOLERANCE,
+                        help="a probe fails when its success rate > its expected share + this (default 0.1)")
+    parser.add_argument("--no-probes", action="store_true", help="skip the reward-hacking probes (reported as WARN)")
     parser.add_argument("--json-output", help="write the report here (JSON)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
@@ -737,6 +800,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.fuzz_actions < 0:
             raise InputError(f"--fuzz-actions must be >= 0, got {args.fuzz_actions}")
         check_number(args.max_baseline, "--max-baseline", 0.0, 1.0, low_open=True)
+        check_number(args.probe_tolerance, "--probe-tolerance", 0.0, 1.0)
         if args.json_output is not None:
             check_output_path(args.json_output, "--json-output")
         spec = _buildable_game(args.name)
@@ -744,7 +808,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     report = validate(spec, seeds=args.seeds, fuzz_actions=args.fuzz_actions, max_baseline=args.max_baseline,
-                      progress=not args.no_progress)
+                      progress=not args.no_progress, probes=not args.no_probes, probe_tolerance=args.probe_tolerance)
     print(format_report(report))
     if args.json_output:
         atomic_write_json(args.json_output, report)

@@ -34,7 +34,8 @@ def test_good_game_passes(target_file):
     assert failed(report) == set(), report["failures"]
     assert report["passed"] and report["failures"] == [] and report["warnings"] == []
     checks = report["checks"]
-    assert set(checks) == {"oracle", "baselines", "determinism", "fuzz", "rewards", "protocol", "tool_schemas"}
+    assert set(checks) == {"oracle", "baselines", "probes", "determinism", "fuzz", "rewards", "protocol",
+                           "tool_schemas"}
     assert checks["oracle"]["success_rate"] == 1.0
     assert checks["baselines"]["do_nothing_mean_reward"] == 0.0
     assert checks["baselines"]["random_tool_mean_reward"] < 0.5
@@ -48,8 +49,8 @@ def test_good_game_passes(target_file):
         (toy.SeedBlindVault, {"determinism"}),
         (toy.OutOfBoundsVault, {"rewards"}),
         (toy.WrongOracleVault, {"oracle"}),
-        (toy.GenerousVault, {"baselines"}),
-        (toy.AnyTotalVault, {"baselines"}),
+        (toy.GenerousVault, {"baselines", "probes"}),  # do_nothing wins too
+        (toy.AnyTotalVault, {"baselines", "probes"}),  # the right total without lookups wins too
         (toy.RenamedToolVault, {"tool_schemas"}),
         (toy.BadSummaryVault, {"protocol"}),
     ],

@@ -1,8 +1,10 @@
 """Small toy games for the validation, calibration and recalibration tests.
 
 `VaultGame` follows the game protocol: the user asks for the total value of `n_keys` items; the agent
-looks each item up with `lookup_item` and answers with `submit_total`. The broken subclasses each break
-one rule that `pipeline.validate_game` checks. Specs are built with `make_spec` and never registered, so
+looks each item up with `lookup_item` and answers with `submit_total`, which counts only once every asked
+item was looked up in an earlier turn (the prompt's "never guess a value"; it also keeps the reward-hacking
+probes of `pipeline.probes` from winning by replaying the answer). The broken subclasses each break one rule
+that `pipeline.validate_game` checks. Specs are built with `make_spec` and never registered, so
 the global registry stays as the real games left it.
 """
 from __future__ import annotations
@@ -99,6 +101,7 @@ class VaultGame(Game):
         self.items = {f"IT-{i:03d}": rng.randint(1, self.config.max_value) for i in ids}
         self.asked = rng.sample(sorted(self.items), self.config.n_keys)
         self.looked_up: list[str] = []
+        self._known: set[str] = set()  # items looked up before the current turn
         self._done, self._reward, self._steps, self._next_call = False, 0.0, 0, 0
         self._messages = [
             {"role": "system", "content": self.get_system_prompt()},
@@ -114,6 +117,12 @@ class VaultGame(Game):
 
     def get_messages(self) -> list[dict[str, Any]]:
         return [dict(m) for m in self._messages]
+
+    def write_tool_names(self) -> frozenset[str]:
+        return frozenset({"submit_total"})
+
+    def auth_tool_names(self) -> frozenset[str]:
+        return frozenset()
 
     @property
     def done(self) -> bool:
@@ -136,7 +145,7 @@ class VaultGame(Game):
             total = arguments.get("total")
             if not isinstance(total, int) or isinstance(total, bool):
                 return "error: total must be an integer"
-            correct = total == sum(self.items[i] for i in self.asked)
+            correct = total == sum(self.items[i] for i in self.asked) and set(self.asked) <= self._known
             self._reward = 1.0 if correct else 0.0
             self._done = True
             return "Submitted."
@@ -146,6 +155,7 @@ class VaultGame(Game):
         if self._done:
             return StepResult([], self._reward, True, {"error": "episode is over"})
         self._steps += 1
+        self._known = set(self.looked_up)
         observation: list[dict[str, Any]]
         if action.kind == "tool_call":
             for call in action.tool_calls:
