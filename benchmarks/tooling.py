@@ -480,6 +480,21 @@ class ToolEnvGame(Game):
     def respond_to_user(self, text: str) -> tuple[str | None, bool]:
         """The simulated user's answer to an assistant reply: (message or None, episode over?)."""
 
+    def call_position(self, name: str, **match: Any) -> int | None:
+        """Index in the message log of the first successful call of `name` whose arguments include `match`
+        (None when there is none): replies after it can report on it."""
+        ids = {r.call_id for r in self.state.tool_calls
+               if r.ok and r.name == name and all(r.arguments.get(k) == v for k, v in match.items())}
+        if not ids:
+            return None
+        return next(index for index, message in enumerate(self.state.messages)
+                    if any(call.get("id") in ids for call in message.get("tool_calls") or ()))
+
+    def reply_positions(self) -> list[tuple[int, str]]:
+        """(index in the message log, text) of every plain reply the agent sent the user."""
+        return [(index, m["content"]) for index, m in enumerate(self.state.messages)
+                if m["role"] == "assistant" and not m.get("tool_calls") and m.get("content")]
+
     def _cap(self, text: str) -> str:
         """A tool output cut to `max_observation_chars` (with a marker saying how much was dropped)."""
         if len(text) <= self.max_observation_chars:

@@ -333,7 +333,7 @@ class StorefrontCapabilityGame(ToolEnvGame):
         self.customer: UserSimulator | None = None
         self.start_db: StoreDB | None = None  # the database as generated (with `keeps_start_db`)
         self.expected_db: StoreDB | None = None  # the starting database after the oracle's writes
-        self.replies: list[str] = []  # every plain reply the agent sent the customer
+        self.replies: list[str] = []  # every plain reply the agent sent the customer (texts, in order)
 
     # ---- for subclasses -------------------------------------------------------------------------
     @abstractmethod
@@ -390,9 +390,18 @@ class StorefrontCapabilityGame(ToolEnvGame):
                            known_order_ids=set(self.db.orders))
 
     def told(self) -> Replies:
-        """The replies judged by the target's rules (see the module docstring): ask it what was told."""
+        """The replies judged by the target's rules (see the module docstring): ask it what was told, after
+        which call (`written(request)`, `call_position(...)`)."""
         tool_outputs = [m["content"] for m in self.state.messages if m["role"] == "tool"]
-        return Replies(self.replies, tool_outputs, self.legit_values())
+        return Replies(self.reply_positions(), tool_outputs, self.legit_values())
+
+    def written(self, request: PlannedRequest) -> int | None:
+        """Message index of the request's planned write when it succeeded on its target (None if not)."""
+        write = next((c for c in request.calls if StorefrontTools.is_write(c.name)), None)
+        if write is None:
+            return None
+        target = {k: write.arguments[k] for k in ("order_id", "user_id") if k in write.arguments}
+        return self.call_position(write.name, **target)
 
     @property
     def current_request(self) -> PlannedRequest | None:

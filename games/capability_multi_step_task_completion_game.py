@@ -13,8 +13,8 @@ order requests).
 Reward (in [0, 1]; success = 1.0), split evenly over the n requests:
   0.6 / n  per request whose target is in the expected state (its order equals the expected order;
            for the default address, the customer's address equals the expected one);
-  0.4 / n  per request done AND reported in an honest reply (no pasted tool output, no value outside the
-           instance's): order id (cancel, order address change), refund amount (return), the words
+  0.4 / n  per request done AND reported after its write in an honest reply (no pasted tool output, no
+           value outside the instance's): order id (cancel, order address change), refund amount (return), the words
            "default address" (default-address change);
   x 0      when anything not asked for changed (another order, another user, the products, or the
            customer's address when no default-address change was asked), or when the policy's procedure
@@ -156,11 +156,13 @@ class MultiStepTaskCompletionGame(StorefrontCapabilityGame):
         return self.db.orders[order_id] == self.expected_db.orders[order_id]
 
     def _request_told(self, request: PlannedRequest, replies: Replies) -> bool:
+        """Reported after its write (the confirmation question before it names the order but reports nothing)."""
+        after = self.written(request)
         if request.kind == "modify_user_address":
-            return replies.tells_phrase(phrase_pattern("default address"))
+            return replies.tells_phrase(phrase_pattern("default address"), after=after)
         if request.kind == "return":
-            return replies.tells_amount(request.info["amount"])
-        return replies.tells_order_id(request.info["order_id"])
+            return replies.tells_amount(request.info["amount"], after=after)
+        return replies.tells_order_id(request.info["order_id"], after=after)
 
     def _nothing_else_changed(self) -> bool:
         requests = self.instance.requests

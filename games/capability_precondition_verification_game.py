@@ -15,8 +15,8 @@ Reward (in [0, 1]; success = 1.0):
        authentication, no write on an order not looked up, no id that was never shown);
   0.4  communication, only on top of the action part, in an honest reply (no pasted tool output, no
        other status, amount or order id than the instance's):
-       allowed:     the order id (cancel, address change) or the refund amount (return);
-       not allowed: the order was looked up and a reply asserts its actual status.
+       allowed:     after the write, the order id (cancel, address change) or the refund amount (return);
+       not allowed: after the order's look-up, a reply asserts its actual status.
 A refusal without looking scores 0.6 on a forbidden instance and 0 on an allowed one; acting without
 looking scores 0 everywhere (the policy says look first).
 
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from benchmarks.storefront.db import add_order, generate_db
 from benchmarks.storefront.policy import POLICY
+from benchmarks.storefront.probes import NAME_EVERY_STATUS
 from game_registry import DifficultyKnob, GameSpec, register_game
 from games._storefront_game_kit import (
     TARGET_BENCHMARK,
@@ -155,12 +156,13 @@ class PreconditionVerificationGame(StorefrontCapabilityGame):
         info = request.info
         action_ok = self.db == self.expected_db and not self.policy_violations()
         replies = self.told()
-        if not info["allowed"]:
-            told = self.looked_up_order(info["order_id"]) and replies.tells_status(info["status"])
-        elif request.kind == "return":
-            told = replies.tells_amount(info["amount"])
+        if not info["allowed"]:  # report what the look-up showed
+            told = replies.tells_status(info["status"], after=self.call_position("get_order_details",
+                                                                                 order_id=info["order_id"]))
+        elif request.kind == "return":  # report what the write did
+            told = replies.tells_amount(info["amount"], after=self.written(request))
         else:
-            told = replies.tells_order_id(info["order_id"])
+            told = replies.tells_order_id(info["order_id"], after=self.written(request))
         return {"action": ACTION_WEIGHT if action_ok else 0.0,
                 "communication": COMMUNICATION_WEIGHT if action_ok and told else 0.0}
 
@@ -182,4 +184,5 @@ register_game(GameSpec(
     config_cls=PreconditionVerificationConfig,
     target=TARGET_BENCHMARK,
     difficulty_knobs=(DifficultyKnob("eligibility_claim_rate", "increase", (0.0, 0.25, 0.5, 0.75, 1.0)),),
+    probes=(NAME_EVERY_STATUS,),
 ))

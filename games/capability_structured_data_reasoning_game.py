@@ -21,8 +21,8 @@ Reward (in [0, 1]; success = 1.0):
        payment method; any other write also breaks it) and the policy's procedure holds (no call before
        authentication, no write on an order not looked up, no id that was never shown: the item, variant
        and payment-method ids must be read, not guessed);
-  0.4  communication, only on top of the action part: an honest reply (no pasted tool output, no other
-       amount) states the refund amount (return) or the price difference (exchange; the sign is not
+  0.4  communication, only on top of the action part: an honest reply after the write (no pasted tool
+       output, no other amount) states the refund amount (return) or the price difference (exchange; the sign is not
        checked). Tools return the updated record, never the amount: it has to be added up.
 
 Difficulty (declared knobs, harder as they rise): `n_distractor_items` (look-alike items in the order)
@@ -174,7 +174,7 @@ class StructuredDataReasoningGame(StorefrontCapabilityGame):
     def score(self) -> dict[str, float]:
         request = self.instance.requests[0]
         action_ok = self.db == self.expected_db and not self.policy_violations()
-        told = self.told().tells_amount(request.info["amount"])
+        told = self.told().tells_amount(request.info["amount"], after=self.written(request))
         return {"action": ACTION_WEIGHT if action_ok else 0.0,
                 "communication": COMMUNICATION_WEIGHT if action_ok and told else 0.0}
 

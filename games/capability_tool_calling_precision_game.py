@@ -24,7 +24,7 @@ Reward (in [0, 1]; success = 1.0), mostly on exactness:
        any other write breaks it) and the policy's procedure holds (no call before authentication, no
        write on an order not looked up, no id that was never shown);
   0.2  identification: a user look-up returned the customer's id (first/last name split, zip a string);
-  0.3  confirmation, only with the write part: an honest reply gives the order id (cancel, order address),
+  0.3  confirmation, only with the write part: an honest reply after the write gives the order id (cancel, order address),
        the refund amount (return) or the words "default address" (default-address change);
  -0.1  per tool call that failed (wrong id format, wrong type, not found, a second call in one turn):
        first-time exactness is the skill.
@@ -181,13 +181,13 @@ class ToolCallingPrecisionGame(StorefrontCapabilityGame):
     def score(self) -> dict[str, float]:
         request = self.instance.requests[0]
         write_ok = self.db == self.expected_db and not self.policy_violations()
-        replies = self.told()
+        replies, after = self.told(), self.written(request)
         if request.kind == "modify_user_address":
-            told = replies.tells_phrase(phrase_pattern("default address"))
+            told = replies.tells_phrase(phrase_pattern("default address"), after=after)
         elif request.kind == "return":
-            told = replies.tells_amount(request.info["amount"])
+            told = replies.tells_amount(request.info["amount"], after=after)
         else:
-            told = replies.tells_order_id(request.info["order_id"])
+            told = replies.tells_order_id(request.info["order_id"], after=after)
         return {"write": WRITE_WEIGHT if write_ok else 0.0,
                 "identify": IDENTIFY_WEIGHT if self.authenticated() else 0.0,
                 "confirm": CONFIRM_WEIGHT if write_ok and told else 0.0,

@@ -329,13 +329,19 @@ def _all_calls_in_one_turn(turns: list[OracleTurn], texts: list[str], facts: Too
 
 
 def _live_replies(reply: Callable[[Game], str]) -> Callable[[list[OracleTurn], list[str], ToolFacts], Policy | None]:
-    """A builder: the oracle's texts with each reply after its first tool call written live by `reply`."""
+    """A builder: the oracle's texts with each statement (a reply without '?') after its first tool call
+    written live by `reply`. Questions are kept: replacing a confirmation question would end the conversation
+    before the write, and the probe would then test nothing about what the agent *tells*."""
 
     def build(turns: list[OracleTurn], texts: list[str], facts: ToolFacts) -> Policy | None:
         first_call = _first_call_index(turns)
-        if first_call is None or not any(t.is_reply for t in turns[first_call:]):
+
+        def replaced(index: int, turn: OracleTurn) -> bool:
+            return turn.is_reply and index > first_call and "?" not in turn.text
+
+        if first_call is None or not any(replaced(i, t) for i, t in enumerate(turns)):
             return None  # nothing would be replaced: it is the oracle
-        entries = [reply if turn.is_reply and index > first_call else turn.text for index, turn in enumerate(turns)]
+        entries = [reply if replaced(index, turn) else turn.text for index, turn in enumerate(turns)]
         return _script(entries, texts)
 
     return build

@@ -160,13 +160,19 @@ class LegitValues:
 
 
 class Replies:
-    """The agent's replies to the customer, judged against the tool outputs it saw and the task's legit values."""
+    """The agent's replies to the customer, judged against the tool outputs it saw and the task's legit values.
 
-    def __init__(self, replies: list[str], tool_outputs: list[str], legit: LegitValues) -> None:
+    `replies` are (position, text) pairs, the position being the reply's index in the message log; each
+    `tells_*` takes `after`, the position of the call the reply must report on (the write of a change, the
+    look-up of a refused order): a question asked before the change ("I will cancel order #W1. Shall I
+    proceed?") names the order but reports nothing.
+    """
+
+    def __init__(self, replies: list[tuple[int, str]], tool_outputs: list[str], legit: LegitValues) -> None:
         self.legit = legit
-        candidates = [r for r in replies if not is_raw_dump(r, tool_outputs) and self._asserts_only_legit(r)]
+        candidates = [(i, r) for i, r in replies if not is_raw_dump(r, tool_outputs) and self._asserts_only_legit(r)]
         copied = _CopiedValues(copied_values(tool_outputs)) if candidates else None
-        self.honest = [r for r in candidates if copied.count(r) < MAX_COPIED_VALUES]
+        self.honest = [(i, r) for i, r in candidates if copied.count(r) < MAX_COPIED_VALUES]
 
     def _asserts_only_legit(self, reply: str) -> bool:
         legit = self.legit
@@ -174,14 +180,19 @@ class Replies:
                 and asserted_statuses(reply) <= legit.statuses
                 and order_ids_in(reply, legit.known_order_ids) <= legit.order_ids)
 
-    def tells_amount(self, amount: float) -> bool:
-        return any(any(_same_amount(a, abs(amount)) for a in amounts_in(r)) for r in self.honest)
+    def _after(self, after: int | None) -> list[str]:
+        if after is None:  # the call to report on never happened: nothing can report on it
+            return []
+        return [r for i, r in self.honest if i > after]
 
-    def tells_status(self, status: str) -> bool:
-        return any(status in asserted_statuses(r) for r in self.honest)
+    def tells_amount(self, amount: float, after: int | None = -1) -> bool:
+        return any(any(_same_amount(a, abs(amount)) for a in amounts_in(r)) for r in self._after(after))
 
-    def tells_order_id(self, order_id: str) -> bool:
-        return any(order_id in order_ids_in(r, (order_id,)) for r in self.honest)
+    def tells_status(self, status: str, after: int | None = -1) -> bool:
+        return any(status in asserted_statuses(r) for r in self._after(after))
 
-    def tells_phrase(self, pattern: re.Pattern[str]) -> bool:
-        return any(pattern.search(r) for r in self.honest)
+    def tells_order_id(self, order_id: str, after: int | None = -1) -> bool:
+        return any(order_id in order_ids_in(r, (order_id,)) for r in self._after(after))
+
+    def tells_phrase(self, pattern: re.Pattern[str], after: int | None = -1) -> bool:
+        return any(pattern.search(r) for r in self._after(after))

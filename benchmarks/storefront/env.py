@@ -6,9 +6,10 @@ facts stay the same. The episode's DB is a clone of the task's initial DB.
 
 Reward (τ²-bench's DB + COMMUNICATE basis, plus the policy's procedure) is 1 when all three hold, else 0:
   - DB: the gold writes replayed on a fresh copy of the initial DB equal the agent's DB;
-  - COMMUNICATE: per request, the status of a refused request (told after a successful look-up of its
-    order) and the amount of a return / exchange are told by one honest reply that asserts no other
-    status or amount (benchmarks/storefront/communication.py);
+  - COMMUNICATE: per request, an honest reply (no pasted tool output, no status, amount or order id
+    outside the task's; benchmarks/storefront/communication.py) reports it: a refused request's status
+    after its order's look-up; after a change, the amount of a return / exchange, the order id of a cancel
+    or address change, "default address" for the default address;
   - POLICY: no write before authentication, on an order not looked up, with an id never seen, or (with
     `require_confirmation`) without the customer's yes right before it (benchmarks/storefront/compliance.py).
 `oracle_response()` is the expert: it follows each request's plan from the current state.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 
 from benchmarks.storefront.communication import LegitValues, Replies
@@ -134,20 +136,26 @@ class StorefrontGame(ToolEnvGame):
             order_ids=set(orders), known_order_ids=set(task.db.orders))
 
     def _communication(self) -> list[dict[str, Any]]:
-        if not any(s.tell_status or s.tell_amount is not None for s in self.task.sub_requests):
-            return []  # nothing to tell: skip judging the replies
-        messages = self.state.messages
-        replies = Replies([m["content"] for m in messages if m["role"] == "assistant" and not m.get("tool_calls")
-                           and m.get("content")],
-                          [m["content"] for m in messages if m["role"] == "tool"], self.legit_values())
-        done_ok = self.successful_calls()
+        replies = Replies(self.reply_positions(), [m["content"] for m in self.state.messages if m["role"] == "tool"],
+                          self.legit_values())
         checks = []
         for sub in self.task.sub_requests:
+            # A refusal reports what the look-up showed; a return or exchange reports what the write did.
             if sub.tell_status:
-                looked_up = ("get_order_details", _canonical({"order_id": sub.order_id})) in done_ok
-                checks.append({"info": sub.tell_status, "met": looked_up and replies.tells_status(sub.tell_status)})
+                looked_up = self.call_position("get_order_details", order_id=sub.order_id)
+                checks.append({"info": sub.tell_status, "met": replies.tells_status(sub.tell_status, after=looked_up)})
+            if not sub.allowed:
+                continue
+            target = {"order_id": sub.order_id} if sub.order_id else {"user_id": self.task.user_id}
+            written = self.call_position(sub.write.name, **target)
             if sub.tell_amount is not None:
-                checks.append({"info": f"{abs(sub.tell_amount):.2f}", "met": replies.tells_amount(sub.tell_amount)})
+                checks.append({"info": f"{abs(sub.tell_amount):.2f}",
+                               "met": replies.tells_amount(sub.tell_amount, after=written)})
+            if sub.tell_order_id:
+                checks.append({"info": sub.order_id, "met": replies.tells_order_id(sub.order_id, after=written)})
+            if sub.tell_phrase:
+                pattern = re.compile(r"\b" + r"\s+".join(map(re.escape, sub.tell_phrase.split())) + r"\b", re.I)
+                checks.append({"info": sub.tell_phrase, "met": replies.tells_phrase(pattern, after=written)})
         return checks
 
     def policy_violations(self) -> list[str]:

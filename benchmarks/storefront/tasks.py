@@ -2,7 +2,8 @@
 
 A task holds the initial database, the customer (who they are, what they know and say), one
 `SubRequest` per request with the expert's plan (look-ups, confirmation, write, closing statement) and
-the values the agent must tell, and a hidden record of the capabilities it exercises. Success is judged
+what the agent must tell (a refused order's status; after a change: the amount of a return or exchange,
+the order id of a cancel or address change, "default address" for the default address), and a hidden record of the capabilities it exercises. Success is judged
 on state, as in τ²-bench: the gold writes replayed on a fresh copy of the initial DB must give the
 agent's final DB, every value to tell must be told (benchmarks/storefront/communication.py), and no
 write may break the policy's procedure (benchmarks/storefront/compliance.py).
@@ -118,6 +119,8 @@ class SubRequest:
     requested_statement: str = ""  # the closing statement were it allowed
     tell_status: str = ""  # forbidden: the status to tell (after a look-up)
     tell_amount: float | None = None  # return: refund; exchange: price difference (sign ignored)
+    tell_order_id: bool = False  # an allowed cancel / address change: report it naming the order
+    tell_phrase: str = ""  # the default address: report it with these words
     needs: list[str] = field(default_factory=list)  # which of the drawn needs apply (for reports)
     capabilities: list[str] = field(default_factory=list)  # hidden ground truth
 
@@ -182,6 +185,10 @@ class Task:
                 out.append(sub.tell_status)
             if sub.tell_amount is not None:
                 out.append(format_amount(sub.tell_amount))
+            if sub.tell_order_id:
+                out.append(sub.order_id)
+            if sub.tell_phrase:
+                out.append(sub.tell_phrase)
         return out
 
     def opening(self, rng: random.Random, order: list[int] | None = None) -> str:
@@ -326,11 +333,13 @@ class _Builder:
         sub.steps = look_up + sub.requested
         sub.requested_statement = sub.statement
         sub.status = status
+        sub.tell_order_id = kind in ("cancel", "modify_order_address")
         if not allowed:
             sub.allowed = False
             sub.steps = look_up
             sub.tell_status = status
             sub.tell_amount = None
+            sub.tell_order_id = False
             sub.statement = f"Order {order.order_id} is {status}, so {CANNOT[kind]}."
         sub.needs = needs
         return sub
@@ -427,7 +436,8 @@ class _Builder:
                  Step("modify_user_address", {"user_id": self.user.user_id, **address_arguments(address)})]
         return SubRequest(kind="modify_user_address", clause=f"update my default address to {address.text()}.",
                           user=UserRequest(kind="modify_user_address", address=address), steps=steps,
-                          requested=steps[:], statement="Your default address is updated.", needs=needs)
+                          requested=steps[:], statement="Your default address is updated.", needs=needs,
+                          tell_phrase="default address")
 
 
 def _capabilities(sub: SubRequest, require_confirmation: bool) -> list[str]:
