@@ -1,40 +1,48 @@
-"""The storefront benchmark: DB, tools, tasks, user simulator, game, expert, flaws, results, agents, CLI."""
+"""The storefront benchmark: DB, tools, tasks and their hidden capability record, the communication and
+policy-procedure checks, the scripted customer, the game, the expert and the six flawed experts, results
+files, the CLI and the model-backed agents."""
 from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import time
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
 from benchmarks.agents import ExpertAgent, HFAgent, VLLMAgent, parse_agent_spec
 from benchmarks.results import load_results, make_simulation, pass_rates, write_results
 from benchmarks.storefront import run as run_cli
-from benchmarks.storefront.db import StoreDB, db_hash, generate_db
-from benchmarks.storefront.env import StorefrontConfig, StorefrontGame, mentions
-from benchmarks.storefront.flaws import FLAW_FAMILY, FlawedExpertAgent, flawed_response
-from benchmarks.storefront.policy import POLICY
-from benchmarks.storefront.tasks import FAMILIES, family_for_seed, make_task
+from benchmarks.storefront.communication import (Replies, amounts_in, asserted_statuses, is_raw_dump,
+                                                 order_ids_in, reply_tells_amount, reply_tells_status)
+from benchmarks.storefront.db import IdFormat, StoreDB, db_hash, generate_db
+from benchmarks.storefront.env import StorefrontConfig, StorefrontGame, tool_call_text
+from benchmarks.storefront.flaws import FLAWS, FlawedExpertAgent, flawed_response
+from benchmarks.storefront.policy import POLICY, policy_text
+from benchmarks.storefront.tasks import CAPABILITIES, PLAIN_REASONS, Task, make_task
 from benchmarks.storefront.tools import StorefrontTools
-from benchmarks.storefront.user_sim import STOP
+from benchmarks.storefront.user_sim import (NO_REPLY, REQUEST_KINDS, STOP, YES_REPLIES, Identity, UserRequest,
+                                            UserSimulator)
 from benchmarks.tooling import dump_compact
 from game_registry import get_game, parse_hermes_action
 from pipeline._io import InputError
 
-SEEDS_PER_FAMILY = 200
+Responder = Callable[[StorefrontGame], str]
+# What the written policy allows, per request kind (written out here, not imported, so that a change of
+# the generator's tables shows up as a failing test).
+ALLOWED_STATUS = {"cancel": "pending", "modify_order_address": "pending", "return": "delivered",
+                  "exchange": "delivered"}
+ALL_STATUSES = ("pending", "processed", "delivered", "cancelled", "return requested")
 
 
-def game_for(family: str) -> StorefrontGame:
-    return StorefrontGame(StorefrontConfig(families=(family,)))
-
-
-def play(game: StorefrontGame, seed: int, respond) -> dict[str, Any]:
+def play(game: StorefrontGame, seed: int, respond: Responder, trial: int = 0) -> dict[str, Any]:
     """Play one episode with `respond(game) -> text`; return the summary."""
-    game.reset(seed)
+    game.reset(seed, trial=trial)
     while not game.done:
         game.step(parse_hermes_action(respond(game)))
     return game.get_summary()
@@ -42,6 +50,22 @@ def play(game: StorefrontGame, seed: int, respond) -> dict[str, Any]:
 
 def expert(game: StorefrontGame) -> str:
     return game.oracle_response()
+
+
+def say(game: StorefrontGame, text: str) -> str:
+    """Send one assistant reply; return the customer's answer."""
+    (message,) = game.step(parse_hermes_action(text)).observation_messages
+    assert message["role"] == "user"
+    return message["content"]
+
+
+def forbidden(task: Task, sub) -> bool:
+    """Whether the order's status in the task's DB forbids the request (read from the DB, not the plan)."""
+    return sub.kind != "modify_user_address" and task.db.orders[sub.order_id].status != ALLOWED_STATUS[sub.kind]
+
+
+def order_subs(task: Task) -> list:
+    return [s for s in task.sub_requests if s.kind != "modify_user_address"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -57,19 +81,47 @@ def test_generate_db_is_deterministic_and_roundtrips():
     next(iter(clone.orders.values())).status = "changed"  # the clone is independent
     assert db_hash(clone) != db_hash(first)
     for order in first.orders.values():
-        assert order.order_id.startswith("#W") and len(order.order_id) == 9
+        assert re.fullmatch(r"#W\d{7}", order.order_id)
         assert order.user_id in first.users and order.order_id in first.users[order.user_id].orders
         assert round(order.payment_history[0].amount * 100) % 10  # amounts print the same in JSON and 2-dp
     for user in first.users.values():
-        assert all(p.id.split("_")[-1].isdigit() and len(p.id.split("_")[-1]) == 7 for p in user.payment_methods)
+        assert all(re.fullmatch(r"(credit_card|gift_card|paypal)_\d{7}", p.id) for p in user.payment_methods)
         assert isinstance(user.address.zip, str) and len(user.address.zip) == 5
     with pytest.raises(ValueError, match="n_products"):
         generate_db(random.Random(0), n_products=50)
 
 
+def test_short_ids_and_emails():
+    config = StorefrontConfig(order_id_digits=3, item_id_digits=3, product_id_digits=3, user_id_digits=3,
+                              payment_id_digits=3, short_emails=True)
+    for seed in range(30):
+        task = make_task(seed, config)
+        db = task.db
+        assert db.orders and all(re.fullmatch(r"#W\d{3}", oid) for oid in db.orders)
+        assert all(re.fullmatch(r"\d{3}", v.item_id) for p in db.products.values() for v in p.variants)
+        assert all(re.fullmatch(r"\d{3}", pid) for pid in db.products)
+        for user in db.users.values():
+            assert re.fullmatch(r"[a-z]+_[a-z]+_\d{3}", user.user_id)
+            assert re.fullmatch(r"[a-z]+\d@x\.io", user.email), user.email
+            assert all(re.fullmatch(r"[a-z_]+_\d{3}", p.id) for p in user.payment_methods)
+        assert len({u.email for u in db.users.values()}) == len(db.users)  # emails identify users
+    default = make_task(0)
+    assert all(re.fullmatch(r"#W\d{7}", oid) for oid in default.db.orders)
+    assert all(u.email.endswith("@example.com") for u in default.db.users.values())
+    with pytest.raises(ValueError, match="order_digits"):
+        IdFormat(order_digits=2)
+    with pytest.raises(ValueError, match="short_emails"):
+        IdFormat(short_emails="yes")
+
+
+# A task whose only request is an allowed return (its order is delivered and known by id).
+RETURN_ONLY = StorefrontConfig(request_counts=(1.0,), kind_weights={"return": 1.0}, forbidden_rate=0.0,
+                               unknown_order_id_rate=0.0)
+
+
 @pytest.fixture
-def shop() -> tuple[StorefrontTools, Any, Any]:
-    task = make_task(11, "nested_field")
+def shop() -> tuple[StorefrontTools, Task, Any]:
+    task = make_task(11, RETURN_ONLY)
     return StorefrontTools(task.db.clone()), task, task.user
 
 
@@ -94,15 +146,19 @@ def test_read_tools_return_compact_records(shop):
     ("find_user_id_by_name_zip", {"first_name": "No", "last_name": "Body", "zip": 2134}, "must be a JSON string"),
     ("get_user_details", {"user_id": "nobody_1"}, "user 'nobody_1' not found"),
     ("get_order_details", {"order_id": "W0000000"}, "order 'W0000000' not found"),
+    ("get_order_details", {"order_id": "ORDER", "extra": 1}, "unexpected argument"),
     ("get_product_details", {"product_id": "0"}, "product '0' not found"),
     ("cancel_pending_order", {"order_id": "#W0000000", "reason": "no longer needed"}, "not found"),
     ("cancel_pending_order", {"order_id": "ORDER", "reason": "changed my mind"}, "must be one of"),
+    ("cancel_pending_order", {"order_id": "ORDER"}, "missing required argument"),
     ("return_delivered_order_items", {"order_id": "ORDER", "item_ids": ["000000"], "payment_method_id": "PM"},
      "item '000000' is not in order"),
     ("return_delivered_order_items", {"order_id": "ORDER", "item_ids": [], "payment_method_id": "PM"},
      "item_ids is empty"),
     ("return_delivered_order_items", {"order_id": "ORDER", "item_ids": "ITEM", "payment_method_id": "PM"},
      "must be a JSON array"),
+    ("return_delivered_order_items", {"order_id": "ORDER", "item_ids": ["ITEM", "ITEM"], "payment_method_id": "PM"},
+     "appears only 1 time"),
     ("return_delivered_order_items", {"order_id": "ORDER", "item_ids": ["ITEM"], "payment_method_id": "paypal_1"},
      "payment method 'paypal_1' not found for user"),
     ("exchange_delivered_order_items", {"order_id": "ORDER", "item_ids": ["ITEM"], "new_item_ids": ["999999"],
@@ -111,12 +167,16 @@ def test_read_tools_return_compact_records(shop):
                                         "payment_method_id": "PM"}, "new_item_ids has 0 ids"),
     ("modify_user_address", {"user_id": "nobody", "address1": "a", "address2": "", "city": "c", "state": "s",
                              "country": "USA", "zip": "01234"}, "user 'nobody' not found"),
+    ("modify_user_address", {"user_id": "USER", "address1": "a", "address2": "", "city": "c", "state": "s",
+                             "country": "USA", "zip": 1234}, "must be a JSON string"),
+    ("transfer_to_human_agents", {}, "missing required argument"),
 ])
-def test_write_and_read_tools_refuse_bad_ids(shop, name, arguments, message):
+def test_tools_refuse_bad_arguments_and_change_nothing(shop, name, arguments, message):
     tools, task, user = shop
     sub = task.sub_requests[0]
     order = task.db.orders[sub.order_id]
-    values = {"ORDER": sub.order_id, "ITEM": order.items[0].item_id, "PM": user.payment_methods[0].id}
+    values = {"ORDER": sub.order_id, "ITEM": order.items[0].item_id, "PM": user.payment_methods[0].id,
+              "USER": user.user_id}
     arguments = json.loads(json.dumps(arguments))
     for key, value in arguments.items():
         if isinstance(value, str) and value in values:
@@ -129,218 +189,99 @@ def test_write_and_read_tools_refuse_bad_ids(shop, name, arguments, message):
     assert db_hash(tools.db) == before  # a refused call changes nothing
 
 
-def test_tools_do_not_enforce_the_policy():
+def test_tools_do_not_enforce_the_policy(shop):
     """Cancelling a delivered order works at the tool level: following the policy is the agent's job."""
-    task = make_task(11, "nested_field")
-    tools = StorefrontTools(task.db.clone())
+    tools, task, _ = shop
     order_id = task.sub_requests[0].order_id
     assert tools.db.orders[order_id].status == "delivered"
     receipt = json.loads(tools.call("cancel_pending_order", {"order_id": order_id, "reason": "ordered by mistake"}))
     assert receipt["status"] == "cancelled" and tools.db.orders[order_id].payment_history[-1].transaction_type == "refund"
 
 
+def first_task(config: StorefrontConfig, kind: str, seeds: range = range(200)) -> Task:
+    for seed in seeds:
+        task = make_task(seed, config)
+        if task.sub_requests[0].kind == kind:
+            return task
+    pytest.fail(f"no {kind} task in seeds {seeds}")
+
+
+def test_write_tools_return_the_updated_record_without_computed_answers():
+    """Writes answer with the order / user view after the change: no refund total, no price difference."""
+    computed = ("refund_amount", "price_difference", "exchange_price_difference", "total")
+    outputs = {}
+    for kind in ("cancel", "modify_order_address", "return", "exchange", "modify_user_address"):
+        config = StorefrontConfig(request_counts=(1.0,), kind_weights={kind: 1.0}, forbidden_rate=0.0)
+        task = first_task(config, kind)
+        (sub,) = task.sub_requests
+        tools = StorefrontTools(task.db.clone())
+        write = sub.write
+        output = json.loads(tools.call(write.name, write.arguments))
+        if kind == "modify_user_address":
+            assert output == json.loads(dump_compact(tools.db.users[task.user_id].view()))
+            assert output["address"] == sub.user.address.text()
+        else:
+            assert output == json.loads(dump_compact(tools.db.orders[sub.order_id].view()))
+            assert output["status"] != task.db.orders[sub.order_id].status or kind == "modify_order_address"
+        assert not set(computed) & set(output), (kind, sorted(output))
+        outputs[kind] = output
+    assert outputs["cancel"]["status"] == "cancelled"
+    assert outputs["return"]["status"] == "return requested"
+    assert outputs["exchange"]["status"] == "exchange requested"
+    tools = StorefrontTools(make_task(0).db.clone())
+    assert tools.call("transfer_to_human_agents", {"summary": "the user wants a person"}) == "Transfer successful"
+
+
 def test_exchange_checks_product_and_gift_card_balance():
-    for seed in range(200):
-        task = make_task(seed, "nested_field")
-        if task.sub_requests[0].kind == "exchange":
-            break
-    else:
-        pytest.fail("no exchange task in 200 nested_field seeds")
-    tools = StorefrontTools(task.db.clone())
-    order = tools.db.orders[task.sub_requests[0].order_id]
-    item = order.items[0]
-    other_product = next(p for p in tools.db.products.values() if p.product_id != item.product_id)
-    with pytest.raises(ValueError, match="not a variant of item"):
-        tools.call("exchange_delivered_order_items", {"order_id": order.order_id, "item_ids": [item.item_id],
-                                                      "new_item_ids": [other_product.variants[0].item_id],
-                                                      "payment_method_id": order.payment_history[0].payment_method_id})
-    user = tools.db.users[order.user_id]
-    gift = next((p for p in user.payment_methods if p.source == "gift_card"), None)
-    if gift is not None:
-        gift.balance = 0.0
+    config = StorefrontConfig(request_counts=(1.0,), kind_weights={"exchange": 1.0}, forbidden_rate=0.0)
+    checked_balance = False
+    for seed in range(100):
+        task = make_task(seed, config)
+        (sub,) = task.sub_requests
+        if sub.kind != "exchange":
+            continue
+        tools = StorefrontTools(task.db.clone())
+        order = tools.db.orders[sub.order_id]
+        item = order.items[0]
+        method = order.payment_history[0].payment_method_id
+        other_product = next(p for p in tools.db.products.values() if p.product_id != item.product_id)
+        with pytest.raises(ValueError, match="not a variant of item"):
+            tools.call("exchange_delivered_order_items", {"order_id": order.order_id, "item_ids": [item.item_id],
+                                                          "new_item_ids": [other_product.variants[0].item_id],
+                                                          "payment_method_id": method})
+        user = tools.db.users[order.user_id]
+        gift = next((p for p in user.payment_methods if p.source == "gift_card"), None)
         dearer = [v for v in tools.db.products[item.product_id].variants if v.price > item.price and v.available]
-        if dearer:
+        if gift is not None and dearer:
+            gift.balance = 0.0
+            before = db_hash(tools.db)
             with pytest.raises(ValueError, match="does not cover"):
                 tools.call("exchange_delivered_order_items", {"order_id": order.order_id, "item_ids": [item.item_id],
                                                               "new_item_ids": [dearer[0].item_id],
                                                               "payment_method_id": gift.id})
+            assert db_hash(tools.db) == before
+            checked_balance = True
+    assert checked_balance, "no exchange task in 100 seeds had a gift card and a dearer variant"
 
 
 # --------------------------------------------------------------------------------------------------
-# Tasks and determinism
-# --------------------------------------------------------------------------------------------------
-def test_tasks_are_deterministic_per_seed():
-    for seed in range(40):
-        a, b = make_task(seed), make_task(seed)
-        assert a.family == family_for_seed(seed)
-        assert db_hash(a.db) == db_hash(b.db) and a.opening == b.opening and a.gold_actions == b.gold_actions
-        c = make_task(seed, a.family)  # naming the seed's own family gives the same task
-        assert db_hash(c.db) == db_hash(a.db) and c.to_json() == a.to_json()
-    assert make_task(1, "compound").opening != make_task(2, "compound").opening
-    assert {family_for_seed(s) for s in range(100)} == set(FAMILIES)
-    with pytest.raises(ValueError, match="unknown storefront family"):
-        make_task(0, "nope")
-
-
-def test_same_seed_gives_same_conversation():
-    for seed in range(20):
-        game = StorefrontGame()
-        play(game, seed, expert)
-        first = game.get_messages()
-        play(game, seed, expert)
-        assert game.get_messages() == first
-        other = StorefrontGame()
-        play(other, seed, expert)
-        assert other.get_messages() == first
-
-
-def test_family_shapes():
-    for seed in range(60):
-        pre = make_task(seed, "precondition")
-        (sub,) = pre.sub_requests
-        assert sub.kind in ("cancel", "modify_order_address")
-        assert sub.allowed == (sub.status == "pending")
-        assert bool(sub.communicate) == (not sub.allowed)
-        writes = [a for a in pre.gold_actions if StorefrontTools.is_write(a["name"])]
-        assert len(writes) == (1 if sub.allowed else 0)
-        comp = make_task(seed, "compound")
-        assert 2 <= len(comp.sub_requests) <= 3 and all(s.allowed for s in comp.sub_requests)
-        ids = [s.order_id for s in comp.sub_requests if s.order_id]
-        assert len(ids) == len(set(ids))
-        nested = make_task(seed, "nested_field")
-        (sub,) = nested.sub_requests
-        assert sub.kind in ("return", "exchange") and len(sub.communicate) == 1
-        assert any(a["name"] == "get_order_details" for a in sub.gold)
-        fmt = make_task(seed, "arg_format")
-        (sub,) = fmt.sub_requests
-        if sub.order_id:
-            assert sub.order_ref == sub.order_id.removeprefix("#") and sub.order_ref in fmt.opening
-        if fmt.auth == "name_zip":
-            assert fmt.user.address.zip.startswith("0")
-
-
-def test_task_json_has_tau2_shape():
-    entry = make_task(3).to_json()
-    assert entry["id"] == make_task(3).task_id
-    assert entry["evaluation_criteria"]["reward_basis"] == ["DB", "COMMUNICATE"]
-    assert all({"name", "arguments", "action_id"} <= set(a) for a in entry["evaluation_criteria"]["actions"])
-    assert entry["user_scenario"]["instructions"]["reason_for_call"] == make_task(3).opening
-    json.dumps(entry)
-
-
-# --------------------------------------------------------------------------------------------------
-# The expert and the flaws
-# --------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("family", FAMILIES)
-def test_expert_solves_every_family(family):
-    game = game_for(family)
-    turns = []
-    for seed in range(SEEDS_PER_FAMILY):
-        summary = play(game, seed, expert)
-        assert summary["reward"] == 1.0, (family, seed, summary)
-        assert summary["termination_reason"] == "user_stop" and summary["tool_errors"] == 0
-        assert all(check["action_match"] for check in summary["action_checks"])
-        assert game.get_messages()[-1]["content"].endswith(STOP)
-        turns.append(summary["steps"])
-    assert max(turns) <= game.max_steps - 2  # headroom below the turn limit
-    assert 3 <= sum(turns) / len(turns) <= 9
-
-
-@pytest.mark.parametrize("flaw, family", sorted(FLAW_FAMILY.items()))
-def test_each_flaw_fails_its_family(flaw, family):
-    game = game_for(family)
-    rewards = []
-    for seed in range(SEEDS_PER_FAMILY):
-        summary = play(game, seed, lambda g: flawed_response(g, flaw))
-        rewards.append(summary["reward"])
-        task = game.task
-        sub = task.sub_requests[0]
-        if flaw == "skip_status_check":
-            assert summary["reward"] == (1.0 if sub.allowed else 0.0), seed  # exactly the non-pending ones fail
-        elif flaw == "forget_requests":
-            assert summary["reward"] == 0.0
-        elif flaw == "wrong_refund_method":
-            right = sub.gold[-1]["arguments"]["payment_method_id"]
-            wrong = task.user.payment_methods[0].id
-            assert summary["reward"] == (1.0 if right == wrong else 0.0), seed
-            assert summary["reward_breakdown"]["COMMUNICATE"] == 1.0  # the DB check is what catches it
-        elif flaw == "drop_hash":
-            assert summary["reward"] == (0.0 if sub.order_id else 1.0), seed
-    failure_rate = 1 - sum(rewards) / len(rewards)
-    assert failure_rate >= 0.3, (flaw, failure_rate)
-
-
-@pytest.mark.parametrize("flaw", sorted(FLAW_FAMILY))
-def test_flaws_leave_other_families_mostly_alone(flaw):
-    for family in FAMILIES:
-        if family == FLAW_FAMILY[flaw]:
-            continue
-        game = game_for(family)
-        rewards = [play(game, seed, lambda g: flawed_response(g, flaw))["reward"] for seed in range(60)]
-        # arg_format's two-item returns also need the payment_history method, so that flaw overlaps a little.
-        floor = 0.75 if (flaw, family) == ("wrong_refund_method", "arg_format") else 1.0
-        assert sum(rewards) / len(rewards) >= floor, (flaw, family)
-
-
-def test_silent_agent_fails_the_communicate_check():
-    """Doing the right write but never telling the refund amount scores 0 on nested_field."""
-    game = game_for("nested_field")
-
-    def silent(g: StorefrontGame) -> str:
-        text = g.oracle_response()
-        return "Done." if text == g.user.current.statement else text
-
-    for seed in range(30):
-        summary = play(game, seed, silent)
-        assert summary["db_check"]["db_match"] and summary["reward"] == 0.0
-        assert summary["reward_breakdown"] == {"DB": 1.0, "COMMUNICATE": 0.0}
-
-
-def test_listing_every_status_without_looking_does_not_pass_refused_requests():
-    """A reply naming every status, with no tool call at all, used to pass every forbidden precondition task."""
-    game = game_for("precondition")
-    dump = "Sorry, I cannot: the order is pending, processed, delivered, cancelled or return requested."
-    forbidden = 0
-    for seed in range(60):
-        summary = play(game, seed, lambda g: dump)
-        assert summary["reward"] == 0.0, f"seed {seed}: the status dump scored {summary['reward']}"
-        forbidden += not game.task.sub_requests[0].allowed
-        assert play(game, seed, expert)["reward"] == 1.0  # looking the order up first still communicates it
-    assert forbidden >= 15
-
-
-def test_db_match_agrees_with_db_hash():
-    for flaw in [None, *FLAW_FAMILY]:
-        for seed in range(30):
-            game = StorefrontGame()
-            play(game, seed, expert if flaw is None else (lambda g, f=flaw: flawed_response(g, f)))
-            assert game.db_match() == (db_hash(game.toolkit.db) == game.gold_hash())
-
-
-def test_mentions_matches_whole_amounts_and_words():
-    assert mentions("123.45", ["You get 123.45 back."]) and mentions("12.34", ["difference -12.34"])
-    assert not mentions("23.45", ["You get 123.45 back."]) and not mentions("123.45", ["123.456"])
-    assert mentions("delivered", ["It is Delivered."]) and not mentions("delivered", ["undelivered"])
-    assert mentions("return requested", ["status: return requested"])
-
-
-# --------------------------------------------------------------------------------------------------
-# The game loop: errors, malformed actions, the user
+# The game loop: errors, malformed actions, limits, registry
 # --------------------------------------------------------------------------------------------------
 def test_tool_errors_become_tool_messages_and_the_episode_goes_on():
     game = StorefrontGame()
     game.reset(5)
-    result = game.step(parse_hermes_action(
-        '<tool_call>{"name": "get_order_details", "arguments": {"order_id": "W1"}}</tool_call>'
-        '<tool_call>{"name": "get_order_details", "arguments": {"order_id": 1}}</tool_call>'
-        '<tool_call>{"name": "refund_everything", "arguments": {}}</tool_call>'))
-    contents = [m["content"] for m in result.observation_messages]
+    contents = []
+    for text in ('<tool_call>{"name": "get_order_details", "arguments": {"order_id": "W1"}}</tool_call>',
+                 '<tool_call>{"name": "get_order_details", "arguments": {"order_id": 1}}</tool_call>',
+                 '<tool_call>{"name": "refund_everything", "arguments": {}}</tool_call>'):
+        result = game.step(parse_hermes_action(text))
+        contents += [m["content"] for m in result.observation_messages]
+        assert not result.done
     assert contents[0] == "Error: order 'W1' not found"
     assert contents[1].startswith("Error: argument 'order_id' of tool 'get_order_details' must be a JSON string")
     assert contents[2].startswith("Error: unknown tool 'refund_everything'; available tools: find_user_id_by_email")
-    assert not result.done and game.get_summary()["tool_errors"] == 3
-    summary = play(game, 5, expert)  # the expert still solves it after a fresh reset
-    assert summary["reward"] == 1.0
+    assert game.get_summary()["tool_errors"] == 3
+    assert play(game, 5, expert)["reward"] == 1.0  # the expert still solves it after a fresh reset
 
 
 GARBAGE = [
@@ -350,22 +291,23 @@ GARBAGE = [
     '<tool_call>{"name": "cancel_pending_order", "arguments": {"order_id": null, "reason": 3}}</tool_call>',
     '<tool_call>{"name": 5}</tool_call>', "<tool_call>{'name': 'x'}</tool_call>", "\x00\x01", "?" * 500,
     '<tool_call>{"name": "modify_user_address", "arguments": {"user_id": "x", "zip": 2134}}</tool_call>',
-    "Could you confirm you want me to cancel it?", "What is your email?", "Which order id?", "Why?",
+    "Could you confirm you want me to cancel it?", "What is your email?", "Which order id?", "Why?", "x" * 5000,
 ]
 
 
 def test_malformed_and_random_actions_never_raise():
     rng = random.Random(0)
-    for seed in range(150):
-        game = StorefrontGame()
-        game.reset(seed)
+    game = StorefrontGame()
+    for seed in range(100):
+        game.reset(seed, trial=seed % 3)
         while not game.done:
             text = rng.choice(GARBAGE) if rng.random() < 0.6 else game.oracle_response()
             result = game.step(parse_hermes_action(text))
             assert 0.0 <= result.reward <= 1.0
         summary = game.get_summary()
-        assert 0.0 <= summary["reward"] <= 1.0
+        assert summary["reward"] in (0.0, 1.0)
         assert summary["termination_reason"] in ("user_stop", "max_steps", "too_many_errors")
+        assert all(len(m["content"] or "") <= 4100 for m in game.get_messages())  # long turns are cut
 
 
 def test_format_error_message_and_limit():
@@ -376,89 +318,61 @@ def test_format_error_message_and_limit():
     assert first.observation_messages[0]["content"].startswith("[format error] tool call is not valid JSON")
     second = game.step(parse_hermes_action(""))
     assert second.done and game.termination_reason == "too_many_errors" and second.reward == 0.0
+    with pytest.raises(RuntimeError, match="episode is over"):
+        game.step(parse_hermes_action("Hello."))
 
 
-def test_user_reveals_info_and_answers_confirmations():
-    task_seed = next(s for s in range(100) if make_task(s, "precondition").auth == "name_zip")
-    game = game_for("precondition")
-    game.reset(task_seed)
-    task = game.task
-    sub = task.sub_requests[0]
-    reply = game.step(parse_hermes_action("Could you tell me your email?")).observation_messages[0]["content"]
-    assert "don't remember my email" in reply and task.user.address.zip in reply and task.user.first_name in reply
-    reply = game.step(parse_hermes_action("Which order id is it?")).observation_messages[0]["content"]
-    assert sub.order_ref in reply
-    verb = "cancel" if sub.kind == "cancel" else "change the address of"
-    digits = sub.order_id.removeprefix("#W")
-    yes = game.step(parse_hermes_action(f"Shall I {verb} order #W{digits}?")).observation_messages[0]["content"]
-    assert yes.startswith("Yes")
-    no = game.step(parse_hermes_action("Shall I return order #W0000001?")).observation_messages[0]["content"]
-    assert no.startswith("No")
-    assert not game.done
-    final = game.step(parse_hermes_action("All done."))
-    assert final.done and final.observation_messages[0]["content"].endswith(STOP)
-    assert game.get_summary()["termination_reason"] == "user_stop"
-
-
-def test_user_answers_confirm_your_email_with_their_identity():
-    # "Could you confirm your email?" is how many agents ask who the user is; it used to get "No, that is
-    # not what I asked for." (the confirmation rule won), so such an agent could never authenticate.
-    game = game_for("precondition")
-    seed = next(s for s in range(100) if make_task(s, "precondition").auth == "email")
-    game.reset(seed)
-    sub = game.task.sub_requests[0]
-    reply = game.step(parse_hermes_action("Could you please confirm your email address?"))
-    assert reply.observation_messages[0]["content"] == f"My email is {game.task.user.email}."
-    assert game.user.revealed_auth
-    # Once the user is known, a confirmation about the current request is still a confirmation.
-    verb = "cancel" if sub.kind == "cancel" else "change the address of"
-    digits = sub.order_id.removeprefix("#W")
-    yes = game.step(parse_hermes_action(f"Shall I {verb} order #W{digits} for your email account?"))
-    assert yes.observation_messages[0]["content"] == "Yes, please."
-    no = game.step(parse_hermes_action("Should I return order #W0000001?"))
-    assert no.observation_messages[0]["content"].startswith("No")
-
-
-def test_user_gives_up_after_max_turns():
-    game = StorefrontGame(StorefrontConfig(max_user_turns=3, max_steps=20))
-    game.reset(1)
-    for _ in range(2):
-        assert not game.step(parse_hermes_action("What is your email?")).done
-    last = game.step(parse_hermes_action("What is your email?"))
-    assert last.done and last.observation_messages[0]["content"].endswith(STOP)
+def test_max_steps_ends_the_episode():
+    game = StorefrontGame(StorefrontConfig(max_steps=3, max_user_turns=16))
+    game.reset(2)
+    for _ in range(3):
+        result = game.step(parse_hermes_action(tool_call_text("get_user_details", {"user_id": "x"})))
+    assert result.done and game.termination_reason == "max_steps" and result.reward == 0.0
 
 
 def test_rewards_are_floats_in_unit_interval_before_and_after():
     game = StorefrontGame()
     game.reset(4)
     early = game.get_summary()
-    assert isinstance(early["reward"], float) and 0.0 <= early["reward"] <= 1.0 and early["steps"] == 0
+    assert isinstance(early["reward"], float) and early["steps"] == 0
+    assert early["reward"] == 0.0  # nothing done yet: every task has a write or a value to tell
     play(game, 4, expert)
     assert game.get_summary()["reward"] == 1.0
+    with pytest.raises(RuntimeError, match="reset"):
+        StorefrontGame().get_summary()
+    with pytest.raises(ValueError, match="trial"):
+        game.reset(4, trial=-1)
 
 
-def test_config_validation_and_registry():
-    with pytest.raises(ValueError, match="families"):
-        StorefrontConfig(families=("nope",))
-    with pytest.raises(ValueError, match="max_steps"):
-        StorefrontConfig(max_steps=0)
-    assert StorefrontConfig(families="precondition, compound").families == ("precondition", "compound")
+def test_db_match_agrees_with_db_hash():
+    game = StorefrontGame()
+    for flaw in [None, *FLAWS]:
+        for seed in range(25):
+            play(game, seed, expert if flaw is None else (lambda g, f=flaw: flawed_response(g, f)))
+            assert game.db_match() == (db_hash(game.toolkit.db) == game.gold_hash())
+
+
+def test_registry_entry():
     spec = get_game("storefront")
     assert spec.capability == "" and spec.target == "" and spec.system_prompt == POLICY
-    assert len(POLICY) <= 600
-    game = spec.make(families=("compound",))
+    assert len(POLICY) <= 800  # short: the CPU demo's 2M-parameter model has to learn it
+    game = spec.make(request_counts=(0.0, 1.0), kind_weights={"cancel": 1.0})
     assert len(game.get_tool_schemas()) == 11  # schemas are available before reset
     game.reset(0)
-    assert game.task.family == "compound"
+    assert game.task.request_kinds == ["cancel", "cancel"]
     assert [s["function"]["name"] for s in game.get_tool_schemas()] == StorefrontTools.tool_names()
+    assert StorefrontTools.write_tools() == {"cancel_pending_order", "modify_pending_order_address",
+                                             "return_delivered_order_items", "exchange_delivered_order_items",
+                                             "modify_user_address"}
+    assert StorefrontTools.auth_tools() == {"find_user_id_by_email", "find_user_id_by_name_zip"}
 
 
 def test_env_step_rate():
-    """Oracle-driven episodes (reset + steps + scoring); the target on a quiet 2-core machine is >= 5,000/s.
-    The floor here is low because CI machines are shared; bench/env_step.py reports the real figure."""
+    """Oracle-driven episodes (reset + steps + scoring). The floor is low because CI machines are shared;
+    bench/env_step.py reports the real figure."""
     game = StorefrontGame()
     steps, start = 0, time.perf_counter()
-    for seed in range(300):
+    for seed in range(100):
         game.reset(seed)
         while not game.done:
             game.step(parse_hermes_action(game.oracle_response()))
@@ -476,8 +390,7 @@ def test_results_roundtrip_through_summarize(tmp_path: Path):
     from pipeline._summarize import main as summarize_main
 
     expert_sims, tasks = run_cli.run_benchmark(ExpertAgent(), 8, seed=3, progress=False)
-    flawed_sims, _ = run_cli.run_benchmark(FlawedExpertAgent("skip_status_check"), 8, seed=4,
-                                           families=("precondition",), progress=False)
+    flawed_sims, _ = run_cli.run_benchmark(FlawedExpertAgent("forget_requests"), 8, seed=3, progress=False)
     for sim in flawed_sims:  # distinct ids within one file
         sim["id"] = "flawed-" + sim["id"]
     sims = expert_sims + flawed_sims
@@ -512,20 +425,62 @@ def test_results_reader_accepts_real_tau2_and_rejects_bad_files(tmp_path: Path):
     assert not (tmp_path / "dup.json").exists()
 
 
-def test_cli_expert_run_and_bad_input(tmp_path: Path, capsys):
+def test_cli_expert_run_writes_request_kinds_and_passes_everything(tmp_path: Path, capsys):
     out = tmp_path / "r.json"
-    assert run_cli.main(["--agent", "expert", "--tasks", "8", "--seed", "2", "--out", str(out), "--trials", "2",
+    assert run_cli.main(["--agent", "expert", "--tasks", "20", "--seed", "2", "--out", str(out), "--trials", "2",
                          "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "all                  16    16      1.000" in printed
+    assert re.search(r"^all\s+40\s+40\s+1\.000$", printed, re.MULTILINE), printed
     data = load_results(out)
-    assert len(data["simulations"]) == 16 and len(data["tasks"]) == 8
-    assert {s["family"] for s in data["simulations"]} == set(FAMILIES)
-    assert {s["trial"] for s in data["simulations"]} == {0, 1}
+    sims = data["simulations"]
+    assert len(sims) == 40 and len(data["tasks"]) == 20
+    assert all(s["reward_info"]["reward"] == 1.0 for s in sims)
+    for sim in sims:
+        assert sim["request_kinds"] and set(sim["request_kinds"]) <= set(REQUEST_KINDS)
+        assert sim["request_kinds"] == sim["reward_info"]["request_kinds"]
+    tasks = {t["id"]: t for t in data["tasks"]}
+    assert all(tasks[s["task_id"]]["request_kinds"] == s["request_kinds"] for s in sims)
+    assert {s["trial"] for s in sims} == {0, 1}
+    assert {len(s["request_kinds"]) for s in sims} == {1, 2, 3}  # 20 tasks of the default mix
+    for kind in REQUEST_KINDS:  # every kind gets its own pass-rate line
+        assert re.search(rf"^{kind}\s+\d+\s+\d+\s+1\.000$", printed, re.MULTILINE), kind
     assert data["info"]["environment_info"]["policy"] == POLICY
+    assert data["info"]["kinds"] == list(StorefrontConfig().kind_weights)
+
+
+def test_hidden_capability_record_stays_out_of_task_json_and_results_files(tmp_path: Path):
+    words = [*CAPABILITIES, "capabilit"]
+    for seed in range(50):
+        task = make_task(seed)
+        assert task.capabilities  # there is a record ...
+        text = json.dumps(task.to_json())
+        assert not any(w in text for w in words), (seed, [w for w in words if w in text])  # ... but not here
+    for agent in ("expert", "flawed:forget_requests"):
+        out = tmp_path / f"{agent.replace(':', '_')}.json"
+        assert run_cli.main(["--agent", agent, "--tasks", "12", "--trials", "2", "--out", str(out),
+                             "--no-progress"]) == 0
+        text = out.read_text()
+        assert not any(w in text for w in words), [w for w in words if w in text]
+
+
+def test_cli_kinds_restricts_the_mix(tmp_path: Path):
+    out = tmp_path / "k.json"
+    assert run_cli.main(["--agent", "expert", "--tasks", "15", "--kinds", "cancel,modify_user_address",
+                         "--out", str(out), "--no-progress"]) == 0
+    data = load_results(out)
+    seen = {k for s in data["simulations"] for k in s["request_kinds"]}
+    assert seen == {"cancel", "modify_user_address"}
+    assert data["info"]["kinds"] == ["cancel", "modify_user_address"]
+    assert all(s["reward_info"]["reward"] == 1.0 for s in data["simulations"])
+
+
+def test_cli_bad_input(tmp_path: Path, capsys):
     for argv, message in [
-        (["--families", "precondition,nope"], "unknown family nope"),
+        (["--kinds", "cancel,nope"], "unknown request kind nope"),
+        (["--kinds", ","], "(none given)"),
         (["--tasks", "0"], "--tasks must be >= 1"),
+        (["--trials", "0"], "--trials must be >= 1"),
+        (["--temperature", "-1"], "--temperature must be >= 0"),
         (["--agent", "robot"], "bad agent spec"),
         (["--agent", f"hf:{tmp_path / 'missing'}"], "not found"),
         (["--agent", "vllm:http://localhost:1"], "tokenizer"),
@@ -534,8 +489,8 @@ def test_cli_expert_run_and_bad_input(tmp_path: Path, capsys):
         bad_out = tmp_path / "bad.json"
         args = {"--agent": "expert", "--tasks": "4", "--out": str(bad_out)}
         args.update(dict(zip(argv[::2], argv[1::2])))
-        assert run_cli.main([x for kv in args.items() for x in kv] + ["--no-progress"]) == 2
-        assert message in capsys.readouterr().err
+        assert run_cli.main([x for kv in args.items() for x in kv] + ["--no-progress"]) == 2, argv
+        assert message in capsys.readouterr().err, argv
         assert not bad_out.exists()
 
 
@@ -560,7 +515,18 @@ def test_trials_of_a_task_sample_with_different_seeds():
         trial_seeds = agent.seeds[3 * task:3 * task + 3]
         assert len(set(trial_seeds)) == 3, f"task {task}: trials sampled with seeds {trial_seeds}"
         assert trial_seeds[0] == sims[3 * task]["seed"]  # trial 0 keeps the task's seed
+        assert [s["trial"] for s in sims[3 * task:3 * task + 3]] == [0, 1, 2]
     assert all(sim["reward_info"]["reward"] == 1.0 for sim in sims)
+
+
+def test_kind_pass_rates_count_a_task_under_each_of_its_kinds():
+    sims = [{"request_kinds": ["cancel", "return"], "reward_info": {"reward": 1.0}},
+            {"request_kinds": ["cancel", "cancel"], "reward_info": {"reward": 0.0}},
+            {"request_kinds": ["exchange"], "reward_info": {"reward": 0.0}}]
+    rates = run_cli.kind_pass_rates(sims)
+    assert (rates["cancel"]["n"], rates["cancel"]["passed"]) == (2, 1)  # a task holding two cancels counts once
+    assert (rates["return"]["n"], rates["return"]["passed"]) == (1, 1)
+    assert (rates["exchange"]["n"], rates["exchange"]["passed"]) == (1, 0)
 
 
 # --------------------------------------------------------------------------------------------------
