@@ -265,6 +265,211 @@ def test_exchange_checks_product_and_gift_card_balance():
 
 
 # --------------------------------------------------------------------------------------------------
+# Tasks: determinism, the mix, the needs, the hidden capability record, the config
+# --------------------------------------------------------------------------------------------------
+def test_tasks_are_deterministic_per_seed_and_config():
+    game_a, game_b = StorefrontGame(), StorefrontGame()
+    for seed in range(40):
+        random.seed(seed)  # the global random state plays no part
+        a = make_task(seed)
+        random.seed(seed + 1000)
+        b = make_task(seed)
+        assert db_hash(a.db) == db_hash(b.db)
+        assert a.to_json() == b.to_json() and a.gold_actions == b.gold_actions
+        assert a.capabilities == b.capabilities and a.identity == b.identity
+        game_a.reset(seed)
+        game_b.reset(seed, trial=1)  # the trial changes the wording, never the task
+        assert game_a.gold_hash() == game_b.gold_hash() and game_a.task.to_json() == game_b.task.to_json()
+    assert len({db_hash(make_task(seed).db) for seed in range(40)}) == 40
+    never_forbidden = StorefrontConfig(forbidden_rate=0.0)
+    assert sum(make_task(seed, never_forbidden).to_json() != make_task(seed).to_json() for seed in range(40)) >= 5
+    with pytest.raises(ValueError, match="seed must be an int"):
+        make_task("1")
+
+
+def test_forbidden_rate_controls_refusals():
+    never, always = StorefrontConfig(forbidden_rate=0.0), StorefrontConfig(forbidden_rate=1.0)
+    n_order_requests = n_forbidden = 0
+    for seed in range(200):
+        task = make_task(seed, never)
+        assert not any(forbidden(task, sub) for sub in task.sub_requests), seed
+        task = make_task(seed, always)
+        for sub in order_subs(task):
+            status = task.db.orders[sub.order_id].status
+            assert forbidden(task, sub), (seed, sub.kind, status)
+            assert sub.tell_status == status and sub.write is None  # change nothing, tell the status
+        task = make_task(seed)
+        n_order_requests += len(order_subs(task))
+        n_forbidden += sum(forbidden(task, sub) for sub in order_subs(task))
+    assert 0.2 <= n_forbidden / n_order_requests <= 0.4  # the default rate is 0.3
+
+
+def test_request_counts_and_kind_weights_shape_the_mix():
+    three, one = StorefrontConfig(request_counts=(0, 0, 1)), StorefrontConfig(request_counts=(1,))
+    restricted = StorefrontConfig(kind_weights={"cancel": 1.0, "return": 2.0})
+    sizes, kinds = Counter(), Counter()
+    for seed in range(200):
+        assert len(make_task(seed, three).sub_requests) == 3, seed
+        assert len(make_task(seed, one).sub_requests) == 1, seed
+        task = make_task(seed)
+        sizes[len(task.sub_requests)] += 1
+        assert task.request_kinds.count("modify_user_address") <= 1  # one default address
+        order_ids = [sub.order_id for sub in order_subs(task)]
+        assert len(order_ids) == len(set(order_ids))  # requests never share an order
+        kinds.update(make_task(seed, restricted).request_kinds)
+    assert set(kinds) == {"cancel", "return"} and 1.5 <= kinds["return"] / kinds["cancel"] <= 2.5
+    assert 0.35 <= sizes[1] / 200 <= 0.55 and 0.25 <= sizes[2] / 200 <= 0.45 and 0.1 <= sizes[3] / 200 <= 0.3
+    as_text = StorefrontConfig(request_counts="0,0,1", kind_weights="cancel=1, return=2")
+    assert as_text.request_counts == (0.0, 0.0, 1.0) and as_text.kind_weights == {"cancel": 1.0, "return": 2.0}
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: an exchange with no clean variant is silently turned into a return "
+                                       "(tasks._Builder.build), so kind_weights={'exchange': 1} / --kinds exchange "
+                                       "still yields return requests (e.g. seed 4)",
+                   raises=AssertionError)
+def test_exchange_only_mix_gives_only_exchanges():
+    config = StorefrontConfig(kind_weights={"exchange": 1.0})
+    kinds = Counter(kind for seed in range(100) for kind in make_task(seed, config).request_kinds)
+    assert set(kinds) == {"exchange"}, kinds
+
+
+def test_needs_follow_their_rates():
+    none = dict(unknown_order_id_rate=0.0, loose_order_id_rate=0.0, paraphrase_rate=0.0, leading_zero_zip_rate=0.0,
+                two_items_rate=0.0, gift_card_refund_rate=0.0, email_auth_rate=1.0)
+    every = dict(unknown_order_id_rate=0.0, loose_order_id_rate=1.0, paraphrase_rate=1.0, leading_zero_zip_rate=1.0,
+                 two_items_rate=1.0, email_auth_rate=0.0)
+    plain = set(PLAIN_REASONS.values())
+    seen = Counter()
+    for name, rates in (("none", none), ("every", every)):
+        config = StorefrontConfig(request_counts=(0, 0, 1), **rates)
+        for seed in range(100):
+            task = make_task(seed, config)
+            opening = task.opening(random.Random(0))
+            assert task.auth == ("email" if name == "none" else "name_zip")
+            if name == "every":
+                assert task.user.address.zip.startswith("0")  # the customer's own zip, for name+zip
+            for sub in task.sub_requests:
+                user = sub.user
+                if sub.order_id:
+                    assert not user.order_hint  # unknown_order_id_rate=0
+                    if name == "none":
+                        assert user.order_ref == sub.order_id and sub.order_id in opening
+                    else:
+                        assert user.order_ref in (sub.order_id[1:], sub.order_id[2:]), user.order_ref
+                        assert f"order {user.order_ref}" in opening and sub.order_id not in opening
+                if sub.kind == "cancel":
+                    assert (user.reason_text in plain) == (name == "none"), user.reason_text
+                    seen["cancel"] += 1
+                if user.address is not None:
+                    assert user.address.zip.startswith("0") == (name == "every"), user.address.zip
+                    assert user.address.text() in opening
+                    seen["address"] += 1
+                if sub.kind == "return":
+                    assert len(user.item_names) == (2 if name == "every" else 1)
+                    seen["return"] += 1
+                if sub.kind == "return" and not forbidden(task, sub) and name == "none":
+                    order = task.db.orders[sub.order_id]  # refunds go back to the order's payment method
+                    assert sub.write.arguments["payment_method_id"] == order.payment_history[0].payment_method_id
+    assert min(seen.values()) >= 50, seen
+
+
+def test_unknown_order_ids_name_an_item_held_by_exactly_one_order():
+    config = StorefrontConfig(unknown_order_id_rate=1.0, request_counts=(0, 0, 1))
+    described = 0
+    for seed in range(150):
+        task = make_task(seed, config)
+        opening = task.opening(random.Random(0))
+        for sub in order_subs(task):
+            if not sub.user.order_hint:  # no item of the order is unique among the customer's orders
+                continue
+            described += 1
+            match = re.fullmatch(r"the one with the (\w+)", sub.user.order_hint)
+            assert match, sub.user.order_hint
+            name = match.group(1)
+            holders = [oid for oid in task.user.orders if any(i.name == name for i in task.db.orders[oid].items)]
+            assert holders == [sub.order_id], (seed, name, holders)
+            assert sub.user.order_ref == "" and sub.order_id.removeprefix("#W") not in opening
+            assert f"my order with the {name}" in opening
+            # The expert reads the customer's orders to find it, and only then looks the order up.
+            names = [step.name for step in sub.steps]
+            assert names[0] == "get_user_details"
+            looked = [s.arguments["order_id"] for s in sub.steps if s.name == "get_order_details"]
+            assert looked[-1] == sub.order_id and set(looked) <= set(task.user.orders)
+    assert described >= 200
+
+
+def expected_capabilities(task: Task, require_confirmation: bool = True) -> set[str]:
+    """The capability record as the tasks.py docstring defines it, worked out from the task's facts."""
+    caps = set()
+    if len(task.sub_requests) >= 2:
+        caps.add("multi_step_task_completion")
+    if task.auth == "name_zip" and task.user.address.zip.startswith("0"):
+        caps.add("tool_calling_precision")
+    for sub in task.sub_requests:
+        user, refused = sub.user, forbidden(task, sub)
+        if refused:
+            caps.add("precondition_verification")
+        if sub.kind in ("return", "exchange") and not refused:
+            caps.add("structured_data_reasoning")
+        if user.order_hint:
+            caps.add("order_search")
+        if user.order_ref and user.order_ref != sub.order_id:
+            caps.add("tool_calling_precision")
+        if not refused:
+            if (sub.kind == "cancel" and user.reason_text not in PLAIN_REASONS.values()
+                    or user.address is not None and user.address.zip.startswith("0")
+                    or sub.kind == "return" and len(user.item_names) == 2):
+                caps.add("tool_calling_precision")
+            if require_confirmation:
+                caps.add("explicit_confirmation")
+    return caps
+
+
+@pytest.mark.parametrize("require_confirmation", [True, False])
+def test_hidden_capability_record_matches_the_drawn_needs(require_confirmation):
+    config = StorefrontConfig(require_confirmation=require_confirmation)
+    counts = Counter()
+    for seed in range(300):
+        task = make_task(seed, config)
+        assert set(task.capabilities) == expected_capabilities(task, require_confirmation), seed
+        assert task.capabilities == sorted(set(task.capabilities))
+        counts.update(task.capabilities)
+    expected = set(CAPABILITIES) - (set() if require_confirmation else {"explicit_confirmation"})
+    assert set(counts) == expected  # every capability is exercised by some task
+    assert all(counts[c] >= 30 for c in expected), counts
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"forbidden_rate": 1.5}, "forbidden_rate"), ({"email_auth_rate": -0.1}, "email_auth_rate"),
+    ({"paraphrase_rate": True}, "paraphrase_rate"), ({"two_items_rate": "0.3"}, "two_items_rate"),
+    ({"request_counts": (0, 0, 0)}, "request_counts"), ({"request_counts": (1, 1, 1, 1)}, "request_counts"),
+    ({"request_counts": (float("nan"),)}, "request_counts"), ({"kind_weights": {"refund": 1.0}}, "kind_weights"),
+    ({"kind_weights": {"cancel": -1.0}}, "kind_weights"), ({"kind_weights": {}}, "kind_weights"),
+    ({"kind_weights": "cancel=x"}, "kind_weights"), ({"kind_weights": "cancel"}, "kind_weights"),
+    ({"require_confirmation": "yes"}, "require_confirmation"), ({"short_emails": 1}, "short_emails"),
+    ({"max_steps": 0}, "max_steps"), ({"max_user_turns": 0}, "max_user_turns"), ({"n_users": 0}, "n_users"),
+    ({"max_errors": -1}, "max_errors"), ({"n_products": 2}, "n_products"), ({"n_products": 13}, "n_products"),
+])
+def test_config_rejects_bad_values_naming_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=rf"StorefrontConfig\.{field}\b"):
+        StorefrontConfig(**kwargs)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: StorefrontConfig error messages do not name the config field: id "
+                                       "digits say 'IdFormat.order_digits', a bad request_counts string says only "
+                                       "'could not convert string to float', and n_users > 100 is accepted and "
+                                       "fails only at reset ('n_users must be in 1..100')",
+                   raises=(AssertionError, pytest.fail.Exception))
+@pytest.mark.parametrize("kwargs, field", [
+    ({"order_id_digits": 2}, "order_id_digits"), ({"payment_id_digits": 10}, "payment_id_digits"),
+    ({"request_counts": "1,x"}, "request_counts"), ({"n_users": 101}, "n_users"),
+])
+def test_config_rejects_bad_ids_counts_and_store_sizes_naming_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=rf"StorefrontConfig\.{field}\b"):
+        StorefrontConfig(**kwargs)
+
+
+# --------------------------------------------------------------------------------------------------
 # The game loop: errors, malformed actions, limits, registry
 # --------------------------------------------------------------------------------------------------
 def test_tool_errors_become_tool_messages_and_the_episode_goes_on():
