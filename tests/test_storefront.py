@@ -607,6 +607,149 @@ def test_flawed_agent_rejects_unknown_flaws():
 
 
 # --------------------------------------------------------------------------------------------------
+# Communication: what counts as telling the customer a value
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, statuses", [
+    ("Order #W1 is delivered, so it cannot be cancelled.", {"delivered"}),
+    ("The order is pending, processed, delivered.", {"pending", "processed", "delivered"}),
+    ("pending, processed, delivered", {"pending", "processed", "delivered"}),
+    ("Only pending orders can be cancelled.", set()),
+    ("It cannot be returned because it is not delivered; it is processed.", {"processed"}),
+    ("The order was canceled.", {"cancelled"}),
+    ("Order #W1 is return requested, so it can't be returned again.", {"return requested"}),
+    ("The status is Delivered.", {"delivered"}),
+    ("Your parcel is undelivered.", set()),
+    ("The order is no longer pending: it is cancelled.", {"cancelled"}),
+])
+def test_asserted_statuses(text, statuses):
+    assert asserted_statuses(text) == statuses
+
+
+def test_amounts_and_order_ids_in_text():
+    assert amounts_in("You get 45.37 back.") == [45.37]
+    assert amounts_in("Refund $45.3, fee $12, order 1234567, zip 02134.") == [45.3, 12.0]  # ids and zips are no amounts
+    assert amounts_in("The difference is -12.34 (1,234.50 before).") == [12.34, 1234.5]
+    assert amounts_in("Version v1.2.3 and order #W1234567.") == []
+    known = ["#W1234567", "#W7654321", "#W2345678"]
+    assert order_ids_in("Orders #W1234567 and 7654321, not 12345678.", known) == {"#W1234567", "#W7654321"}
+    assert order_ids_in("Item 234567 and zip 02345.", known) == set()
+
+
+def test_one_honest_reply_tells_a_value_only_when_it_asserts_no_other():
+    assert reply_tells_amount("You will get 45.37 back to paypal_1234567.", 45.37)
+    assert reply_tells_amount("You pay $12.3 more.", -12.30)  # sign ignored
+    assert not reply_tells_amount("You will get 45.73 back.", 45.37)
+    many = "The refund is one of 12.34, 45.37, 99.99 or 101.01."
+    assert not reply_tells_amount(many, 45.37)  # listing amounts, one of them right, tells nothing
+    assert not Replies([many], []).tells_amount(45.37)
+    two = "You get 45.37 back for the lamp and pay 12.34 more for the mug."
+    assert not reply_tells_amount(two, 45.37) and reply_tells_amount(two, 45.37, allowed=[12.34])
+    assert reply_tells_status("Order #W1 is delivered, so it cannot be cancelled.", "delivered")
+    assert not reply_tells_status("It is pending, processed, delivered or cancelled.", "delivered")
+    assert not reply_tells_status("Only pending orders can be cancelled.", "pending")
+    # One honest reply is enough, even after a wrong one.
+    assert Replies(["It is pending or delivered.", "It is delivered."], []).tells_status("delivered")
+
+
+def looked_up_order(seed: int = 3) -> tuple[str, str]:
+    """(get_order_details output, order address) for an order of task `seed`."""
+    task = make_task(seed)
+    order = task.db.orders[task.user.orders[0]]
+    return StorefrontTools(task.db.clone()).call("get_order_details", {"order_id": order.order_id}), order.address.text()
+
+
+def test_raw_dumps_tell_nothing():
+    output, address = looked_up_order()
+    assert is_raw_dump(output, [output])  # the pasted output of get_order_details
+    assert is_raw_dump(f"Here you go: {output[:80]}", [])  # JSON keys alone make a dump
+    status = json.loads(output)["status"]
+    assert not Replies([output], [output]).tells_status(status)
+    honest = (f"Your order is {status}. It ships to {address}; if that is not right, tell me the new address "
+              "and I will look at what can be done for you today.")
+    assert len(honest) >= 120 and address in output
+    assert not is_raw_dump(honest, [output])  # quoting an address from the output is not a dump
+    assert Replies([honest], [output]).tells_status(status)
+    # A copied run of 120+ characters counts wherever it starts, even from an output with no JSON keys.
+    plain = " ".join(f"line {i} of a long plain tool output" for i in range(20))
+    rng = random.Random(0)
+    for _ in range(50):
+        start = rng.randrange(0, len(plain) - 130)
+        copied = f"{'x' * rng.randrange(0, 70)} {plain[start:start + 120]} done."
+        assert is_raw_dump(copied, [plain]), start
+        assert not is_raw_dump(copied, ["another output " * 20])
+
+
+def with_final_statements(transform: Callable[[StorefrontGame, Any, str], str]) -> Responder:
+    """The expert, except that each closing statement of a request with a value to tell goes through
+    `transform(game, request, statement)`."""
+
+    def respond(game: StorefrontGame) -> str:
+        text = game.oracle_response()
+        sub = game.current
+        if (game.authenticated() and sub is not None and text == sub.statement
+                and (sub.tell_status or sub.tell_amount is not None)):
+            return transform(game, sub, text)
+        return text
+
+    return respond
+
+
+def paste_last_output(game: StorefrontGame, sub, text: str) -> str:
+    return next(m["content"] for m in reversed(game.get_messages()) if m["role"] == "tool")
+
+
+def add_every_status(game: StorefrontGame, sub, text: str) -> str:
+    return text + " Possible statuses: pending, processed, delivered, cancelled, return requested." if sub.tell_status else text
+
+
+def add_amounts(game: StorefrontGame, sub, text: str) -> str:
+    if sub.tell_amount is None:
+        return text
+    legit = [abs(s.tell_amount) for s in game.task.sub_requests if s.tell_amount is not None]
+    extra = [x for x in (abs(sub.tell_amount) + 1.11, abs(sub.tell_amount) * 2 + 0.37, 9.99)
+             if all(abs(x - y) > 0.005 for y in legit)]
+    return text + " Other options were " + " and ".join(f"{x:.2f}" for x in extra) + "."
+
+
+@pytest.mark.parametrize("transform, targets", [
+    (None, None),
+    (paste_last_output, lambda sub: sub.tell_status or sub.tell_amount is not None),
+    (add_every_status, lambda sub: bool(sub.tell_status)),
+    (add_amounts, lambda sub: sub.tell_amount is not None),
+], ids=["unchanged", "pasted_output", "every_status", "extra_amounts"])
+def test_final_statement_must_tell_the_value_honestly(transform, targets):
+    game = StorefrontGame()
+    spoiled = 0
+    for seed in range(150):
+        respond = expert if transform is None else with_final_statements(transform)
+        summary = play(game, seed, respond)
+        touched = targets is not None and any(targets(sub) for sub in game.task.sub_requests)
+        if touched:
+            assert summary["reward"] == 0.0, (seed, summary["communicate_checks"])
+            assert summary["reward_breakdown"] == {"DB": 1.0, "COMMUNICATE": 0.0, "POLICY": 1.0}
+            spoiled += 1
+        else:
+            assert summary["reward"] == 1.0, (seed, summary["communicate_checks"])
+    assert transform is None or spoiled >= 30
+
+
+def test_a_refusal_counts_only_after_the_order_was_looked_up():
+    """Saying the right status without looking the order up (e.g. a guess) does not pass."""
+    game = StorefrontGame(StorefrontConfig(forbidden_rate=1.0, request_counts=(1,), unknown_order_id_rate=0.0,
+                                           kind_weights={"cancel": 1.0, "return": 1.0}))
+
+    def no_look_up(g: StorefrontGame) -> str:
+        if not g.authenticated():
+            return g.oracle_response()
+        return g.current.statement
+
+    for seed in range(40):
+        summary = play(game, seed, no_look_up)
+        assert summary["reward"] == 0.0 and summary["communicate_checks"][0]["met"] is False, seed
+        assert play(game, seed, expert)["reward"] == 1.0
+
+
+# --------------------------------------------------------------------------------------------------
 # The game loop: errors, malformed actions, limits, registry
 # --------------------------------------------------------------------------------------------------
 def test_tool_errors_become_tool_messages_and_the_episode_goes_on():
