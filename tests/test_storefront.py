@@ -750,6 +750,168 @@ def test_a_refusal_counts_only_after_the_order_was_looked_up():
 
 
 # --------------------------------------------------------------------------------------------------
+# Compliance: the policy's procedure, checked end to end
+# --------------------------------------------------------------------------------------------------
+def plan_agent(*, authenticate: bool = True, look_up: bool = True, confirm: bool = True,
+               user_details: bool = True) -> Responder:
+    """The expert's plan with parts left out: authentication, the order look-up, the confirmation question, or
+    the get_user_details read."""
+
+    def keep(step, sub) -> bool:
+        if step.is_confirm:
+            return confirm
+        if step.name == "get_order_details" and step.arguments["order_id"] == sub.order_id:
+            return look_up
+        if step.name == "get_user_details":
+            return user_details
+        return True
+
+    def respond(game: StorefrontGame) -> str:
+        if authenticate and not game.authenticated():
+            return game.oracle_response()  # asks who the customer is, then looks them up
+        sub = game.current
+        return game.next_step([step for step in sub.steps if keep(step, sub)]) or sub.statement
+
+    return respond
+
+
+# Every request allowed (so the DB and COMMUNICATE parts pass whatever the procedure) and every order id known
+# (no search, which would look up other requests' orders on the way).
+ALLOWED_ONLY = StorefrontConfig(forbidden_rate=0.0, unknown_order_id_rate=0.0)
+
+
+def writes_of(game: StorefrontGame) -> list[str]:
+    return [r.name for r in game.state.tool_calls if r.ok and StorefrontTools.is_write(r.name)]
+
+
+@pytest.mark.parametrize("left_out, rule", [
+    ({"authenticate": False}, "before the user was authenticated"),
+    ({"look_up": False}, "without looking it up first"),
+    ({"confirm": False}, "without the user's explicit yes right before it"),
+], ids=["no_auth", "no_look_up", "no_confirmation"])
+def test_each_procedure_rule_voids_the_reward(left_out, rule):
+    game = StorefrontGame(ALLOWED_ONLY)
+    broken = 0
+    for seed in range(100):
+        summary = play(game, seed, plan_agent(**left_out))
+        writes = writes_of(game)
+        assert sorted(writes) == sorted(a["name"] for a in game.task.gold_actions if StorefrontTools.is_write(a["name"]))
+        if "look_up" in left_out:  # only writes on an order need a look-up (a default address has none)
+            writes = [w for w in writes if w != "modify_user_address"]
+        violations = summary["policy_checks"]["violations"]
+        assert len([v for v in violations if rule in v]) == len(writes), (seed, violations)  # one per write
+        assert all(re.match(r"\w+ \(turn \d+\) ", v) for v in violations), violations
+        if writes:
+            assert summary["reward"] == 0.0, seed
+            assert summary["reward_breakdown"] == {"DB": 1.0, "COMMUNICATE": 1.0, "POLICY": 0.0}, seed
+            broken += 1
+        else:
+            assert summary["reward"] == 1.0, seed
+    assert broken >= 70
+
+
+def test_a_write_with_an_id_never_shown_voids_the_reward():
+    """Refunding to the customer's gift card without reading their details: the id is right (it is theirs, the DB
+    matches the gold) but it was guessed, so the write breaks the policy."""
+    config = StorefrontConfig(request_counts=(1,), kind_weights={"return": 1.0}, forbidden_rate=0.0,
+                              unknown_order_id_rate=0.0, gift_card_refund_rate=1.0)
+    game = StorefrontGame(config)
+    checked = 0
+    for seed in range(60):
+        task = make_task(seed, config)
+        (sub,) = task.sub_requests
+        method = sub.write.arguments["payment_method_id"]
+        order = task.db.orders[sub.order_id]
+        if not method.startswith("gift_card_") or method in {p.payment_method_id for p in order.payment_history}:
+            continue
+        assert task.user.payment_method(method) is not None  # the customer's own gift card
+        summary = play(game, seed, plan_agent(user_details=False))
+        assert summary["reward_breakdown"] == {"DB": 1.0, "COMMUNICATE": 1.0, "POLICY": 0.0}, seed
+        (violation,) = summary["policy_checks"]["violations"]
+        assert violation.startswith("return_delivered_order_items (turn ")
+        assert violation.endswith(f"uses id(s) {[method]!r} that appeared nowhere earlier in the conversation")
+        assert play(game, seed, plan_agent())["reward"] == 1.0  # with the read, the same write is fine
+        checked += 1
+    assert checked >= 20
+
+
+def test_without_required_confirmation_the_rule_and_its_check_go():
+    strict = StorefrontGame(ALLOWED_ONLY)
+    lax = StorefrontGame(StorefrontConfig(forbidden_rate=0.0, unknown_order_id_rate=0.0, require_confirmation=False))
+    rule = "explicit yes"
+    assert rule in strict.get_system_prompt() and rule not in lax.get_system_prompt()
+    assert rule in policy_text(True) and rule not in policy_text(False) and policy_text(True) == POLICY
+    for seed in range(60):
+        assert play(strict, seed, plan_agent(confirm=False))["reward"] == 0.0
+        summary = play(lax, seed, plan_agent(confirm=False))
+        assert summary["reward"] == 1.0 and summary["policy_checks"]["violations"] == [], seed
+        assert lax.get_messages()[1]["role"] == "user"  # the system prompt comes first
+        assert lax.get_messages()[0]["content"] == policy_text(False)
+
+
+def test_one_yes_covers_one_change():
+    """Two writes after a single yes: the second breaks the rule."""
+    game = StorefrontGame(StorefrontConfig(forbidden_rate=0.0, request_counts=(0, 1),
+                                           kind_weights={"cancel": 1.0}, unknown_order_id_rate=0.0))
+    for seed in range(20):
+        game.reset(seed)
+        task = game.task
+        while not game.authenticated():
+            game.step(parse_hermes_action(game.oracle_response()))
+        for sub in game.subs:
+            game.step(parse_hermes_action(tool_call_text("get_order_details", {"order_id": sub.order_id})))
+        first, second = (sub.write for sub in game.subs)
+        answer = say(game, f"I will cancel orders {first.arguments['order_id']} and {second.arguments['order_id']}. "
+                           "Shall I proceed with the cancel?")
+        assert answer.startswith("Yes"), answer
+        for write in (first, second):
+            game.step(parse_hermes_action(tool_call_text(write.name, write.arguments)))
+        violations = game.policy_violations()
+        assert len(violations) == 1 and violations[0].startswith("cancel_pending_order")
+        assert violations[0].endswith("without the user's explicit yes right before it"), (task.task_id, violations)
+
+
+# --------------------------------------------------------------------------------------------------
+# One tool call per turn; a transfer ends the episode
+# --------------------------------------------------------------------------------------------------
+def test_the_experts_calls_in_one_turn_score_zero():
+    """The expert's tool calls made one per turn then its statements pass; the same calls in one turn do not
+    (only the first runs; the others get an error and change nothing)."""
+    game = StorefrontGame(StorefrontConfig(require_confirmation=False))
+    for seed in range(60):
+        for batched in (False, True):
+            game.reset(seed)
+            calls = [tool_call_text(a["name"], a["arguments"]) for a in game.task.gold_actions]
+            for text in (["".join(calls)] if batched else calls):
+                result = game.step(parse_hermes_action(text))
+            for sub in game.subs:
+                game.step(parse_hermes_action(sub.statement))
+            summary = game.get_summary()
+            assert game.done and summary["termination_reason"] == "user_stop"
+            if batched:
+                assert summary["reward"] == 0.0, seed
+                assert summary["tool_errors"] == len(calls) - 1 and len(result.observation_messages) == len(calls)
+                assert all(m["content"].startswith("Error: not executed") for m in result.observation_messages[1:])
+            else:
+                assert summary["reward"] == 1.0 and summary["tool_errors"] == 0, (seed, summary)
+
+
+def test_transfer_to_a_human_ends_the_episode():
+    game = StorefrontGame()
+    for seed in range(10):
+        game.reset(seed)
+        game.step(parse_hermes_action(game.oracle_response()))  # asks who the customer is
+        result = game.step(parse_hermes_action(tool_call_text("transfer_to_human_agents", {"summary": "help"})))
+        assert result.done and result.reward == 0.0
+        assert game.termination_reason == "transfer" and game.get_summary()["termination_reason"] == "transfer"
+        assert result.observation_messages[0]["content"] == "Transfer successful"
+        with pytest.raises(RuntimeError, match="episode is over"):
+            game.step(parse_hermes_action("Hello?"))
+    game.reset(0)  # a failed transfer (bad arguments) does not end it
+    assert not game.step(parse_hermes_action(tool_call_text("transfer_to_human_agents", {"summary": 1}))).done
+
+
+# --------------------------------------------------------------------------------------------------
 # The game loop: errors, malformed actions, limits, registry
 # --------------------------------------------------------------------------------------------------
 def test_tool_errors_become_tool_messages_and_the_episode_goes_on():
