@@ -912,6 +912,142 @@ def test_transfer_to_a_human_ends_the_episode():
 
 
 # --------------------------------------------------------------------------------------------------
+# The scripted customer
+# --------------------------------------------------------------------------------------------------
+def confirm_text(sub) -> str:
+    """The expert's confirmation question for a request (also for a refused one: what it would have asked)."""
+    return next(step.text for step in sub.requested if step.is_confirm)
+
+
+def test_user_simulator_answers_by_rule():
+    identity = Identity("Mia", "Chen", "mia.chen12@example.com", "02134", "email")
+    cancel = UserRequest(kind="cancel", order_id="#W1234567", order_ref="W1234567",
+                         reason_text="I bought it by accident.")
+    give_back = UserRequest(kind="return", order_id="#W7654321", order_hint="the one with the lamp",
+                            refund_answer="To my gift card, please.", item_names=["lamp"])
+    user = UserSimulator(identity, [cancel, give_back], random.Random(0), max_turns=20)
+    assert user.respond("Could you confirm your email?") == (user.identity_reply, False)
+    assert user.identity_reply in identity.sentences() and identity.email in user.identity_reply
+    assert user.revealed_identity
+    assert user.respond("Which order do you mean?")[0] in ("It's W1234567.", "The order id is W1234567.")
+    assert user.respond("What is the reason for the cancellation?")[0] == "I bought it by accident."
+    assert user.respond("Shall I cancel order #W1234567?")[0] in YES_REPLIES
+    assert user.respond("Shall I cancel order #W7654321?")[0] == NO_REPLY  # another order
+    assert user.respond("Shall I return order #W1234567?")[0] == NO_REPLY  # another kind of request
+    assert user.pointer == 0  # questions do not move on
+    assert user.respond("Order #W1234567 is cancelled.")[0] in ("Thanks.", "Great, thanks.", "OK, thank you.")
+    assert user.pointer == 1
+    assert user.respond("Which order do you mean?")[0] == "I don't remember the order number. It's the one with the lamp."
+    assert user.respond("Which payment method should get the refund?")[0] == "To my gift card, please."
+    assert user.respond("Which item is it?")[0] == "The lamp."
+    assert user.respond("Shall I return the lamp from order #W7654321?")[0] in YES_REPLIES
+    text, done = user.respond("The return is requested.")
+    assert done and text.endswith(STOP) and user.stopped
+    with pytest.raises(RuntimeError, match="already ended"):
+        user.respond("Anything else?")
+    name_zip = Identity("Mia", "Chen", "mia.chen12@example.com", "02134", "name_zip")
+    assert all("Mia Chen" in s and "02134" in s and "email" in s and "@" not in s for s in name_zip.sentences())
+    with pytest.raises(ValueError, match="auth"):
+        Identity("Mia", "Chen", "m@x.io", "02134", "phone")
+    with pytest.raises(ValueError, match="kind"):
+        UserRequest(kind="refund")
+    with pytest.raises(ValueError, match="at least one request"):
+        UserSimulator(identity, [], random.Random(0))
+
+
+def test_the_same_question_gets_the_same_kind_of_answer():
+    game = StorefrontGame()
+    asked_other = 0
+    for seed in range(80):
+        for trial in range(2):
+            game.reset(seed, trial=trial)
+            identity, sub = game.task.identity, game.current
+            answer = say(game, "Could you confirm your email?")
+            assert answer in identity.sentences(), (seed, trial, answer)
+            assert (identity.email in answer) == (identity.auth == "email") and (identity.zip in answer) != (
+                identity.auth == "email")
+            if sub.order_id:
+                answer = say(game, "Which order do you mean?")
+                ref = sub.user.order_ref
+                if ref:
+                    assert answer in (f"It's {ref}.", f"The order id is {ref}."), (seed, answer)
+                else:
+                    assert answer == f"I don't remember the order number. It's {sub.user.order_hint}.", (seed, answer)
+            assert say(game, confirm_text(sub)) in YES_REPLIES, (seed, trial)
+            for other in game.subs[1:]:
+                if (sub.kind, other.kind) == ("modify_user_address", "modify_order_address"):
+                    continue  # a known bug: test_a_question_about_another_orders_address_gets_a_no
+                assert say(game, confirm_text(other)) == NO_REPLY, (seed, trial, sub.kind, other.kind)
+                asked_other += 1
+            assert game.user.pointer == 0 and not game.done
+    assert asked_other >= 60
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="BUG: UserSimulator._about checks only the kind word ('address') and, when the request has "
+                          "an order, its id; the default-address request has none, so a customer on it says yes to "
+                          "a confirmation about another order's shipping address (default config seed 75 trial 0)")
+def test_a_question_about_another_orders_address_gets_a_no():
+    game = StorefrontGame()
+    game.reset(75, trial=0)
+    current, other = game.subs[0], game.subs[1]
+    assert (current.kind, other.kind) == ("modify_user_address", "modify_order_address")
+    say(game, "Could you confirm your email?")
+    assert say(game, confirm_text(other)) == NO_REPLY
+
+
+def test_trials_vary_the_wording_not_the_task():
+    game = StorefrontGame()
+    n_seeds, varied_openings, varied_identities, reordered = 30, 0, 0, 0
+    for seed in range(n_seeds):
+        openings, identities, orders, tasks, gold = set(), set(), set(), set(), set()
+        for trial in range(4):
+            messages = game.reset(seed, trial=trial)
+            assert messages[0]["role"] == "system" and messages[1]["role"] == "user"
+            opening = messages[1]["content"]
+            assert all(sub.clause in opening for sub in game.subs)
+            assert [opening.index(sub.clause) for sub in game.subs] == sorted(opening.index(s.clause) for s in game.subs)
+            openings.add(opening)
+            identities.add(say(game, "What is your email?"))
+            orders.add(tuple(sub.kind + sub.order_id for sub in game.subs))
+            tasks.add(json.dumps(game.task.to_json(), sort_keys=True))
+            gold.add(game.gold_hash())
+        assert len(tasks) == 1 and len(gold) == 1, seed  # the same task and the same gold DB in every trial
+        assert len({(o, i) for o in openings for i in identities}) >= 2, seed
+        varied_openings += len(openings) >= 2
+        varied_identities += len(identities) >= 2
+        reordered += len(orders) >= 2
+    assert varied_openings >= 0.8 * n_seeds and varied_identities >= 0.8 * n_seeds
+    assert reordered >= 5  # customers with several requests list them in another order in some trials
+
+
+def test_same_seed_and_trial_give_the_same_conversation():
+    differs = 0
+    for seed in range(15):
+        game = StorefrontGame()
+        play(game, seed, expert, trial=1)
+        first = game.get_messages()
+        play(game, seed, expert, trial=1)
+        assert game.get_messages() == first
+        other = StorefrontGame()
+        play(other, seed, expert, trial=1)
+        assert other.get_messages() == first
+        play(other, seed, expert, trial=2)
+        differs += other.get_messages() != first
+    assert differs >= 12
+
+
+def test_user_gives_up_after_max_turns():
+    game = StorefrontGame(StorefrontConfig(max_user_turns=3, max_steps=20))
+    game.reset(1)
+    for _ in range(2):
+        assert not game.step(parse_hermes_action("What is your email?")).done
+    last = game.step(parse_hermes_action("What is your email?"))
+    assert last.done and last.observation_messages[0]["content"].endswith(STOP)
+    assert game.termination_reason == "user_stop" and last.reward == 0.0
+
+
+# --------------------------------------------------------------------------------------------------
 # The game loop: errors, malformed actions, limits, registry
 # --------------------------------------------------------------------------------------------------
 def test_tool_errors_become_tool_messages_and_the_episode_goes_on():
