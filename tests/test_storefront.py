@@ -195,7 +195,8 @@ def test_tools_do_not_enforce_the_policy(shop):
     order_id = task.sub_requests[0].order_id
     assert tools.db.orders[order_id].status == "delivered"
     receipt = json.loads(tools.call("cancel_pending_order", {"order_id": order_id, "reason": "ordered by mistake"}))
-    assert receipt["status"] == "cancelled" and tools.db.orders[order_id].payment_history[-1].transaction_type == "refund"
+    assert receipt["status"] == "cancelled"
+    assert tools.db.orders[order_id].payment_history[-1].transaction_type == "refund"
 
 
 def first_task(config: StorefrontConfig, kind: str, seeds: range = range(200)) -> Task:
@@ -297,7 +298,7 @@ def test_forbidden_rate_controls_refusals():
         for sub in order_subs(task):
             status = task.db.orders[sub.order_id].status
             assert forbidden(task, sub), (seed, sub.kind, status)
-            assert sub.tell_status == status and sub.write is None  # change nothing, tell the status
+            assert sub.tell_status == status in ALL_STATUSES and sub.write is None  # change nothing, tell the status
         task = make_task(seed)
         n_order_requests += len(order_subs(task))
         n_forbidden += sum(forbidden(task, sub) for sub in order_subs(task))
@@ -655,7 +656,8 @@ def looked_up_order(seed: int = 3) -> tuple[str, str]:
     """(get_order_details output, order address) for an order of task `seed`."""
     task = make_task(seed)
     order = task.db.orders[task.user.orders[0]]
-    return StorefrontTools(task.db.clone()).call("get_order_details", {"order_id": order.order_id}), order.address.text()
+    output = StorefrontTools(task.db.clone()).call("get_order_details", {"order_id": order.order_id})
+    return output, order.address.text()
 
 
 def test_raw_dumps_tell_nothing():
@@ -699,7 +701,7 @@ def paste_last_output(game: StorefrontGame, sub, text: str) -> str:
 
 
 def add_every_status(game: StorefrontGame, sub, text: str) -> str:
-    return text + " Possible statuses: pending, processed, delivered, cancelled, return requested." if sub.tell_status else text
+    return f"{text} Possible statuses: {', '.join(ALL_STATUSES)}." if sub.tell_status else text
 
 
 def add_amounts(game: StorefrontGame, sub, text: str) -> str:
@@ -795,7 +797,8 @@ def test_each_procedure_rule_voids_the_reward(left_out, rule):
     for seed in range(100):
         summary = play(game, seed, plan_agent(**left_out))
         writes = writes_of(game)
-        assert sorted(writes) == sorted(a["name"] for a in game.task.gold_actions if StorefrontTools.is_write(a["name"]))
+        gold_writes = [a["name"] for a in game.task.gold_actions if StorefrontTools.is_write(a["name"])]
+        assert sorted(writes) == sorted(gold_writes)
         if "look_up" in left_out:  # only writes on an order need a look-up (a default address has none)
             writes = [w for w in writes if w != "modify_user_address"]
         violations = summary["policy_checks"]["violations"]
@@ -937,7 +940,8 @@ def test_user_simulator_answers_by_rule():
     assert user.pointer == 0  # questions do not move on
     assert user.respond("Order #W1234567 is cancelled.")[0] in ("Thanks.", "Great, thanks.", "OK, thank you.")
     assert user.pointer == 1
-    assert user.respond("Which order do you mean?")[0] == "I don't remember the order number. It's the one with the lamp."
+    answer = user.respond("Which order do you mean?")[0]
+    assert answer == "I don't remember the order number. It's the one with the lamp."
     assert user.respond("Which payment method should get the refund?")[0] == "To my gift card, please."
     assert user.respond("Which item is it?")[0] == "The lamp."
     assert user.respond("Shall I return the lamp from order #W7654321?")[0] in YES_REPLIES
@@ -1006,7 +1010,8 @@ def test_trials_vary_the_wording_not_the_task():
             assert messages[0]["role"] == "system" and messages[1]["role"] == "user"
             opening = messages[1]["content"]
             assert all(sub.clause in opening for sub in game.subs)
-            assert [opening.index(sub.clause) for sub in game.subs] == sorted(opening.index(s.clause) for s in game.subs)
+            positions = [opening.index(sub.clause) for sub in game.subs]
+            assert positions == sorted(positions)  # listed in the episode's order
             openings.add(opening)
             identities.add(say(game, "What is your email?"))
             orders.add(tuple(sub.kind + sub.order_id for sub in game.subs))
