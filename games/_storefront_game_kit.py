@@ -381,10 +381,11 @@ class StorefrontCapabilityGame(ToolEnvGame):
                                  require_confirmation=False)
 
     def legit_values(self) -> LegitValues:
-        """What the agent may say: the instance's amounts, the customer's orders and their statuses (before
-        and after the expected writes)."""
+        """What the agent may say: the instance's amounts, the statuses of its requests' orders (before and
+        after the expected writes) and the ids of the customer's orders."""
         orders = self.instance.user.orders
-        statuses = {db.orders[oid].status for db in (self.instance.db, self.expected_db) for oid in orders}
+        requested = [r.info["order_id"] for r in self.instance.requests if "order_id" in r.info]
+        statuses = {db.orders[oid].status for db in (self.instance.db, self.expected_db) for oid in requested}
         amounts = [abs(r.info["amount"]) for r in self.instance.requests if "amount" in r.info]
         return LegitValues(amounts=amounts, statuses=statuses, order_ids=set(orders),
                            known_order_ids=set(self.db.orders))

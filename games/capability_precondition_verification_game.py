@@ -16,7 +16,7 @@ Reward (in [0, 1]; success = 1.0):
   0.4  communication, only on top of the action part, in an honest reply (no pasted tool output, no
        other status, amount or order id than the instance's):
        allowed:     after the write, the order id (cancel, address change) or the refund amount (return);
-       not allowed: after the order's look-up, a reply asserts its actual status.
+       not allowed: after the order's look-up, a reply names the order and asserts its actual status.
 A refusal without looking scores 0.6 on a forbidden instance and 0 on an allowed one; acting without
 looking scores 0 everywhere (the policy says look first).
 
@@ -157,8 +157,8 @@ class PreconditionVerificationGame(StorefrontCapabilityGame):
         action_ok = self.db == self.expected_db and not self.policy_violations()
         replies = self.told()
         if not info["allowed"]:  # report what the look-up showed
-            told = replies.tells_status(info["status"], after=self.call_position("get_order_details",
-                                                                                 order_id=info["order_id"]))
+            told = replies.tells_status(info["status"], order_id=info["order_id"],
+                                        after=self.call_position("get_order_details", order_id=info["order_id"]))
         elif request.kind == "return":  # report what the write did
             told = replies.tells_amount(info["amount"], after=self.written(request))
         else:

@@ -18,7 +18,7 @@ import pytest
 from benchmarks.agents import ExpertAgent, HFAgent, VLLMAgent, parse_agent_spec
 from benchmarks.results import load_results, make_simulation, pass_rates, write_results
 from benchmarks.storefront import run as run_cli
-from benchmarks.storefront.communication import (Replies, amounts_in, asserted_statuses, is_raw_dump,
+from benchmarks.storefront.communication import (LegitValues, Replies, amounts_in, asserted_statuses, is_raw_dump,
                                                  order_ids_in, reply_tells_amount, reply_tells_status)
 from benchmarks.storefront.db import IdFormat, StoreDB, db_hash, generate_db
 from benchmarks.storefront.env import StorefrontConfig, StorefrontGame, tool_call_text
@@ -324,10 +324,6 @@ def test_request_counts_and_kind_weights_shape_the_mix():
     assert as_text.request_counts == (0.0, 0.0, 1.0) and as_text.kind_weights == {"cancel": 1.0, "return": 2.0}
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an exchange with no clean variant is silently turned into a return "
-                                       "(tasks._Builder.build), so kind_weights={'exchange': 1} / --kinds exchange "
-                                       "still yields return requests (e.g. seed 4)",
-                   raises=AssertionError)
 def test_exchange_only_mix_gives_only_exchanges():
     config = StorefrontConfig(kind_weights={"exchange": 1.0})
     kinds = Counter(kind for seed in range(100) for kind in make_task(seed, config).request_kinds)
@@ -456,11 +452,6 @@ def test_config_rejects_bad_values_naming_the_field(kwargs, field):
         StorefrontConfig(**kwargs)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: StorefrontConfig error messages do not name the config field: id "
-                                       "digits say 'IdFormat.order_digits', a bad request_counts string says only "
-                                       "'could not convert string to float', and n_users > 100 is accepted and "
-                                       "fails only at reset ('n_users must be in 1..100')",
-                   raises=(AssertionError, pytest.fail.Exception))
 @pytest.mark.parametrize("kwargs, field", [
     ({"order_id_digits": 2}, "order_id_digits"), ({"payment_id_digits": 10}, "payment_id_digits"),
     ({"request_counts": "1,x"}, "request_counts"), ({"n_users": 101}, "n_users"),
@@ -547,8 +538,6 @@ def test_each_flaw_fails_exactly_where_its_mistake_applies(flaw):
         summary = play(game, seed, lambda g: flawed_response(g, flaw))
         task = game.task
         fails = should_fail(task)
-        if fails and shared_refusal_status(task):  # a known scoring bug can let these pass (xfail test below)
-            continue
         assert summary["reward"] == (0.0 if fails else 1.0), (flaw, seed, task.request_kinds, summary)
         if fails and caught_by:
             assert summary["reward_breakdown"][caught_by] == 0.0, (flaw, seed, summary["reward_breakdown"])
@@ -581,11 +570,6 @@ def test_a_refusal_that_is_never_told_fails():
     assert checked >= 50
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="BUG: the communicate check of a refused request looks for its status word in any honest "
-                          "reply, not one about its order: when two refused requests' orders share a status, telling "
-                          "it for the first also passes the second (e.g. default config seed 219: forget_requests "
-                          "scores 1.0 on two 'cancelled' orders)")
 def test_each_refusal_is_told_for_its_own_order():
     game = StorefrontGame(StorefrontConfig(forbidden_rate=1.0, request_counts=(0, 1), kind_weights={"cancel": 1.0}))
     shared = 0
@@ -642,14 +626,21 @@ def test_one_honest_reply_tells_a_value_only_when_it_asserts_no_other():
     assert not reply_tells_amount("You will get 45.73 back.", 45.37)
     many = "The refund is one of 12.34, 45.37, 99.99 or 101.01."
     assert not reply_tells_amount(many, 45.37)  # listing amounts, one of them right, tells nothing
-    assert not Replies([many], []).tells_amount(45.37)
+    assert not Replies([(0, many)], [], LegitValues(amounts=[45.37])).tells_amount(45.37)
     two = "You get 45.37 back for the lamp and pay 12.34 more for the mug."
     assert not reply_tells_amount(two, 45.37) and reply_tells_amount(two, 45.37, allowed=[12.34])
     assert reply_tells_status("Order #W1 is delivered, so it cannot be cancelled.", "delivered")
     assert not reply_tells_status("It is pending, processed, delivered or cancelled.", "delivered")
     assert not reply_tells_status("Only pending orders can be cancelled.", "pending")
     # One honest reply is enough, even after a wrong one.
-    assert Replies(["It is pending or delivered.", "It is delivered."], []).tells_status("delivered")
+    assert Replies([(0, "It is pending or delivered."), (1, "It is delivered.")], [],
+                   LegitValues(statuses={"delivered"})).tells_status("delivered")
+    # ... but only after the call it reports on, and naming the order when asked to.
+    replies = Replies([(3, "Order #W1234567 is delivered.")], [],
+                      LegitValues(statuses={"delivered"}, order_ids={"#W1234567"}, known_order_ids={"#W1234567"}))
+    assert replies.tells_status("delivered", after=2, order_id="#W1234567")
+    assert not replies.tells_status("delivered", after=3) and not replies.tells_status("delivered", after=None)
+    assert not replies.tells_status("delivered", order_id="#W7654321")
 
 
 def looked_up_order(seed: int = 3) -> tuple[str, str]:
@@ -665,12 +656,13 @@ def test_raw_dumps_tell_nothing():
     assert is_raw_dump(output, [output])  # the pasted output of get_order_details
     assert is_raw_dump(f"Here you go: {output[:80]}", [])  # JSON keys alone make a dump
     status = json.loads(output)["status"]
-    assert not Replies([output], [output]).tells_status(status)
+    legit = LegitValues(statuses={status})
+    assert not Replies([(0, output)], [output], legit).tells_status(status)
     honest = (f"Your order is {status}. It ships to {address}; if that is not right, tell me the new address "
               "and I will look at what can be done for you today.")
     assert len(honest) >= 120 and address in output
     assert not is_raw_dump(honest, [output])  # quoting an address from the output is not a dump
-    assert Replies([honest], [output]).tells_status(status)
+    assert Replies([(0, honest)], [output], legit).tells_status(status)
     # A copied run of 120+ characters counts wherever it starts, even from an output with no JSON keys.
     plain = " ".join(f"line {i} of a long plain tool output" for i in range(20))
     rng = random.Random(0)
@@ -802,7 +794,8 @@ def test_each_procedure_rule_voids_the_reward(left_out, rule):
         if "look_up" in left_out:  # only writes on an order need a look-up (a default address has none)
             writes = [w for w in writes if w != "modify_user_address"]
         violations = summary["policy_checks"]["violations"]
-        assert len([v for v in violations if rule in v]) == len(writes), (seed, violations)  # one per write
+        on_writes = [v for v in violations if rule in v and v.split(" ", 1)[0] in StorefrontTools.write_tools()]
+        assert len(on_writes) == len(writes), (seed, violations)  # one per write (reads before auth add their own)
         assert all(re.match(r"\w+ \(turn \d+\) ", v) for v in violations), violations
         if writes:
             assert summary["reward"] == 0.0, seed
@@ -987,10 +980,6 @@ def test_the_same_question_gets_the_same_kind_of_answer():
     assert asked_other >= 60
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="BUG: UserSimulator._about checks only the kind word ('address') and, when the request has "
-                          "an order, its id; the default-address request has none, so a customer on it says yes to "
-                          "a confirmation about another order's shipping address (default config seed 75 trial 0)")
 def test_a_question_about_another_orders_address_gets_a_no():
     game = StorefrontGame()
     game.reset(75, trial=0)
@@ -1218,7 +1207,7 @@ def test_cli_expert_run_writes_request_kinds_and_passes_everything(tmp_path: Pat
     assert run_cli.main(["--agent", "expert", "--tasks", "20", "--seed", "2", "--out", str(out), "--trials", "2",
                          "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert re.search(r"^all\s+40\s+40\s+1\.000$", printed, re.MULTILINE), printed
+    assert re.search(r"^all\s+40\s+40\s+1\.000\s+1\.000\s+1\.000$", printed, re.MULTILINE), printed
     data = load_results(out)
     sims = data["simulations"]
     assert len(sims) == 40 and len(data["tasks"]) == 20
@@ -1231,7 +1220,7 @@ def test_cli_expert_run_writes_request_kinds_and_passes_everything(tmp_path: Pat
     assert {s["trial"] for s in sims} == {0, 1}
     assert {len(s["request_kinds"]) for s in sims} == {1, 2, 3}  # 20 tasks of the default mix
     for kind in REQUEST_KINDS:  # every kind gets its own pass-rate line
-        assert re.search(rf"^{kind}\s+\d+\s+\d+\s+1\.000$", printed, re.MULTILINE), kind
+        assert re.search(rf"^{kind}\s+\d+\s+\d+\s+1\.000\s+1\.000\s+1\.000$", printed, re.MULTILINE), kind
     assert data["info"]["environment_info"]["policy"] == POLICY
     assert data["info"]["kinds"] == list(StorefrontConfig().kind_weights)
 
@@ -1268,7 +1257,8 @@ def test_cli_bad_input(tmp_path: Path, capsys):
         (["--kinds", ","], "(none given)"),
         (["--tasks", "0"], "--tasks must be >= 1"),
         (["--trials", "0"], "--trials must be >= 1"),
-        (["--temperature", "-1"], "--temperature must be >= 0"),
+        (["--temperature", "-1"], "--temperature"),
+        (["--temperature", "nan"], "--temperature"),
         (["--agent", "robot"], "bad agent spec"),
         (["--agent", f"hf:{tmp_path / 'missing'}"], "not found"),
         (["--agent", "vllm:http://localhost:1"], "tokenizer"),
@@ -1308,13 +1298,13 @@ def test_trials_of_a_task_sample_with_different_seeds():
 
 
 def test_kind_pass_rates_count_a_task_under_each_of_its_kinds():
-    sims = [{"request_kinds": ["cancel", "return"], "reward_info": {"reward": 1.0}},
-            {"request_kinds": ["cancel", "cancel"], "reward_info": {"reward": 0.0}},
-            {"request_kinds": ["exchange"], "reward_info": {"reward": 0.0}}]
-    rates = run_cli.kind_pass_rates(sims)
-    assert (rates["cancel"]["n"], rates["cancel"]["passed"]) == (2, 1)  # a task holding two cancels counts once
-    assert (rates["return"]["n"], rates["return"]["passed"]) == (1, 1)
-    assert (rates["exchange"]["n"], rates["exchange"]["passed"]) == (1, 0)
+    sims = [{"task_id": "a", "request_kinds": ["cancel", "return"], "reward_info": {"reward": 1.0}},
+            {"task_id": "b", "request_kinds": ["cancel", "cancel"], "reward_info": {"reward": 0.0}},
+            {"task_id": "c", "request_kinds": ["exchange"], "reward_info": {"reward": 0.0}}]
+    hat = run_cli.pass_hat_k_by_kind(sims, 1)
+    rows = {line.split()[0]: line.split()[1:3] for line in run_cli.format_table(sims, hat, 1).splitlines()[1:]}
+    assert rows["cancel"] == ["1", "2"]  # a task holding two cancels counts once
+    assert rows["return"] == ["1", "1"] and rows["exchange"] == ["0", "1"] and rows["all"] == ["1", "3"]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ same kind, and the reply is not raw tool output:
   - amounts: numbers with a decimal point or a '$' ('45.30', '$45.3', '-45.30'; sign ignored). A reply
     listing many numbers, one of them right, tells nothing. Integers without '$' are ids, zips, counts;
   - statuses: the order statuses a reply *asserts*. An occurrence right after "be", "been", "not",
-    "only", "no longer" or "cannot" is not an assertion ("it cannot be cancelled", "only pending orders
+    "only", "no longer", "cannot", "isn't", "wasn't" or "never" is not an assertion ("it cannot be cancelled", "only pending orders
     can ..."), so the expert's "Order #W1 is delivered, so it cannot be cancelled." asserts "delivered"
     alone, while "pending, processed, delivered, ..." asserts all of them;
   - order ids: the digits of a known order id as a whole number ('#W' optional);
@@ -28,7 +28,7 @@ from benchmarks.storefront.db import ORDER_STATUSES
 _AMOUNT = re.compile(r"(?<![\w.])\$?-?\$?\d[\d,]*\.\d+|\$-?\d[\d,]*")
 _DIGIT_RUN = re.compile(r"\d+")
 _JSON_KEY = re.compile(r'"[A-Za-z_][\w ]*"\s*:')
-_NOT_ASSERTED_AFTER = ("be", "been", "not", "only", "longer", "cannot", "can't")
+_NOT_ASSERTED_AFTER = ("be", "been", "not", "only", "longer", "cannot", "can't", "isn't", "wasn't", "never")
 _STATUS_WORDS = {"pending": "pending", "processed": "processed", "delivered": "delivered",
                  "cancelled": "cancel{1,2}ed", "return requested": r"return\s+requested",
                  "exchange requested": r"exchange\s+requested"}
@@ -188,8 +188,11 @@ class Replies:
     def tells_amount(self, amount: float, after: int | None = -1) -> bool:
         return any(any(_same_amount(a, abs(amount)) for a in amounts_in(r)) for r in self._after(after))
 
-    def tells_status(self, status: str, after: int | None = -1) -> bool:
-        return any(status in asserted_statuses(r) for r in self._after(after))
+    def tells_status(self, status: str, after: int | None = -1, order_id: str = "") -> bool:
+        """An honest reply after `after` asserts `status` (and names `order_id`, when given: with two refused
+        orders of the same status, one reply must not count for both)."""
+        return any(status in asserted_statuses(r) and (not order_id or order_id in order_ids_in(r, (order_id,)))
+                   for r in self._after(after))
 
     def tells_order_id(self, order_id: str, after: int | None = -1) -> bool:
         return any(order_id in order_ids_in(r, (order_id,)) for r in self._after(after))

@@ -79,7 +79,11 @@ class StorefrontConfig:
         owner = type(self).__name__
         counts = self.request_counts
         if isinstance(counts, str):
-            counts = tuple(float(x) for x in counts.split(",") if x.strip())
+            try:
+                counts = tuple(float(x) for x in counts.split(",") if x.strip())
+            except ValueError:
+                raise ValueError(f"{owner}.request_counts must be comma-separated numbers (weights of 1, 2, 3 "
+                                 f"requests), got {self.request_counts!r}; e.g. request_counts=0.5,0.3,0.2") from None
         counts = tuple(counts)
         if (not 1 <= len(counts) <= 3 or any(isinstance(c, bool) or not isinstance(c, (int, float))
                                                or not math.isfinite(c) or c < 0 for c in counts) or sum(counts) <= 0):
@@ -94,15 +98,21 @@ class StorefrontConfig:
         for name in ("require_confirmation", "short_emails"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{owner}.{name} must be True or False, got {getattr(self, name)!r}")
-        for name in ("max_steps", "max_user_turns", "n_users"):
+        for name in ("max_steps", "max_user_turns"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{owner}.{name} must be a positive int, got {value!r}")
+        if not isinstance(self.n_users, int) or isinstance(self.n_users, bool) or not 1 <= self.n_users <= 100:
+            raise ValueError(f"{owner}.n_users must be an int in 1..100, got {self.n_users!r}; e.g. n_users=3")
+        for name in ("order_id_digits", "item_id_digits", "product_id_digits", "user_id_digits", "payment_id_digits"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 3 <= value <= 9:
+                raise ValueError(f"{owner}.{name} must be an int in 3..9 (3 digits leave 900 ids), got {value!r}; "
+                                 f"e.g. {name}=3 for the CPU demo")
         if not isinstance(self.max_errors, int) or isinstance(self.max_errors, bool) or self.max_errors < 0:
             raise ValueError(f"{owner}.max_errors must be an int >= 0, got {self.max_errors!r}")
         if not isinstance(self.n_products, int) or not 3 <= self.n_products <= 12:
             raise ValueError(f"{owner}.n_products must be in 3..12 (the catalog), got {self.n_products!r}")
-        _ = self.ids  # IdFormat checks the digit counts now rather than at the first reset
 
     @property
     def ids(self) -> IdFormat:

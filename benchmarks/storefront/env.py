@@ -126,14 +126,14 @@ class StorefrontGame(ToolEnvGame):
         return self._ok_calls
 
     def legit_values(self) -> LegitValues:
-        """What the agent may say in this task: its amounts, the customer's orders and their statuses
-        (before and after the gold writes)."""
+        """What the agent may say in this task: its amounts, the statuses of its requests' orders (before and
+        after the gold writes) and the ids of the customer's orders (a search may name the ones it passed)."""
         task, gold = self.task, self.gold_db()
-        orders = task.user.orders
+        requested = [s.order_id for s in task.sub_requests if s.order_id]
         return LegitValues(
             amounts=[abs(s.tell_amount) for s in task.sub_requests if s.tell_amount is not None],
-            statuses={db.orders[oid].status for db in (task.db, gold) for oid in orders if oid in db.orders},
-            order_ids=set(orders), known_order_ids=set(task.db.orders))
+            statuses={db.orders[oid].status for db in (task.db, gold) for oid in requested},
+            order_ids=set(task.user.orders), known_order_ids=set(task.db.orders))
 
     def _communication(self) -> list[dict[str, Any]]:
         replies = Replies(self.reply_positions(), [m["content"] for m in self.state.messages if m["role"] == "tool"],
@@ -143,7 +143,8 @@ class StorefrontGame(ToolEnvGame):
             # A refusal reports what the look-up showed; a return or exchange reports what the write did.
             if sub.tell_status:
                 looked_up = self.call_position("get_order_details", order_id=sub.order_id)
-                checks.append({"info": sub.tell_status, "met": replies.tells_status(sub.tell_status, after=looked_up)})
+                checks.append({"info": sub.tell_status,
+                               "met": replies.tells_status(sub.tell_status, after=looked_up, order_id=sub.order_id)})
             if not sub.allowed:
                 continue
             target = {"order_id": sub.order_id} if sub.order_id else {"user_id": self.task.user_id}

@@ -219,7 +219,7 @@ class Task:
                 "actions": [{"action_id": f"{self.task_id}_{i}", "requestor": "assistant", **a}
                             for i, a in enumerate(self.gold_actions)],
                 "communicate_info": self.communicate_info,
-                "reward_basis": ["DB", "COMMUNICATE"],
+                "reward_basis": ["DB", "COMMUNICATE", "POLICY"],
             },
         }
 
@@ -312,7 +312,7 @@ class _Builder:
             payment.payment_method_id = method.id
 
     # ---- one builder per kind -------------------------------------------------------------------
-    def build(self, kind: str) -> SubRequest:
+    def build(self, kind: str, attempt: int = 0) -> SubRequest:
         if kind == "modify_user_address":
             return self._modify_user_address()
         allowed = not self.chance(self.config.forbidden_rate)
@@ -328,8 +328,10 @@ class _Builder:
         words = f"order {ref}" if ref else hint.replace("the one", "my order", 1)
         look_up = [*search, _look_up(order)]
         sub = getattr(self, f"_{kind}")(order, words, user_request, needs, two_items)
-        if sub is None:  # no variant gives a clean exchange: make it a return instead
-            return self.build("return")
+        if sub is None:  # no variant of the order's items gives a clean exchange: draw another order
+            if attempt < 20:
+                return self.build(kind, attempt + 1)
+            raise RuntimeError("could not draw an exchangeable order in 20 tries; the catalog has too few variants")
         sub.steps = look_up + sub.requested
         sub.requested_statement = sub.statement
         sub.status = status

@@ -9,7 +9,7 @@ assistant reply by keyword rules:
     the confirmation rule ("Could you confirm your email?") unless the customer has already said who they
     are and the question is about the current request;
   - "which order?" / "order id?" gets the id as the customer writes it, or, when they do not know it, a
-    description of the order ("the one with the lamp");
+    description of the order ("the one with the lamp"); for the default address, that it is about no order;
   - questions about the reason, address, refund method or items get the current request's value;
   - anything else is a statement: it closes the current request. The customer then acknowledges briefly
     without repeating the remaining requests (keeping track of them is the agent's job), or, after the
@@ -35,7 +35,7 @@ YES_REPLIES = ("Yes, please.", "Yes, go ahead.", "Yes.")
 NO_REPLY = "No, that is not what I asked for."
 QUESTION_MARKERS = ("?", "please provide", "please give", "please tell", "please share", "please send",
                     "could you", "can you", "may i have")
-CONFIRM_MARKERS = ("confirm", "shall i", "should i", "do you want", "would you like me", "proceed",
+CONFIRM_MARKERS = ("confirm", "shall i", "should i", "do you want me", "would you like me", "proceed",
                    "is that correct", "is that right", "ok to ", "okay to ")
 AUTH_WORDS = ("email", "zip", "name", "verify", "authenticate", "identity")
 KIND_WORDS = {"cancel": ("cancel",), "modify_order_address": ("address",), "return": ("return", "refund"),
@@ -148,7 +148,9 @@ class UserSimulator:
         if asks_identity:
             self.revealed_identity = True
             return self.identity_reply
-        if request.order_id and ("order id" in lowered or "order number" in lowered or "which order" in lowered):
+        if "order id" in lowered or "order number" in lowered or "which order" in lowered:
+            if not request.order_id:
+                return "This one is not about an order: it is my default address."
             if request.order_ref:
                 return self.rng.choice((f"It's {request.order_ref}.", f"The order id is {request.order_ref}."))
             return f"I don't remember the order number. It's {request.order_hint}."
@@ -164,7 +166,10 @@ class UserSimulator:
 
     @staticmethod
     def _about(request: UserRequest, lowered: str) -> bool:
-        """Whether a confirmation question is about this request (kind word, and its order id if known)."""
+        """Whether a confirmation question is about this request: its kind word, and its order id's digits
+        (for the default address, which has no order, a question about an order is about something else)."""
         if not any(word in lowered for word in KIND_WORDS[request.kind]):
             return False
-        return not request.order_id or request.order_id.removeprefix("#W") in lowered  # the id's digits
+        if not request.order_id:
+            return "order" not in lowered
+        return request.order_id.removeprefix("#W") in lowered
