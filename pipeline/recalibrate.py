@@ -1,7 +1,9 @@
 """Recalibrate a game: find a value of one difficulty knob that puts the base model's success rate in a band.
 
-A knob is a field of the game's config dataclass (`spec.config_cls`). Difficulty is assumed monotone in
-the knob; which way is harder is read from the measurements (or given with --harder).
+Only knobs the game declares as difficulty (`GameSpec.difficulty_knobs`, each a field of its config
+dataclass with the direction that is harder) are searched: a field that is a class prior (a share of
+refusals, say) moves different policies in opposite directions, and tuning it to a band would only
+change the label mix. Which way is harder comes from the declaration (--harder, if given, must agree).
 
 File mode (rollouts already collected, one τ²-bench results file per knob value):
     python -m pipeline.recalibrate --game NAME --knob KEY --rollouts VALUE=FILE [VALUE=FILE ...]
@@ -25,7 +27,7 @@ import types
 import typing
 from typing import Any, Callable
 
-from game_registry import Game, GameSpec, get_game
+from game_registry import DifficultyKnob, Game, GameSpec, get_game
 from pipeline._io import InputError, atomic_write_json, check_number, check_output_path, load_json
 from pipeline.calibrate_environment import compute_metrics
 
@@ -53,6 +55,18 @@ def knob_type(spec: GameSpec, knob: str) -> type:
     if hint not in (int, float, bool, str):
         raise InputError(f"knob {knob!r} has type {hint!r}; only int, float, bool and str knobs are supported")
     return hint
+
+
+def declared_knob(spec: GameSpec, knob: str) -> DifficultyKnob:
+    """The difficulty knob `knob` as the game declares it; InputError naming the declared ones otherwise."""
+    knob_type(spec, knob)
+    declared = spec.difficulty_knob(knob)
+    if declared is None:
+        names = ", ".join(k.name for k in spec.difficulty_knobs) or "none"
+        raise InputError(f"{knob!r} is not a declared difficulty knob of game {spec.name!r} (declared: {names}); "
+                         f"declare it in the game's GameSpec(difficulty_knobs=(DifficultyKnob({knob!r}, 'increase'),)) "
+                         "if raising or lowering it makes the capability harder rather than changing a class mix")
+    return declared
 
 
 def parse_knob_value(spec: GameSpec, knob: str, text: str) -> Any:
@@ -229,8 +243,8 @@ def search_knob(
     """Bisect the candidate `values` of `knob` for a success rate inside `band`; one `collect` call per round.
 
     Values are sorted (numbers; str/bool values keep the given order, which must be monotone in difficulty)
-    and must be accepted by the config dataclass. Without `harder`, the two ends
-    are measured first to learn the direction (and whether the band is reachable at all). Returns
+    and must be accepted by the config dataclass. The knob must be a declared difficulty knob; its declared
+    direction is used (`harder`, if given, must agree), so bisection starts in the middle. Returns
     {"status": in_band | out_of_range | not_found | max_rounds, "value", "success_rate", "harder", "rounds",
     "history": [measurements in probe order]}. not_found: the band falls between two neighbouring candidates.
     """
@@ -243,7 +257,13 @@ def search_knob(
     low, high = band
     if not 0.0 <= low <= high <= 1.0:
         raise ValueError(f"band must satisfy 0 <= low <= high <= 1, got {band}")
-    knob_type(spec, knob)
+    try:
+        declared = declared_knob(spec, knob)
+    except InputError as err:
+        raise ValueError(str(err)) from None
+    if harder is not None and harder != declared.harder:
+        raise ValueError(f"harder={harder!r} contradicts the declaration of {knob!r} ({declared.harder!r})")
+    harder = declared.harder
     candidates = sorted(set(values)) if all(_is_number(v) for v in values) else list(dict.fromkeys(values))
     for value in candidates:
         spec.config_cls(**{knob: value})  # ValueError from the config names a bad candidate before any rollout
@@ -267,20 +287,6 @@ def search_knob(
         }
 
     lo, hi = 0, len(candidates) - 1
-    if harder is None:
-        ends = [measure(lo)] + ([measure(hi)] if hi > lo and len(history) < max_rounds else [])
-        # By position, not value: `candidates` is in knob order (sorted numbers, or the given order of
-        # str/bool values, which infer_harder cannot order).
-        if len(ends) == 2 and ends[0]["success_rate"] != ends[1]["success_rate"]:
-            harder = "increase" if ends[1]["success_rate"] < ends[0]["success_rate"] else "decrease"
-        inside = [m for m in ends if low <= m["success_rate"] <= high]
-        if inside:
-            return result("in_band", min(inside, key=lambda m: abs(m["success_rate"] - (low + high) / 2)))
-        if len(ends) < 2:
-            return result("max_rounds" if hi > lo else "out_of_range", None)
-        if harder is None or _band_side(ends[0]["success_rate"], band) == _band_side(ends[1]["success_rate"], band):
-            return result("out_of_range", None)  # both ends on the same side: no candidate can be in the band
-        lo, hi = lo + 1, hi - 1
     while lo <= hi:
         if len(history) >= max_rounds:
             return result("max_rounds", None)
@@ -351,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollouts", required=True, nargs="+", metavar="VALUE=FILE",
                         help="τ²-bench results file measured with the knob at VALUE")
     parser.add_argument("--band", type=_band, default=DEFAULT_BAND, help="target success-rate band (default 0.2,0.6)")
-    parser.add_argument("--harder", choices=HARDER_CHOICES, help="which way makes the game harder (default: inferred)")
+    parser.add_argument("--harder", choices=HARDER_CHOICES,
+                        help="which way makes the game harder (default: the knob's declaration; must agree with it)")
     parser.add_argument("--success-threshold", type=float, default=1.0, help="success = reward >= this")
     parser.add_argument("--json-output", help="write the decision here (JSON)")
     args = parser.parse_args(argv)
@@ -365,6 +372,11 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(err.args[0]) from None
         except ImportError as err:  # GameImportError, or a built-in game module that is missing
             raise InputError(str(err)) from None
+        declared = declared_knob(spec, args.knob)
+        if args.harder is not None and args.harder != declared.harder:
+            raise InputError(f"--harder {args.harder} contradicts the game's declaration of {args.knob!r} "
+                             f"(harder as it {declared.harder}s); leave --harder out")
+        harder = declared.harder
         measurements = []
         seen: set[Any] = set()
         for item in args.rollouts:
@@ -391,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
             return False
         return True
 
-    decision = decide(measurements, args.band, args.harder, accept)
+    decision = decide(measurements, args.band, harder, accept)
     report = {
         "game": spec.name, "knob": args.knob, "band": list(args.band), **decision,
         "measurements": [{k: v for k, v in m.items() if k != "metrics"} for m in measurements],

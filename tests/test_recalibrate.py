@@ -59,15 +59,13 @@ def test_all_too_easy_steps_out_in_the_harder_direction(game, tmp_path):
     assert (d["status"], d["move"], d["harder"], d["next_value"]) == ("too_easy", "harder", "increase", 3)
 
 
-def test_single_measurement_has_no_direction_unless_told(game, tmp_path):
+def test_single_measurement_moves_the_declared_way(game, tmp_path):
     path = rollouts(tmp_path, "k2", 0)
     code, d = run(game, tmp_path, f"2={path}")
-    assert (code, d["status"], d["move"], d["next_value"]) == (1, "too_hard", "easier", None)
-    assert "measure a second value" in d["message"]
-    code, d = run(game, tmp_path, f"2={path}", extra=("--harder", "increase"))
-    # Easier = fewer keys. Stepping 2 down from 2 gives 0, which VaultConfig rejects (n_keys >= 1): halve to 1.
-    assert (d["next_value"], d["harder"]) == (1, "increase")
-    code, d = run(game, tmp_path, f"1={path}", extra=("--harder", "increase"))
+    # Too hard; the toy declares n_keys harder as it increases, so easier = fewer keys. Stepping 2 down from 2
+    # gives 0, which VaultConfig rejects (n_keys >= 1): halve to 1.
+    assert (code, d["status"], d["move"], d["next_value"], d["harder"]) == (1, "too_hard", "easier", 1, "increase")
+    code, d = run(game, tmp_path, f"1={path}")
     assert (d["status"], d["next_value"]) == ("too_hard", None) and "exhausted" in d["message"]
 
 
@@ -119,17 +117,15 @@ def test_parse_knob_value_types():
 COLLECT = policy_collector(toy.skilled_policy(0.8), n_tasks=20, n_samples=4)
 
 
-def test_search_finds_a_value_in_band_and_learns_the_direction():
+def test_search_finds_a_value_in_band_in_the_declared_direction():
     spec = toy.make_spec()
     result = search_knob(spec, "n_keys", [8, 1, 2, 3, 4, 5, 6, 7], COLLECT, band=(0.2, 0.3), max_rounds=5)
     assert result["status"] == "in_band"
     assert 0.2 <= result["success_rate"] <= 0.3
     assert result["harder"] == "increase"
     probes = [m["value"] for m in result["history"]]
-    assert probes[:2] == [1, 8]  # the ends first (direction unknown), then bisection inside
+    assert probes[0] == 4  # the direction is declared: bisection starts in the middle
     assert len(probes) <= 5 and len(set(probes)) == len(probes)
-    rates = {m["value"]: m["success_rate"] for m in result["history"]}
-    assert rates[1] > 0.3 > 0.2 > rates[8]
 
 
 def test_search_with_known_direction_starts_in_the_middle():
@@ -146,7 +142,7 @@ def test_search_reports_an_unreachable_band_and_round_limits():
     assert limited["status"] == "max_rounds" and limited["rounds"] == 1
     with pytest.raises(ValueError, match="n_keys"):
         search_knob(spec, "n_keys", [0, 1], COLLECT)  # VaultConfig rejects 0 before any rollout
-    with pytest.raises(InputError, match="not a field"):
+    with pytest.raises(ValueError, match="not a field"):
         search_knob(spec, "difficulty", [1], COLLECT)
 
 
@@ -162,7 +158,7 @@ def test_search_over_str_values_learns_the_direction_from_their_order():
     """str knobs keep the given order; two ends that straddle the band are not 'out of range'."""
     import dataclasses
 
-    from game_registry import GameSpec
+    from game_registry import DifficultyKnob, GameSpec
 
     @dataclasses.dataclass
     class LevelConfig:
@@ -175,7 +171,32 @@ def test_search_over_str_values_learns_the_direction_from_their_order():
         return [{"task_id": task, "sample_idx": sample, "reward_info": {"reward": float(2 * task + sample < n_wins)}}
                 for task in range(10) for sample in range(2)]
 
-    spec = GameSpec(name="levels", make_env=lambda config=None: None, config_cls=LevelConfig)
+    spec = GameSpec(name="levels", make_env=lambda config=None: None, config_cls=LevelConfig,
+                    difficulty_knobs=(DifficultyKnob("level", "increase", tuple(rates)),))
     result = search_knob(spec, "level", list(rates), collect, band=(0.2, 0.6))
     assert result["status"] == "in_band" and result["value"] == "medium"
     assert result["harder"] == "increase"
+
+
+def test_only_declared_difficulty_knobs_are_searched(tmp_path, monkeypatch):
+    """A config field that is not a declared difficulty knob is refused (a class prior tuned to a band would
+    only change the label mix), in file mode and in search mode; --harder must agree with the declaration."""
+    spec = toy.make_spec(name="toy_vault_undeclared", difficulty_knobs=())
+    toy.register_temporarily(monkeypatch, spec)
+    good = tmp_path / "r.json"
+    good.write_text(json.dumps({"simulations": [{"task_id": 0, "sample_idx": 0, "reward_info": {"reward": 1.0}}]}))
+    assert main(["--game", spec.name, "--knob", "n_keys", "--rollouts", f"2={good}"]) == 2
+    with pytest.raises(ValueError, match="not a declared difficulty knob"):
+        search_knob(spec, "n_keys", [1, 2], COLLECT)
+    declared = toy.make_spec(name="toy_vault_declared")
+    toy.register_temporarily(monkeypatch, declared)
+    assert main(["--game", declared.name, "--knob", "n_keys", "--rollouts", f"2={good}", "--harder", "decrease"]) == 2
+    with pytest.raises(ValueError, match="contradicts"):
+        search_knob(declared, "n_keys", [1, 2], COLLECT, harder="decrease")
+
+
+def test_the_real_games_refuse_their_class_prior():
+    from game_registry import get_game
+    spec = get_game("capability_precondition_verification")
+    with pytest.raises(ValueError, match="not a declared difficulty knob.*eligibility_claim_rate"):
+        search_knob(spec, "violating_fraction", [0.2, 0.8], COLLECT)

@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from game_registry import Action, Game, GameSpec, StepResult, parse_hermes_action
+from game_registry import Action, DifficultyKnob, Game, GameSpec, StepResult, parse_hermes_action
 
 VAULT_SYSTEM_PROMPT = (
     "You are a vault clerk. Look up every item the customer names with lookup_item, add their values, "
@@ -306,6 +306,7 @@ def make_spec(game_cls: type[VaultGame] = VaultGame, name: str = "toy_vault", ta
         capability="toy_arithmetic",
         config_cls=VaultConfig,
         target=target,
+        difficulty_knobs=kw.pop("difficulty_knobs", (DifficultyKnob("n_keys", "increase", (1, 2, 3, 4, 5, 6, 7, 8)),)),
         **kw,
     )
 
