@@ -1386,3 +1386,26 @@ def test_vllm_agent_retries_5xx_then_fails_loudly(tiny_model_dir: Path):
     dead = VLLMAgent(url, "tiny", tiny_model_dir, timeout_s=2.0, sleep=lambda s: None)  # nothing listens now
     with pytest.raises(RuntimeError, match="failed after 6 attempts: (APIConnectionError|APITimeoutError)"):
         dead.respond([{"role": "user", "content": "hi"}], [])
+
+
+def test_cli_config_files_set_the_mix_and_are_saved_with_the_results(tmp_path: Path, capsys):
+    repo = Path(__file__).resolve().parents[1]
+    default = run_cli.load_config(str(repo / "configs/storefront/default.yaml"))
+    assert default == StorefrontConfig()  # the shipped YAML is the dataclass's defaults, spelled out
+    out = tmp_path / "demo.json"
+    assert run_cli.main(["--agent", "expert", "--tasks", "12", "--config", str(repo / "configs/storefront/cpu_demo.yaml"),
+                         "--out", str(out), "--no-progress"]) == 0
+    data = load_results(out)
+    assert data["info"]["config"]["order_id_digits"] == 3 and data["info"]["config"]["short_emails"] is True
+    assert all(re.fullmatch(r"#W\d{3}", t["evaluation_criteria"]["actions"][1]["arguments"].get("order_id", "#W000"))
+               for t in data["tasks"] if len(t["evaluation_criteria"]["actions"]) > 1)
+    assert all(s["reward_info"]["reward"] == 1.0 for s in data["simulations"])
+    for text, message in [("forbiden_rate: 0.2\n", "forbiden_rate is not a field of StorefrontConfig"),
+                          ("forbidden_rate: 2\n", "StorefrontConfig.forbidden_rate must be a number in [0, 1]"),
+                          ("- a\n", "mapping")]:
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text)
+        assert run_cli.main(["--agent", "expert", "--tasks", "2", "--config", str(bad), "--out",
+                             str(tmp_path / "never.json"), "--no-progress"]) == 2
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / "never.json").exists()

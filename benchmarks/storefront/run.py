@@ -15,6 +15,7 @@ k = 1..--trials per request kind (a task counts under every kind it holds) and o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import sys
 import time
@@ -28,7 +29,7 @@ from benchmarks.storefront.env import StorefrontConfig, StorefrontGame
 from benchmarks.storefront.flaws import FlawedExpertAgent
 from benchmarks.storefront.user_sim import REQUEST_KINDS
 from game_registry import parse_hermes_action
-from pipeline._io import InputError, check_number, check_output_path
+from pipeline._io import InputError, check_number, check_output_path, load_yaml_mapping
 
 
 def task_seed(seed: int, index: int) -> int:
@@ -78,6 +79,26 @@ def run_benchmark(agent: Agent, n_tasks: int, seed: int, trials: int = 1, config
     return simulations, list(tasks.values())
 
 
+def load_config(path: str | None, kinds: tuple[str, ...] | None = None) -> StorefrontConfig:
+    """StorefrontConfig from a YAML file of its fields (defaults for the rest), restricted to `kinds`."""
+    fields = load_yaml_mapping(path) if path else {}
+    known = {f.name for f in dataclasses.fields(StorefrontConfig)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise InputError(f"{path}: {', '.join(unknown)} {'is not a field' if len(unknown) == 1 else 'are not fields'} "
+                         f"of StorefrontConfig; fields: {', '.join(sorted(known))}")
+    if isinstance(fields.get("request_counts"), list):
+        fields["request_counts"] = tuple(fields["request_counts"])
+    try:
+        config = StorefrontConfig(**fields)
+        if kinds:
+            weights = {k: w for k, w in config.kind_weights.items() if k in kinds and w > 0}
+            config = dataclasses.replace(config, kind_weights=weights or {k: 1.0 for k in kinds})
+    except ValueError as err:
+        raise InputError(f"{path or 'the default config'}: {err}") from None
+    return config
+
+
 def _parse_kinds(text: str | None) -> tuple[str, ...] | None:
     if not text:
         return None
@@ -122,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, required=True, help="number of tasks")
     parser.add_argument("--seed", type=int, default=0, help="base seed; task seeds derive from it (default 0)")
     parser.add_argument("--out", required=True, help="results JSON to write")
+    parser.add_argument("--config", help="YAML of StorefrontConfig fields (the task mix, id lengths, limits), e.g. "
+                                         "configs/storefront/cpu_demo.yaml; left-out fields keep their defaults")
     parser.add_argument("--kinds", help=f"only these request kinds, comma-separated from {','.join(REQUEST_KINDS)} "
                                         "(default: the config's mix)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
@@ -141,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         check_number(args.temperature, "--temperature", 0.0)
         check_output_path(args.out, "--out")
         kinds = _parse_kinds(args.kinds)
+        config = load_config(args.config, kinds)
         try:
             if args.agent.startswith("flawed:"):  # a planted-failure expert (benchmarks/storefront/flaws.py)
                 agent = FlawedExpertAgent(args.agent.removeprefix("flawed:"))
@@ -153,15 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    config = StorefrontConfig()
-    if kinds:
-        config = StorefrontConfig(kind_weights={k: w for k, w in config.kind_weights.items() if k in kinds}
-                                  or {k: 1.0 for k in kinds})
     simulations, tasks = run_benchmark(agent, args.tasks, args.seed, args.trials, config,
                                        progress=not args.no_progress)
     info = {
         "benchmark": "storefront", "num_tasks": args.tasks, "num_trials": args.trials, "seed": args.seed,
-        "kinds": list(kinds or config.kind_weights), "max_steps": config.max_steps, "max_errors": config.max_errors,
+        "kinds": list(kinds or config.kind_weights), "config": dataclasses.asdict(config), "max_steps": config.max_steps, "max_errors": config.max_errors,
         "agent_info": {**agent.describe(), "spec": args.agent},
         "user_info": {"implementation": "benchmarks.storefront.user_sim.UserSimulator"},
         "environment_info": {"domain_name": "storefront", "policy": StorefrontGame(config).policy,
