@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from benchmarks.storefront.communication import LegitValues, Replies
-from benchmarks.storefront.compliance import AFFIRMATIVE, policy_violations
+from benchmarks.storefront.compliance import just_confirmed, policy_violations
 from benchmarks.storefront.db import CITIES, Address, Order, StoreDB, User, random_address
 from benchmarks.storefront.policy import POLICY
 from benchmarks.storefront.tools import StorefrontTools
@@ -467,9 +467,7 @@ class StorefrontCapabilityGame(ToolEnvGame):
 
     def _just_confirmed(self, question: str) -> bool:
         """Whether the agent's last reply was `question` and the customer answered yes."""
-        messages = self.state.messages
-        return (len(messages) >= 2 and messages[-1]["role"] == "user" and bool(AFFIRMATIVE.search(messages[-1]["content"]))
-                and messages[-2]["role"] == "assistant" and messages[-2].get("content") == question)
+        return just_confirmed(self.state.messages, question)
 
     def get_summary(self) -> dict[str, Any]:
         base = {"game": self.game_name, "capability": self.capability, "seed": self.seed,

@@ -91,3 +91,9 @@ def _write_problems(record: ToolCallRecord, authenticated: bool, looked_up: set[
     if require_confirmation and not AFFIRMATIVE.search(last_user):
         problems.append(f"{where} without the user's explicit yes right before it")
     return problems
+
+
+def just_confirmed(messages: list[dict[str, Any]], question: str) -> bool:
+    """Whether the agent's last reply was `question` and the user's answer to it was an explicit yes."""
+    return (len(messages) >= 2 and messages[-1]["role"] == "user" and bool(AFFIRMATIVE.search(messages[-1]["content"]))
+            and messages[-2]["role"] == "assistant" and messages[-2].get("content") == question)

@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from benchmarks.storefront.communication import LegitValues, Replies
-from benchmarks.storefront.compliance import AFFIRMATIVE, policy_violations
+from benchmarks.storefront.compliance import just_confirmed, policy_violations
 from benchmarks.storefront.config import StorefrontConfig
 from benchmarks.storefront.db import StoreDB, db_hash
 from benchmarks.storefront.policy import policy_text
@@ -203,9 +203,7 @@ class StorefrontGame(ToolEnvGame):
 
     def just_confirmed(self, question: str) -> bool:
         """Whether the agent's last reply was `question` and the customer's answer to it was a yes."""
-        messages = self.state.messages
-        return (len(messages) >= 2 and messages[-1]["role"] == "user" and bool(AFFIRMATIVE.search(messages[-1]["content"]))
-                and messages[-2]["role"] == "assistant" and messages[-2].get("content") == question)
+        return just_confirmed(self.state.messages, question)
 
     def next_step(self, steps: list[Step]) -> str | None:
         """The expert's text for the first step of `steps` not done yet, or None when all are done."""
