@@ -237,6 +237,13 @@ def render_prompt(config_path: str | Path, stage: str) -> RenderedPrompt:
             f"{path}: missing or invalid config key 'run_name' ({run_name!r}); "
             "give a name of letters, digits, '.', '_' or '-' (it names the output file)"
         )
+    for key in ("output_dir", "capabilities_file"):
+        value = config.get(key)
+        if key in config and value is not None and (not isinstance(value, str) or not value.strip()):
+            raise InputError(f"{path}: config key '{key}' must be a path (a string), got {value!r}")
+    if "output_dir" in config and config["output_dir"] is None:
+        raise InputError(f"{path}: config key 'output_dir' is empty; give the folder of the selected list, "
+                         "e.g. output_dir: pipeline/")
     file_prefix = config.get("file_prefix")
     if file_prefix is not None and (not isinstance(file_prefix, str) or not RUN_NAME_PATTERN.match(file_prefix)):
         raise InputError(f"{path}: invalid config key 'file_prefix' ({file_prefix!r}); give a name of letters, digits, "

@@ -541,3 +541,10 @@ def test_selected_list_path_follows_the_config():
     assert render_pipeline.selected_list_path({"output_dir": "pipeline/", "capabilities_file": "x/sel.json"}) == \
         Path("x/sel.json")
     assert render_pipeline.selected_list_path({}) == Path("pipeline/selected_capabilities.json")
+
+
+@pytest.mark.parametrize("value, fragment", [(None, "'output_dir' is empty"), (3, "'output_dir' must be a path")])
+def test_bad_output_dir_is_named(tmp_path, capsys, value, fragment):
+    path = _copy_config(tmp_path, "configs/capability_selection.yaml", output_dir=value)
+    assert render_pipeline.main([str(path), "--stage", "capability", "--out", str(tmp_path / "o.md")]) == 2
+    assert fragment in capsys.readouterr().err and not (tmp_path / "o.md").exists()
