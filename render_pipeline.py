@@ -172,7 +172,7 @@ def _cli_flags(args: Any) -> list[str]:
         raise InputError(f"cannot split the command-line flags {args!r}: {err}") from None
     flags: list[str] = []
     for token in tokens:
-        if token.startswith("-") or not flags:
+        if (token.startswith("-") and not re.fullmatch(r"-\d+(\.\d*)?", token)) or not flags:  # "-1" is a value
             flags.append(shlex.quote(token))
         else:
             flags[-1] += " " + shlex.quote(token)
@@ -181,7 +181,10 @@ def _cli_flags(args: Any) -> list[str]:
 
 def _served_model_name(args: Any, model: str) -> str:
     """The name a vLLM server started with these serve flags answers to: --served-model-name, else the model."""
-    tokens = shlex.split(str(args or ""))
+    try:
+        tokens = shlex.split(str(args or ""))
+    except ValueError as err:
+        raise InputError(f"cannot split the command-line flags {args!r}: {err}") from None
     for index, token in enumerate(tokens):
         if token == "--served-model-name" and index + 1 < len(tokens):
             return tokens[index + 1]
