@@ -293,9 +293,9 @@ def check_runs_agree(runs: Sequence[RunLabels]) -> list[str]:
 
     InputError: a trajectory failed in one run and passed in another; a run that leaves out or adds more
     than MAX_RUN_MISMATCH of the trajectories most runs label, and more than one (it was labeled from
-    another summary); two
-    files with the same attempt and the same labels (one labeler counted twice). Warnings: a run that
-    leaves out or adds a few trajectories; two files with the same attempt but different labels.
+    another summary); two files with the same attempt and the same labels (one labeler counted twice).
+    Warnings: a run that leaves out or adds a few trajectories; two files with the same attempt but
+    different labels.
     """
     warnings: list[str] = []
     failed_union = frozenset().union(*(run.failed_ids for run in runs))
@@ -519,9 +519,9 @@ def representative_cases(lacking_votes: Counter, n: int) -> list[str]:
     """Up to `n` failed trajectory ids labeled LACKING, spread over domains and tasks.
 
     `lacking_votes` counts, per id, the runs that labeled it LACKING. Ids most runs agree on come first. The
-    domains (see `case_domain`) take turns, the domain with the best-agreed id first (ties by name), so every
-    domain with a LACKING failure is shown before any domain shows a second one; within a domain a task's further samples
-    wait until every task has been shown once.
+    domains (see `case_domain`) take turns, the domain with the best-agreed id first (ties by name), so
+    every domain with a LACKING failure is shown before any domain shows a second one; within a domain, a
+    task's further samples wait until every task has been shown once.
     """
     by_votes: dict[int, list[str]] = {}
     for traj_id, votes in lacking_votes.items():

@@ -76,8 +76,10 @@ def candidates_with_examples(verdicts: dict[str, dict[str, str]], summary: list[
         if not failed:
             dropped.append(name)
             continue
-        examples = [{"task_id": tid, "reward": by_id[tid]["reward"], "note": "rule verdict LACKING"} for tid in failed[:2]]
-        examples += [{"task_id": tid, "reward": by_id[tid]["reward"], "note": "rule verdict PRESENT"} for tid in passed[:1]]
+        examples = [{"task_id": tid, "reward": by_id[tid]["reward"], "note": "rule verdict LACKING"}
+                    for tid in failed[:2]]
+        examples += [{"task_id": tid, "reward": by_id[tid]["reward"], "note": "rule verdict PRESENT"}
+                     for tid in passed[:1]]
         candidates.append({**candidate, "example_trajectories": examples})
     return {"candidates": candidates}, dropped
 

@@ -189,7 +189,7 @@ def test_runs_path_check_catches_an_input_nothing_produces():
     produced = produced_paths(text)
     assert named == {"runs/x/eval/base/results.json", "runs/x/select/summary.jsonl"}
     assert [p for p in named if not any(covers(q, p) for q in produced)] == ["runs/x/eval/base/results.json"]
-    documented = text + "### If the inputs are missing\nRun the benchmark; save runs/x/eval/base/results.json.\n## end\n"
+    documented = text + "### If the inputs are missing\nRun it; save runs/x/eval/base/results.json.\n## end\n"
     assert [normalize(p) for section in MISSING_INPUTS.findall(documented)
             for p in RUNS_PATH.findall(section)] == ["runs/x/eval/base/results.json"]
 
