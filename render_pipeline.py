@@ -1,26 +1,39 @@
 """Render a TRACE stage prompt (Step 1 or Step 2) from a YAML config.
 
     python render_pipeline.py configs/capability_selection.yaml --stage capability
-    python render_pipeline.py configs/environment_generation.yaml --stage environment [--out PATH]
+    python render_pipeline.py configs/environment_generation.yaml --stage environment [--out PATH | -o DIR]
     python render_pipeline.py CONFIG --stage capability|environment --run AGENT [--all]
 
 `--run AGENT` then hands the rendered prompt to the coding agent named AGENT in configs/agents.yaml
 (`--agents FILE`), logs its output under runs/<run_name>/agent_logs/ and checks the stage's artifact;
 `--all` (environment) repeats it for every PENDING capability. See pipeline/agent_runner.py.
 
-The config is a YAML mapping. Every key becomes a template variable; two keys are read by this
+The config is a YAML mapping. Every key becomes a template variable; these are read by this
 script itself:
-  run_name  names the default output, prompts/rendered/<run_name>_<stage>.md (required)
-  template  template path under prompts/ (optional; per-stage default in DEFAULT_TEMPLATES)
-  stage     optional guard: when present it must equal --stage
+  run_name     names the default output, prompts/rendered/<run_name>_<stage>.md (required)
+  file_prefix  optional: replaces run_name in the output's file name (the reference's key)
+  template     template path under prompts/ (optional; per-stage default in DEFAULT_TEMPLATES)
+  stage        optional guard: when present it must equal --stage
+The output goes to --out FILE, or to -o/--output-dir DIR (the reference's flag) under the default
+file name, or by default to prompts/rendered/.
+
+Configs written for the reference implementation keep working where a key means the same thing:
+`eval_results` is `results_files`, `n_runs` is `labelers`, `k_consistency` is `k` (giving both names
+with different values is an error); `output_dir`, `gpu_device`, `port`, `hint_ratio` and
+`vllm.serve_args` / `vllm.env` are read under their reference names. A reference config still needs
+the keys our templates add (the benchmark description, ...): a missing one is named.
+
 Templates are rendered with StrictUndefined, so a key the template needs but the config lacks is
-an error that names the key instead of an empty hole in the prompt. Rendering happens fully in
-memory before the atomic write, so a failed render leaves no file behind.
+an error that names the key instead of an empty hole in the prompt. Text config values may use
+config keys themselves (`{{ model }}`), expanded by the template's `expand` filter. Rendering happens
+fully in memory, and the output path is checked, before the atomic write, so a failed render or a
+bad output path leaves no file behind.
 """
 from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +42,7 @@ from typing import Any
 
 import jinja2
 
-from pipeline._io import InputError, atomic_write_text, load_yaml_mapping
+from pipeline._io import InputError, atomic_write_text, check_output_path, load_yaml_mapping
 
 REPO_ROOT = Path(__file__).resolve().parent
 PROMPTS_DIR = REPO_ROOT / "prompts"
@@ -41,6 +54,9 @@ DEFAULT_TEMPLATES = {
 }
 # run_name becomes part of a file name: keep it to characters that are safe everywhere.
 RUN_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# The reference implementation's config key -> ours, for keys that mean the same thing.
+REFERENCE_KEYS = {"eval_results": "results_files", "n_runs": "labelers", "k_consistency": "k"}
+DEFAULT_SELECTED = Path("pipeline") / "selected_capabilities.json"
 # jinja2 phrases an undefined variable as "'x' is undefined" and a missing mapping key as
 # "'dict object' has no attribute 'x'" (or "... has no element 'x'" for subscripts).
 _UNDEFINED_PATTERNS = (
@@ -58,16 +74,50 @@ class RenderedPrompt:
     stage: str
     run_name: str
     template: str
+    file_prefix: str | None = None
+
+    @property
+    def file_name(self) -> str:
+        """<file_prefix or run_name>_<stage>.md"""
+        return f"{self.file_prefix or self.run_name}_{self.stage}.md"
 
     @property
     def default_output(self) -> Path:
-        """prompts/rendered/<run_name>_<stage>.md under the repository root."""
-        return RENDERED_DIR / f"{self.run_name}_{self.stage}.md"
+        """prompts/rendered/<file_prefix or run_name>_<stage>.md under the repository root."""
+        return RENDERED_DIR / self.file_name
 
 
 def load_config(config_path: str | Path) -> dict[str, Any]:
-    """Read a YAML config file and return its top-level mapping; problems raise InputError."""
-    return load_yaml_mapping(config_path)
+    """Read a YAML config file and return its top-level mapping, with the reference implementation's key
+    names mapped onto ours (REFERENCE_KEYS); problems raise InputError."""
+    return apply_reference_keys(load_yaml_mapping(config_path), config_path)
+
+
+def apply_reference_keys(config: dict[str, Any], source: str | Path) -> dict[str, Any]:
+    """Set our key from the reference's (eval_results -> results_files, ...); InputError when both are given
+    with different values. `eval_results` may be one path or a list, as in the reference."""
+    config = dict(config)
+    for theirs, ours in REFERENCE_KEYS.items():
+        if theirs not in config:
+            continue
+        value = config[theirs]
+        if theirs == "eval_results" and isinstance(value, str):
+            value = [value]
+        if ours in config and config[ours] != value:
+            raise InputError(f"{source}: '{theirs}' (the reference's name for '{ours}') is {config[theirs]!r} but "
+                             f"'{ours}' is {config[ours]!r}; keep one of the two")
+        config[ours] = value
+    return config
+
+
+def selected_list_path(config: dict[str, Any]) -> Path:
+    """The selected-capabilities list a config's prompts use: `capabilities_file` if set, else
+    `<output_dir>/selected_capabilities.json`, else pipeline/selected_capabilities.json (repo-relative)."""
+    if config.get("capabilities_file"):
+        return Path(str(config["capabilities_file"]))
+    if config.get("output_dir"):
+        return Path(str(config["output_dir"])) / "selected_capabilities.json"
+    return DEFAULT_SELECTED
 
 
 def _display_path(path: Path) -> str:
@@ -105,9 +155,59 @@ def _missing_key_message(err: jinja2.UndefinedError, config_path: Path, template
     return f"{config_path}: missing config key '{name}' (needed by template {where})"
 
 
+@jinja2.pass_context
+def _expand(context: jinja2.runtime.Context, text: Any) -> str:
+    """Render a config value as a template with the same variables (`{{ model }}` inside `results_howto`)."""
+    return context.environment.from_string(str(text)).render(context.get_all())
+
+
+def _cli_flags(args: Any) -> list[str]:
+    """A command line's flags one per item, each with its values ("--a 1 --b" -> ["--a 1", "--b"]); values
+    are shell-quoted where needed. Renders `vllm.serve_args` one flag per line, as the reference does."""
+    if args is None:
+        return []
+    try:
+        tokens = shlex.split(str(args))
+    except ValueError as err:
+        raise InputError(f"cannot split the command-line flags {args!r}: {err}") from None
+    flags: list[str] = []
+    for token in tokens:
+        if (token.startswith("-") and not re.fullmatch(r"-\d+(\.\d*)?", token)) or not flags:  # "-1" is a value
+            flags.append(shlex.quote(token))
+        else:
+            flags[-1] += " " + shlex.quote(token)
+    return flags
+
+
+def _served_model_name(args: Any, model: str) -> str:
+    """The name a vLLM server started with these serve flags answers to: --served-model-name, else the model."""
+    try:
+        tokens = shlex.split(str(args or ""))
+    except ValueError as err:
+        raise InputError(f"cannot split the command-line flags {args!r}: {err}") from None
+    for index, token in enumerate(tokens):
+        if token == "--served-model-name" and index + 1 < len(tokens):
+            return tokens[index + 1]
+        if token.startswith("--served-model-name="):
+            return token.split("=", 1)[1]
+    return model
+
+
+def _share_of(ratio: Any, group: int) -> str:
+    """'0.25-0.5' of 16 -> '4-8 of 16'; a single share -> 'N of G'; anything else is shown as given."""
+    try:
+        shares = [float(part) for part in str(ratio).split("-")]
+        counts = sorted({int(share * int(group)) for share in shares})
+    except ValueError:
+        return f"{ratio} of {group}"
+    if len(shares) > 2 or not all(0.0 <= share <= 1.0 for share in shares):
+        return f"{ratio} of {group}"
+    return f"{'-'.join(map(str, counts))} of {group}"
+
+
 def _environment() -> jinja2.Environment:
     """Jinja environment rooted at prompts/: strict, trailing newline kept, tidy blocks."""
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(PROMPTS_DIR)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -116,6 +216,9 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
     )
+    env.filters.update(expand=_expand, cli_flags=_cli_flags, served_model_name=_served_model_name,
+                       share_of=_share_of)
+    return env
 
 
 def render_prompt(config_path: str | Path, stage: str) -> RenderedPrompt:
@@ -137,6 +240,17 @@ def render_prompt(config_path: str | Path, stage: str) -> RenderedPrompt:
             f"{path}: missing or invalid config key 'run_name' ({run_name!r}); "
             "give a name of letters, digits, '.', '_' or '-' (it names the output file)"
         )
+    for key in ("output_dir", "capabilities_file"):
+        value = config.get(key)
+        if key in config and value is not None and (not isinstance(value, str) or not value.strip()):
+            raise InputError(f"{path}: config key '{key}' must be a path (a string), got {value!r}")
+    if "output_dir" in config and config["output_dir"] is None:
+        raise InputError(f"{path}: config key 'output_dir' is empty; give the folder of the selected list, "
+                         "e.g. output_dir: pipeline/")
+    file_prefix = config.get("file_prefix")
+    if file_prefix is not None and (not isinstance(file_prefix, str) or not RUN_NAME_PATTERN.match(file_prefix)):
+        raise InputError(f"{path}: invalid config key 'file_prefix' ({file_prefix!r}); give a name of letters, digits, "
+                         "'.', '_' or '-' (it names the output file), or leave it out to use run_name")
     template_name = config.get("template", DEFAULT_TEMPLATES[stage])
     if not isinstance(template_name, str) or not template_name:
         raise InputError(f"{path}: config key 'template' must be a path under prompts/, got {template_name!r}")
@@ -158,7 +272,8 @@ def render_prompt(config_path: str | Path, stage: str) -> RenderedPrompt:
         ) from None
     except jinja2.TemplateSyntaxError as err:
         raise InputError(f"{path}: template {err.filename or template_name} line {err.lineno}: {err.message}") from None
-    return RenderedPrompt(text=text, config_path=path, stage=stage, run_name=run_name, template=template_name)
+    return RenderedPrompt(text=text, config_path=path, stage=stage, run_name=run_name, template=template_name,
+                          file_prefix=file_prefix)
 
 
 def render(config_path: str | Path, stage: str) -> str:
@@ -174,8 +289,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("config", help="YAML config, e.g. configs/capability_selection.yaml")
     parser.add_argument("--stage", required=True, choices=STAGES,
                         help="capability = Step 1 (capability selection), environment = Step 2")
-    parser.add_argument("--out", default=None,
-                        help="output file (default: prompts/rendered/<run_name>_<stage>.md)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--out", default=None,
+                       help="output file (default: prompts/rendered/<run_name>_<stage>.md)")
+    where.add_argument("-o", "--output-dir", default=None,
+                       help="output folder, file named <file_prefix or run_name>_<stage>.md (the reference's flag)")
     agent = parser.add_argument_group("running a coding agent on the prompt (pipeline/agent_runner.py)")
     agent.add_argument("--run", metavar="AGENT", default=None,
                        help="after rendering, launch this agent of the agents file with the prompt and check the "
@@ -186,7 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--workdir", default=None,
                        help="folder the agent works in; artifacts and runs/ are looked for there (default: repo root)")
     agent.add_argument("--selected", default=None,
-                       help="selected-capabilities list (default: <workdir>/pipeline/selected_capabilities.json)")
+                       help="selected-capabilities list (default: <workdir>/<the config's output_dir>/"
+                            "selected_capabilities.json, or its capabilities_file)")
     agent.add_argument("--validate-seeds", type=int, default=None,
                        help="seeds for validate_game on a new game (default: the config's validation_seeds, else 200)")
     agent.add_argument("--agent-timeout", type=float, default=None,
@@ -222,7 +341,7 @@ def run_agent(args: argparse.Namespace, prompt: RenderedPrompt, prompt_path: Pat
         workdir = Path(args.workdir).resolve() if args.workdir else REPO_ROOT
         ctx = agent_runner.RunContext(
             run_name=prompt.run_name, prompt_file=prompt_path, prompt_text=prompt.text, workdir=workdir,
-            selected=Path(args.selected) if args.selected else workdir / agent_runner.SELECTED_RELATIVE,
+            selected=Path(args.selected) if args.selected else workdir / selected_list_path(config),
             timeout_s=args.agent_timeout, echo=sys.stderr.write)
         if prompt.stage == "capability":
             return agent_runner.run_capability_stage(agent, ctx)
@@ -249,12 +368,18 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    out_path = Path(args.out) if args.out else prompt.default_output
-    if out_path.is_dir():
-        print(f"error: {out_path}: is a folder; give --out a file path", file=sys.stderr)
-        return 2
+    if args.out:
+        out_path, flag = Path(args.out), "--out"
+    elif args.output_dir:
+        out_path, flag = Path(args.output_dir) / prompt.file_name, "--output-dir"
+    else:
+        out_path, flag = prompt.default_output, "the default output"
     try:
+        check_output_path(out_path, flag)
         atomic_write_text(out_path, prompt.text)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except OSError as err:
         print(f"error: {out_path}: cannot write ({err})", file=sys.stderr)
         return 2

@@ -1,7 +1,8 @@
 """Small file helpers shared by every pipeline command.
 
 Writes go to a temporary file in the destination folder and are renamed into place, so a killed
-process never leaves a half-written artifact (see design/ARTIFACTS.md, "Writing files").
+process never leaves a half-written artifact (see docs/ARTIFACTS.md, "Writing files"). A new file gets
+the mode any other program would give it (0666 minus the umask); a file that is replaced keeps its mode.
 Reads raise `InputError`, which every CLI turns into exit code 2 with the file named.
 """
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -76,14 +79,47 @@ def check_number(value: float, flag: str, low: float | None = None, high: float 
     return value
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write `text` to `path` atomically (temp file in the same folder, fsync, rename)."""
-    path = Path(path)
+_UMASK_LOCK = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process umask. Read from /proc where it exists: os.umask can only read it by setting it, which
+    would briefly change it for every thread."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+def _new_file_mode(path: Path) -> int:
+    """The mode a plain open() would give `path` (0666 minus the umask), or the mode of the file it replaces."""
+    try:
+        existing = path.stat()
+    except OSError:
+        return 0o666 & ~current_umask()
+    return stat.S_IMODE(existing.st_mode) if stat.S_ISREG(existing.st_mode) else 0o666 & ~current_umask()
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> Path:
+    """Write `data` to `path` atomically (temp file in the same folder, fsync, rename).
+
+    mkstemp creates its file with mode 0600 whatever the umask is; the file is given the usual mode before
+    anything is written, so the artifact is as readable as any other file the user creates.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = _new_file_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -94,14 +130,40 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return path
 
 
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to `path` atomically as UTF-8.
+
+    Text that UTF-8 cannot encode (a lone surrogate such as U+D800, which a broken `\\u` escape in an input
+    file becomes) raises InputError naming the character and its position; nothing is written.
+    """
+    path = Path(path)
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise InputError(f"{path}: cannot write: character {err.object[err.start]!r} at position {err.start} has no "
+                         "UTF-8 form (a lone surrogate, from a broken \\u escape in an input file); fix that input "
+                         "and run again") from None
+    return _atomic_write_bytes(path, data)
+
+
+def _encode_json(text: str) -> bytes:
+    """UTF-8 bytes of json.dumps(..., ensure_ascii=False) output.
+
+    A lone surrogate can only sit inside a JSON string there; it is written as its `\\uXXXX` escape, which is
+    valid JSON, reads back to the same string, and keeps the file valid UTF-8.
+    """
+    return text.encode("utf-8", "backslashreplace")
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2) -> Path:
     """Serialise `obj` as JSON and write it atomically."""
-    return atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+    return _atomic_write_bytes(Path(path), _encode_json(json.dumps(obj, indent=indent, ensure_ascii=False) + "\n"))
 
 
 def atomic_write_jsonl(path: str | os.PathLike, records: list[Any]) -> Path:
     """Write one JSON object per line, atomically."""
-    return atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    return _atomic_write_bytes(Path(path), _encode_json(text))
 
 
 def read_text(path: str | os.PathLike, what: str = "file") -> str:

@@ -10,6 +10,15 @@ Each trajectory becomes one record `{id, passed, reward, n_turns, text}`:
   `UnknownOutcomeWarning` is issued. Downstream tools (`labels_to_run`, the aggregation) must treat
   such a record as "cannot be used": it is neither a failure nor a success.
 - `n_turns` is the number of assistant messages.
+- τ²-bench records also keep the evidence a labeler needs to tell why a trajectory failed:
+  `user_instructions` (the simulated user's scenario from `tasks[]`: reason for the call, what the user
+  knows and does not know, the task instructions), `termination_reason`, and `failure_reasons`, one
+  `{"check", "scored", "detail"}` per check τ²-bench's evaluation marked as not met: `db` (final
+  database differs), `action` (an expected tool call was not made as expected), `nl` (a natural-language
+  assertion, with the judge's justification), `communicate` (information the user had to be told),
+  `env` (an environment assertion). `scored` says whether that kind of check counts toward the reward
+  (`reward_info.reward_basis`). The same three appear in `text`: the scenario before the transcript, the
+  evaluation after it, so labelers that read only `text` see them too.
 
 Supported inputs, detected from the content (not the file name, except `.jsonl`):
 
@@ -42,7 +51,7 @@ from typing import Any, Iterable, Sequence
 
 from tqdm import tqdm
 
-from pipeline._io import InputError, atomic_write_jsonl, load_json, load_jsonl
+from pipeline._io import InputError, atomic_write_jsonl, check_output_path, load_json, load_jsonl
 
 DEFAULT_MAX_CHARS = 1000
 DEFAULT_PASS_THRESHOLD = 1.0
@@ -307,8 +316,87 @@ def _tau2_ids(path: Path, simulations: list[dict]) -> list[str]:
     return ids
 
 
+# reward_info key -> (check name in failure_reasons, reward_basis entry that scores it)
+_TAU2_CHECK_BASIS = {"db": "DB", "action": "ACTION", "nl": "NL_ASSERTION", "communicate": "COMMUNICATE",
+                     "env": "ENV_ASSERTION"}
+_SCENARIO_FIELDS = ("reason_for_call", "known_info", "unknown_info", "task_instructions")
+_DETAIL_CHARS = 400  # per failure reason; the transcript has its own budget
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def tau2_user_instructions(task: Any, max_chars: int) -> str | None:
+    """The simulated user's scenario of a τ²-bench task as one text (None when the task has none)."""
+    scenario = task.get("user_scenario") if isinstance(task, dict) else None
+    instructions = scenario.get("instructions") if isinstance(scenario, dict) else scenario
+    if instructions is None:
+        return None
+    if isinstance(instructions, dict):
+        parts = [f"{key}: {_as_text(instructions[key]).strip()}" for key in _SCENARIO_FIELDS
+                 if instructions.get(key) not in (None, "")]
+        parts += [f"{key}: {_as_text(value).strip()}" for key, value in instructions.items()
+                  if key not in _SCENARIO_FIELDS and key != "domain" and value not in (None, "")]
+        text = "\n".join(parts)
+    else:
+        text = _as_text(instructions).strip()
+    return truncate_middle(text, max_chars) if text else None
+
+
+def tau2_failure_reasons(reward_info: Any) -> list[dict]:
+    """One `{"check", "scored", "detail"}` per evaluation check of a τ²-bench simulation that was not met."""
+    if not isinstance(reward_info, dict):
+        return []
+    basis = reward_info.get("reward_basis")
+    basis = set(basis) if isinstance(basis, list) else None
+    reasons: list[dict] = []
+
+    def add(check: str, detail: str) -> None:
+        scored = None if basis is None else _TAU2_CHECK_BASIS[check] in basis
+        reasons.append({"check": check, "scored": scored, "detail": truncate_middle(detail, _DETAIL_CHARS)})
+
+    def items(key: str) -> list[dict]:
+        value = reward_info.get(key)
+        return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+    db_check = reward_info.get("db_check")
+    if isinstance(db_check, dict) and db_check.get("db_match") is False:
+        add("db", "the final database differs from the expected one")
+    for check in items("action_checks"):
+        if check.get("action_match") is False:
+            action = check.get("action") if isinstance(check.get("action"), dict) else {}
+            args = json.dumps(action.get("arguments"), ensure_ascii=False, sort_keys=True)
+            add("action", f"expected call {action.get('name', '?')}({args}) was not made with these arguments")
+    for check in items("nl_assertions"):
+        if check.get("met") is False:
+            why = check.get("justification")
+            add("nl", f"not met: {_as_text(check.get('nl_assertion'))}" + (f" (judge: {_as_text(why)})" if why else ""))
+    for check in items("communicate_checks"):
+        if check.get("met") is False:
+            add("communicate", f"the user was not told: {_as_text(check.get('info'))}")
+    for check in items("env_assertions"):
+        if check.get("met") is False:
+            assertion = check.get("env_assertion", check)
+            add("env", f"environment assertion not met: {_as_text(assertion)}")
+    return reasons
+
+
+def _tau2_text(transcript: str, instructions: str | None, termination: Any, reward: float | None,
+               reasons: list[dict]) -> str:
+    """The transcript between the user's scenario and the evaluation."""
+    head = f"[user scenario] {instructions}\n" if instructions else ""
+    outcome = "unknown" if reward is None else f"{reward:g}"
+    tail = [f"[evaluation] reward {outcome}; ended: {termination or 'unknown'}"]
+    for reason in reasons:
+        scored = {True: "", False: " (not scored)", None: ""}[reason["scored"]]
+        tail.append(f"  failed {reason['check']} check{scored}: {reason['detail']}")
+    return head + transcript + "\n" + "\n".join(tail)
+
+
 def _summarize_tau2(path: Path, data: dict, options: SummarizeOptions) -> list[dict]:
     simulations = data["simulations"]
+    tasks = {str(task.get("id")): task for task in data.get("tasks") or [] if isinstance(task, dict)}
     records = []
     for index, (sim, traj_id) in enumerate(zip(simulations, _tau2_ids(path, simulations))):
         reward_info = sim.get("reward_info")
@@ -317,9 +405,16 @@ def _summarize_tau2(path: Path, data: dict, options: SummarizeOptions) -> list[d
         reward = _reward_value((reward_info or {}).get("reward"), f"{path}: simulations[{index}]")
         if reward is None:
             _warn_unknown(traj_id, f"{path.name}: no reward_info.reward")
-        text, n_turns = render_messages(sim["messages"], options.max_chars)
+        transcript, n_turns = render_messages(sim["messages"], options.max_chars)
         passed, reward = _outcome(reward, options)
-        records.append({"id": traj_id, "passed": passed, "reward": reward, "n_turns": n_turns, "text": text})
+        instructions = tau2_user_instructions(tasks.get(str(sim["task_id"])), options.max_chars)
+        termination = sim.get("termination_reason")
+        termination = None if termination is None else _as_text(termination)
+        reasons = tau2_failure_reasons(reward_info)
+        records.append({"id": traj_id, "passed": passed, "reward": reward, "n_turns": n_turns,
+                        "text": _tau2_text(transcript, instructions, termination, reward, reasons),
+                        "user_instructions": instructions, "termination_reason": termination,
+                        "failure_reasons": reasons})
     return records
 
 
@@ -454,10 +549,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder of SWE-bench reports (<iid>.report.json, <iid>/report.json, run-level *.json) "
                              "or one run-level report file")
     args = parser.parse_args(argv)
-    try:  # options first, so a bad flag is reported before any file is read
+    try:  # options and the output path first, so a bad flag is reported before any file is read
         SummarizeOptions(max_chars=args.max_chars, pass_threshold=args.pass_threshold,
                          reports=Path(args.reports) if args.reports is not None else None)
-    except ValueError as err:
+        check_output_path(args.out, "--out")
+    except (ValueError, InputError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:

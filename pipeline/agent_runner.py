@@ -8,7 +8,8 @@ never from code. The agent runs in the work folder (`--workdir`, default the rep
 output (stdout and stderr) is streamed to `runs/<run_name>/agent_logs/<time>_<stage>[_<capability>]_<agent>.log`
 under that folder and echoed to stderr. Afterwards the stage's artifact must exist, be new, and validate:
 
-- capability: `pipeline/selected_capabilities.json` (`--selected`), rewritten during the run, in the
+- capability: the config's selected list (`<output_dir>selected_capabilities.json`, default
+  `pipeline/selected_capabilities.json`; `--selected` overrides it), rewritten during the run, in the
   export schema of `aggregate_capabilities` (every entry PENDING), with its `_report.json` beside it.
 - environment (tool_use): a new or rewritten `capability_<name>_game.py` in the work folder or a game
   folder (`game_registry.game_dirs()`), which `python -m pipeline.validate_game capability_<name>` passes,

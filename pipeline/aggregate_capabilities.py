@@ -8,8 +8,20 @@ three categories — NA, PRESENT, LACKING — separately for failed and passed t
     Δ_r(c)   = |LF| / (|LF| + |PF|) − |LP| / (|LP| + |PP|)  (each ratio 0 when its denominator is 0)
 
 c passes run r when Cov_r ≥ ρ and Δ_r ≥ δ; c is selected when it passes at least K of the N runs.
+Both comparisons are exact: Cov and Δ are ratios of counts and are compared as fractions with the
+thresholds as written (δ = 0.20 is 1/5), so LF=3, PF=7, LP=1, PP=9 gives Δ = 3/10 − 1/10 = 1/5 and passes
+δ = 0.20 (in floating point it would be 0.19999999999999998 and fail).
 A capability missing from a run file does not pass that run; its mean/std Cov and Δ are taken over
 the runs that label it (`n_runs_labeled` in the report says how many).
+
+The runs must describe the same trajectories: within a run every capability labels the same failed and
+passed ids, and across runs a trajectory never changes sides (failed in one run, passed in another).
+A run that leaves out or adds more than a tenth of the trajectories most runs label (and more than
+one) was labeled from another summary and is refused; a smaller difference (a labeler skipped a
+trajectory) is a warning, and that run's Cov and Δ are over the trajectories it labels. A run file
+with no labels, one file listed twice (however spelled), and two files with the same attempt and the
+same labels (a copy, which would count one labeler twice) are refused too; --runs patterns that
+overlap match each file once. Refusals exit 2 with the reason.
 
 Trajectories whose outcome is unknown (`passed: null` in the `_summarize` output) cannot be used:
 they belong in neither the failed nor the passed lists, nor in `totals` (`labels_to_run` drops them).
@@ -20,21 +32,30 @@ Beyond the reference implementation, the report carries:
   count. When every label is the same category, P_e = 1 and κ is 0/0; it is reported as 1.0 then
   (observed agreement is 1 in that case). κ is null with fewer than 2 labeling runs.
 - a bootstrap 90% interval for mean Δ: the labeled runs resampled with replacement
-  (`n_bootstrap` resamples, numpy generator seeded with `seed`, so the interval is deterministic),
-  5th and 95th percentiles of the resampled means.
+  (`n_bootstrap` resamples, at most 1,000,000, numpy generator seeded with `seed`, so the interval is
+  deterministic), 5th and 95th percentiles of the resampled means.
+- `example_failed_cases`: up to 8 failed trajectories labeled LACKING, the ones most runs agree on first,
+  spread over domains (the `<domain>:` prefix `_summarize` gives τ²-bench ids; the repository of a
+  SWE-bench instance id) and over tasks (`<task>#<sample>` ids of one task are taken once before any
+  task is taken twice), so the examples are not all from the first domain in lexical order.
 
 Usage (as a script or with -m):
     python pipeline/aggregate_capabilities.py --runs 'runs/labels/run_*.json' \\
         --candidates candidates.json --rho 0.10 --delta 0.20 --k 8 --export pipeline/selected_capabilities.json
 writes the selected list to --export and every candidate with its verdict to `<export stem>_report.json`.
+Both output paths are checked before any run file is read; a bad one exits 2 and nothing is written.
 """
 from __future__ import annotations
 
 import argparse
 import glob
 import math
+import os
+import re
 import sys
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
+from fractions import Fraction
 from itertools import chain
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -44,7 +65,7 @@ if __package__ in (None, ""):  # run as `python pipeline/aggregate_capabilities.
 
 import numpy as np
 
-from pipeline._io import InputError, atomic_write_json, load_json
+from pipeline._io import InputError, atomic_write_json, check_output_path, load_json
 
 CATEGORIES = ("NA", "PRESENT", "LACKING")  # category code = position, used for Fleiss' κ
 FAILED_KEYS = ("na_failed", "present_failed", "lacking_failed")  # same order as CATEGORIES
@@ -53,6 +74,9 @@ LABEL_KEYS = FAILED_KEYS + PASSED_KEYS
 DEFAULT_EXPORT = "pipeline/selected_capabilities.json"
 CI_LEVEL = 0.90
 N_EXAMPLE_CASES = 8
+MAX_BOOTSTRAP = 1_000_000  # resamples; far more than a 90% interval over ~10 runs needs
+BOOTSTRAP_CHUNK = 100_000  # resamples drawn at a time, so memory stays small whatever n_bootstrap is
+MAX_RUN_MISMATCH = 0.10  # share of trajectories a run may leave out or add before it is refused
 
 
 @dataclass(frozen=True)
@@ -77,8 +101,23 @@ class AggregationConfig:
             raise ValueError(f"k must be an integer >= 1 (got {self.k!r}); e.g. --k 8 for 10 runs")
         if not _is_int(self.seed):
             raise ValueError(f"seed must be an integer (got {self.seed!r})")
-        if not _is_int(self.n_bootstrap) or self.n_bootstrap < 1:
-            raise ValueError(f"n_bootstrap must be an integer >= 1 (got {self.n_bootstrap!r}); e.g. 2000")
+        if not _is_int(self.n_bootstrap) or not 1 <= self.n_bootstrap <= MAX_BOOTSTRAP:
+            raise ValueError(f"n_bootstrap must be an integer from 1 to {MAX_BOOTSTRAP:,} (got {self.n_bootstrap!r}); "
+                             "e.g. --n-bootstrap 2000")
+
+    @property
+    def exact_rho(self) -> Fraction:
+        return exact_threshold(self.rho)
+
+    @property
+    def exact_delta(self) -> Fraction:
+        return exact_threshold(self.delta)
+
+
+def exact_threshold(value: float) -> Fraction:
+    """The number a threshold was written as (0.2 -> 1/5), not the binary float nearest to it (which is
+    0.200000000000000011...): `repr` of a float is the shortest decimal that reads back to it."""
+    return Fraction(repr(value))
 
 
 def _is_int(value: Any) -> bool:
@@ -102,6 +141,8 @@ class RunLabels:
     total_failed: int
     total_passed: int
     labels: dict[str, dict[str, list[str]]]
+    failed_ids: frozenset[str] = field(default_factory=frozenset)  # every capability labels exactly these
+    passed_ids: frozenset[str] = field(default_factory=frozenset)
 
 
 def _id_list(value: Any, where: str) -> list[str]:
@@ -157,7 +198,11 @@ def validate_run(data: Any, source: str) -> RunLabels:
             raise InputError(f"{source}: 'totals.{key}' must be a non-negative integer (got {totals[key]!r})")
     if not isinstance(data["labels"], dict):
         raise InputError(f"{source}: 'labels' must be an object mapping capability names to label lists")
+    if not data["labels"]:
+        raise InputError(f"{source}: 'labels' is empty: this labeler labeled no capability (an empty labels file?); "
+                         "run the labeler again, or leave this file out of --runs")
     labels: dict[str, dict[str, list[str]]] = {}
+    sides: tuple[str, frozenset[str], frozenset[str]] | None = None  # (first capability, failed ids, passed ids)
     for capability, lists in data["labels"].items():
         where = f"{source}: labels[{capability!r}]"
         if not isinstance(lists, dict):
@@ -167,7 +212,8 @@ def validate_run(data: Any, source: str) -> RunLabels:
             raise InputError(f"{where}: missing key(s) {', '.join(missing)}")
         clean = {key: _id_list(lists[key], f"{where}.{key}") for key in LABEL_KEYS}
         n_ids = sum(len(ids) for ids in clean.values())
-        if len(set().union(*clean.values())) != n_ids:
+        all_ids = frozenset().union(*clean.values())
+        if len(all_ids) != n_ids:
             traj_id, keys = _find_repeat(clean)
             place = f"twice in {keys[0]}" if keys[0] == keys[1] else f"in both {keys[0]} and {keys[1]}"
             raise InputError(f"{where}: trajectory id {traj_id!r} occurs {place}; each trajectory gets one label")
@@ -179,8 +225,24 @@ def validate_run(data: Any, source: str) -> RunLabels:
         if n_passed != totals["total_passed"]:
             raise InputError(f"{where}: the passed lists hold {n_passed} ids but totals.total_passed is "
                              f"{totals['total_passed']}; every passed trajectory needs exactly one label")
+        failed_ids = frozenset().union(*(clean[key] for key in FAILED_KEYS))
+        passed_ids = all_ids - failed_ids
+        if sides is None:
+            sides = (str(capability), failed_ids, passed_ids)
+        elif (failed_ids, passed_ids) != sides[1:]:
+            first, first_failed, first_passed = sides
+            odd = min((failed_ids ^ first_failed) | (passed_ids ^ first_passed))
+            if odd in all_ids and odd in first_failed | first_passed:
+                here, there = ("failed" if odd in ids else "passed" for ids in (failed_ids, first_failed))
+                detail = f"trajectory {odd!r} is {here} here but {there} under {first!r}"
+            else:
+                holder = str(capability) if odd in all_ids else first
+                detail = f"trajectory {odd!r} is labeled only under {holder!r}"
+            raise InputError(f"{where}: labels other trajectories than labels[{first!r}] ({detail}); every "
+                             "capability must label the same trajectories, each on the same side")
         labels[str(capability)] = clean
-    return RunLabels(source, data["attempt"], totals["total_failed"], totals["total_passed"], labels)
+    return RunLabels(source, data["attempt"], totals["total_failed"], totals["total_passed"], labels,
+                     failed_ids=sides[1], passed_ids=sides[2])
 
 
 def load_run(path: str | Path) -> RunLabels:
@@ -208,30 +270,103 @@ def load_candidates(source: str | Path | dict) -> dict[str, str]:
 
 
 def expand_run_globs(patterns: Sequence[str]) -> list[str]:
-    """Files matched by each glob (sorted per glob, duplicates dropped); a glob that matches nothing is an error."""
-    paths: list[str] = []
+    """Files matched by each glob (sorted per glob); a glob that matches nothing is an error.
+
+    A file matched more than once (overlapping globs, or one file spelled two ways: `runs/a.json` and
+    `./runs/a.json`, a symlink) is kept once, under its first spelling: counting it twice would count one
+    labeler twice.
+    """
+    paths: dict[str, str] = {}  # real path -> first spelling
     for pattern in patterns:
         matched = sorted(glob.glob(pattern))
         if not matched and Path(pattern).is_file():  # a literal name with glob characters in it
             matched = [pattern]
         if not matched:
             raise InputError(f"--runs {pattern}: matches no file")
-        paths.extend(matched)
-    return list(dict.fromkeys(paths))
+        for path in matched:
+            paths.setdefault(os.path.realpath(path), path)
+    return list(paths.values())
+
+
+def check_runs_agree(runs: Sequence[RunLabels]) -> list[str]:
+    """Refuse runs that cannot be aggregated together; return warnings about smaller differences.
+
+    InputError: a trajectory failed in one run and passed in another; a run that leaves out or adds more
+    than MAX_RUN_MISMATCH of the trajectories most runs label, and more than one (it was labeled from
+    another summary); two files with the same attempt and the same labels (one labeler counted twice).
+    Warnings: a run that leaves out or adds a few trajectories; two files with the same attempt but
+    different labels.
+    """
+    warnings: list[str] = []
+    failed_union = frozenset().union(*(run.failed_ids for run in runs))
+    passed_union = frozenset().union(*(run.passed_ids for run in runs))
+    both = failed_union & passed_union
+    if both:
+        traj_id = min(both)
+        failed_in = next(run.path for run in runs if traj_id in run.failed_ids)
+        passed_in = next(run.path for run in runs if traj_id in run.passed_ids)
+        raise InputError(f"trajectory {traj_id!r} is failed in {failed_in} but passed in {passed_in}: the runs were "
+                         "labeled from different outcomes; label every run from the same summary.jsonl")
+    counts = Counter(chain.from_iterable(run.failed_ids | run.passed_ids for run in runs))
+    common = {traj_id for traj_id, count in counts.items() if count * 2 > len(runs)}  # labeled by most runs
+    for run in runs:
+        ids = run.failed_ids | run.passed_ids
+        missing, extra = sorted(common - ids), sorted(ids - common)
+        if not missing and not extra:
+            continue
+        parts = []
+        if missing:
+            parts.append(f"leaves out {len(missing)} of the {len(common)} trajectories most runs label "
+                         f"({_some(missing)})")
+        if extra:
+            parts.append(f"labels {len(extra)} that most runs do not ({_some(extra)})")
+        what = f"{run.path} {' and '.join(parts)}"
+        if len(missing) + len(extra) > max(1.0, MAX_RUN_MISMATCH * len(common)):
+            raise InputError(f"{what}: it was labeled from other trajectories (another summary.jsonl?); label every "
+                             f"run from the same summary, or leave {run.path} out of --runs")
+        warnings.append(f"{what}; its Cov and Δ are over the trajectories it labels")
+    by_attempt: dict[int, list[RunLabels]] = {}
+    for run in runs:
+        by_attempt.setdefault(run.attempt, []).append(run)
+    for attempt, group in sorted(by_attempt.items()):
+        for index, run in enumerate(group):
+            for other in group[:index]:
+                if run.labels == other.labels:
+                    raise InputError(f"{other.path} and {run.path} hold the same labels under attempt {attempt}: one "
+                                     "labeler would count twice (a copied file?); remove one of them from --runs")
+        if len(group) > 1:
+            warnings.append(f"{', '.join(run.path for run in group)} all say attempt {attempt}; if they are different "
+                            "labelers, give each its own attempt number")
+    return warnings
+
+
+def _some(ids: Sequence[str], n: int = 5) -> str:
+    return ", ".join(map(repr, ids[:n])) + (" ..." if len(ids) > n else "")
 
 
 # ----------------------------------------------------------------------------------------------
 # Statistics
 # ----------------------------------------------------------------------------------------------
 
-def run_metrics(lists: dict[str, list[str]], total_failed: int) -> dict[str, float | int]:
-    """Cov, Δ and the two lacking rates of one capability in one run."""
+def exact_cov_delta(lists: dict[str, list[str]], total_failed: int) -> tuple[Fraction, Fraction]:
+    """(Cov, Δ) of one capability in one run as exact fractions: what the thresholds are compared with."""
     n_lf, n_pf = len(lists["lacking_failed"]), len(lists["present_failed"])
     n_lp, n_pp = len(lists["lacking_passed"]), len(lists["present_passed"])
-    cov = n_lf / total_failed if total_failed else 0.0
+    cov = Fraction(n_lf, total_failed) if total_failed else Fraction(0)
+    er_minus = Fraction(n_lf, n_lf + n_pf) if n_lf + n_pf else Fraction(0)
+    er_plus = Fraction(n_lp, n_lp + n_pp) if n_lp + n_pp else Fraction(0)
+    return cov, er_minus - er_plus
+
+
+def run_metrics(lists: dict[str, list[str]], total_failed: int) -> dict[str, float | int]:
+    """Cov, Δ and the two lacking rates of one capability in one run (Cov and Δ are the floats nearest to the
+    exact fractions, so Δ = 3/10 − 1/10 is 0.2, not 0.19999999999999998)."""
+    n_lf, n_pf = len(lists["lacking_failed"]), len(lists["present_failed"])
+    n_lp, n_pp = len(lists["lacking_passed"]), len(lists["present_passed"])
+    cov, delta = exact_cov_delta(lists, total_failed)
     er_minus = n_lf / (n_lf + n_pf) if n_lf + n_pf else 0.0  # lacking rate among applicable failed
     er_plus = n_lp / (n_lp + n_pp) if n_lp + n_pp else 0.0  # lacking rate among applicable passed
-    return {"cov": cov, "delta": er_minus - er_plus, "er_minus": er_minus, "er_plus": er_plus,
+    return {"cov": float(cov), "delta": float(delta), "er_minus": er_minus, "er_plus": er_plus,
             "n_lacking_failed": n_lf, "n_present_failed": n_pf, "n_na_failed": len(lists["na_failed"]),
             "n_lacking_passed": n_lp, "n_present_passed": n_pp, "n_na_passed": len(lists["na_passed"])}
 
@@ -262,11 +397,17 @@ def fleiss_kappa(counts: np.ndarray) -> float | None:
 
 def bootstrap_mean_ci(values: Sequence[float], n_resamples: int, seed: int,
                       level: float = CI_LEVEL) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of `values` (resampled with replacement, seeded)."""
+    """Percentile bootstrap interval of the mean of `values` (resampled with replacement, seeded).
+
+    Resamples are drawn BOOTSTRAP_CHUNK at a time, so memory stays bounded for any n_resamples.
+    """
     values = np.asarray(values, dtype=np.float64)  # (n_runs,)
     rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(values), size=(n_resamples, len(values)))  # (n_resamples, n_runs)
-    means = values[picks].mean(axis=1)  # (n_resamples,)
+    means = np.empty(n_resamples, dtype=np.float64)  # (n_resamples,)
+    for start in range(0, n_resamples, BOOTSTRAP_CHUNK):
+        size = min(BOOTSTRAP_CHUNK, n_resamples - start)
+        picks = rng.integers(0, len(values), size=(size, len(values)))  # (size, n_runs)
+        means[start:start + size] = values[picks].mean(axis=1)
     tail = (1.0 - level) / 2 * 100
     low, high = np.percentile(means, [tail, 100 - tail])
     return float(low), float(high)
@@ -321,8 +462,9 @@ def _summarize_capability(capability: str, runs: list[RunLabels], description: s
             per_run.append(entry)
             continue
         metrics = run_metrics(run.labels[capability], run.total_failed)
-        failed = [name for name, ok in (("cov", metrics["cov"] >= config.rho),
-                                        ("delta", metrics["delta"] >= config.delta)) if not ok]
+        cov, delta = exact_cov_delta(run.labels[capability], run.total_failed)
+        failed = [name for name, ok in (("cov", cov >= config.exact_rho),
+                                        ("delta", delta >= config.exact_delta)) if not ok]
         n_low_cov += "cov" in failed
         n_low_delta += "delta" in failed
         entry.update(labeled=True, **metrics, passed=not failed, failed_thresholds=failed)
@@ -330,10 +472,8 @@ def _summarize_capability(capability: str, runs: list[RunLabels], description: s
     covs = np.array([e["cov"] for e in per_run if e["labeled"]])  # (n_runs_labeled,)
     deltas = np.array([e["delta"] for e in per_run if e["labeled"]])  # (n_runs_labeled,)
     n_passed = sum(e["passed"] for e in per_run)
-    lacking_union = set()
-    for run in runs:
-        if capability in run.labels:
-            lacking_union.update(run.labels[capability]["lacking_failed"])
+    lacking_votes = Counter(chain.from_iterable(run.labels[capability]["lacking_failed"]
+                                                for run in runs if capability in run.labels))
     kappa, kappa_n = _capability_kappa(runs, capability)
     labeled = len(deltas) > 0
     return {
@@ -351,9 +491,64 @@ def _summarize_capability(capability: str, runs: list[RunLabels], description: s
         "n_runs_passed": int(n_passed),
         "n_runs_labeled": int(len(deltas)),
         "n_runs_total": len(runs),
-        "example_failed_cases": sorted(lacking_union)[:N_EXAMPLE_CASES],
+        "example_failed_cases": representative_cases(lacking_votes, N_EXAMPLE_CASES),
         "per_run": per_run,
     }
+
+
+_SWE_INSTANCE = re.compile(r"^(?P<repo>.+__.+)-\d+$")  # SWE-bench instance id: <owner>__<repo>-<number>
+
+
+def case_domain(traj_id: str) -> str:
+    """What a trajectory id says about where it comes from: the `<domain>:` prefix `_summarize` gives τ²-bench
+    ids of several domains, else the repository of a SWE-bench instance id, else "" (one group)."""
+    if ":" in traj_id:
+        return traj_id.split(":", 1)[0]
+    if "__" not in traj_id:
+        return ""
+    match = _SWE_INSTANCE.match(traj_id)
+    return match.group("repo") if match else ""
+
+
+def case_task(traj_id: str) -> str:
+    """The task of a trajectory id: `_summarize` appends `#<sample>` to ids of tasks run several times."""
+    return traj_id.split("#", 1)[0]
+
+
+def representative_cases(lacking_votes: Counter, n: int) -> list[str]:
+    """Up to `n` failed trajectory ids labeled LACKING, spread over domains and tasks.
+
+    `lacking_votes` counts, per id, the runs that labeled it LACKING. Ids most runs agree on come first. The
+    domains (see `case_domain`) take turns, the domain with the best-agreed id first (ties by name), so
+    every domain with a LACKING failure is shown before any domain shows a second one; within a domain, a
+    task's further samples wait until every task has been shown once.
+    """
+    by_votes: dict[int, list[str]] = {}
+    for traj_id, votes in lacking_votes.items():
+        by_votes.setdefault(votes, []).append(traj_id)
+    ranked: list[str] = []
+    for votes in sorted(by_votes, reverse=True):
+        ids = sorted(by_votes[votes])
+        ids.sort(key=len)  # stable: by length, then text, which within a domain is numeric order (9 before 10)
+        ranked.extend(ids)
+    queues: dict[str, list[str]] = {}
+    seen_tasks: set[str] = set()
+    repeats: list[str] = []  # further samples of a task already queued
+    for traj_id in ranked:
+        task = (case_domain(traj_id), case_task(traj_id))
+        if task in seen_tasks:
+            repeats.append(traj_id)
+            continue
+        seen_tasks.add(task)
+        queues.setdefault(task[0], []).append(traj_id)
+    # The domain whose first id most runs agree on goes first; ties by name.
+    turns = [queues[domain] for domain in sorted(queues, key=lambda d: (-lacking_votes[queues[d][0]], d))]
+    picked: list[str] = []
+    while len(picked) < n and any(turns):
+        for queue in turns:
+            if queue and len(picked) < n:
+                picked.append(queue.pop(0))
+    return picked + repeats[:n - len(picked)]
 
 
 def _sort_key(entry: dict) -> tuple:
@@ -378,8 +573,12 @@ def aggregate(run_paths: Sequence[str | Path], candidates: str | Path | dict | N
     if config.k > len(run_paths):
         raise InputError(f"--k {config.k} is larger than the number of run files ({len(run_paths)}); "
                          f"use --k {len(run_paths)} or fewer, or add runs")
+    duplicates = len(run_paths) - len({os.path.realpath(path) for path in run_paths})
+    if duplicates:
+        raise InputError(f"{duplicates} run file(s) are listed twice (same file under two names?); list each once")
     descriptions = load_candidates(candidates) if candidates is not None else {}
     runs = [load_run(path) for path in run_paths]
+    warnings = check_runs_agree(runs)
     names = list(descriptions)
     for run in runs:
         names.extend(name for name in run.labels if name not in descriptions)
@@ -405,6 +604,7 @@ def aggregate(run_paths: Sequence[str | Path], candidates: str | Path | dict | N
                    "attempts": [run.attempt for run in runs]},
         "capabilities": entries,
         "selected": [entry["skill"] for entry in entries if entry["selected"]],
+        "warnings": warnings,
         "notes": notes,
     }
 
@@ -424,8 +624,16 @@ def report_path_for(export_path: str | Path) -> Path:
     return export_path.with_name(f"{export_path.stem}_report.json")
 
 
+def check_outputs(export_path: str | Path, flag: str = "--export") -> None:
+    """InputError unless both the export and its report can be written (call it before any work)."""
+    check_output_path(export_path, flag)
+    check_output_path(report_path_for(export_path), f"{flag}'s report")
+
+
 def write_outputs(report: dict, export_path: str | Path) -> tuple[Path, Path]:
-    """Write the selected list to `export_path` and the full report next to it (both atomically)."""
+    """Write the selected list to `export_path` and the full report next to it (both atomically); both paths
+    are checked first, so a bad one raises InputError before either file is written."""
+    check_outputs(export_path)
     report_path = atomic_write_json(report_path_for(export_path), report)
     return atomic_write_json(export_path, selected_entries(report)), report_path
 
@@ -465,7 +673,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--delta", type=float, default=0.20, help="minimum Δ per run (default 0.20)")
     parser.add_argument("--k", type=int, default=8, help="minimum number of passing runs (default 8)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    parser.add_argument("--n-bootstrap", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    parser.add_argument("--n-bootstrap", type=int, default=2000,
+                        help=f"bootstrap resamples, 1 to {MAX_BOOTSTRAP:,} (default 2000)")
     parser.add_argument("--export", default=DEFAULT_EXPORT, help=f"selected list output (default {DEFAULT_EXPORT})")
     args = parser.parse_args(None if argv is None else list(argv))
     try:
@@ -474,12 +683,15 @@ def main(argv: Iterable[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
+        check_outputs(args.export)
         run_paths = expand_run_globs(args.runs)
         report = aggregate(run_paths, candidates=args.candidates, rho=args.rho, delta=args.delta, k=args.k,
                            seed=args.seed, n_bootstrap=args.n_bootstrap)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    for warning in report["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     print(format_table(report))
     export_path, report_path = write_outputs(report, args.export)
     print(f"wrote {export_path} ({len(report['selected'])} selected) and {report_path}")

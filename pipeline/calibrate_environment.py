@@ -5,6 +5,13 @@ Usage:
         [--min-mean-reward 0.2] [--max-mean-reward 0.6] [--min-success-rate 0.2] [--max-success-rate 0.6]
         [--min-reward-std 0.05] [--max-frac-all-success 0.2] [--max-frac-all-zero 0.2]
         [--max-frac-constant 0.5] [--min-frac-informative 0.5] [--min-pass-at-k 1=0.1] [--max-pass-at-k 8=0.9]
+        [--pass-at-k 1,4,8,16] [--group-size 16 [--allow-partial-groups]]
+
+The reference implementation's flag names work too: --mean-min/--mean-max, --success-min/--success-max,
+--std-min, --max-all-success-groups, --max-all-zero-groups, --max-constant-groups, --min-informative-groups
+(the same bands), --min-pass-at-k/--max-pass-at-k as comma lists (`1=0.1,4=0.3`, or `1:0.1`), --pass-at-k
+(which k to report) and --group-size N: the samples each task should have; a group with fewer is a failed
+band (collect with --samples N), a warning with --allow-partial-groups.
 
 ROLLOUTS.json is τ²-bench results JSON whose simulations carry `task_id` (the seed), `sample_idx` (or
 `trial`) and `reward_info.reward`; the samples sharing a task_id form a group (GRPO learns only from groups
@@ -19,7 +26,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +37,14 @@ if __package__ in (None, ""):  # run as a script: make `pipeline._io` importable
 from pipeline._io import InputError, atomic_write_json, check_number, check_output_path, load_json  # noqa: E402
 
 PASS_AT_K = (1, 4, 8, 16)
+# Band attribute -> the reference implementation's flag for it (accepted as an alias).
+REFERENCE_FLAGS = {
+    "min_mean_reward": "--mean-min", "max_mean_reward": "--mean-max",
+    "min_success_rate": "--success-min", "max_success_rate": "--success-max",
+    "min_reward_std": "--std-min", "max_frac_all_success": "--max-all-success-groups",
+    "max_frac_all_zero": "--max-all-zero-groups", "max_frac_constant": "--max-constant-groups",
+    "min_frac_informative": "--min-informative-groups",
+}
 CONSTANT_TOLERANCE = 1e-12  # rewards closer than this count as equal
 
 
@@ -230,15 +245,43 @@ def check_bands(metrics: dict[str, Any], bands: Bands) -> tuple[list[str], list[
     return errors, warnings
 
 
-def _k_bound(text: str) -> tuple[int, float]:
-    """argparse type for K=VALUE."""
-    k_text, sep, value_text = text.partition("=")
+def _k_bounds(text: str) -> list[tuple[int, float]]:
+    """argparse type for K=VALUE, or a comma list of them (`1=0.1,4=0.3`; `K:VALUE` also works)."""
+    bounds = []
+    for part in filter(None, (piece.strip() for piece in text.split(","))):
+        k_text, sep, value_text = part.partition("=") if "=" in part else part.partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            bounds.append((int(k_text), float(value_text)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected K=VALUE (e.g. 4=0.5) or a comma list of them, got {text!r}") \
+                from None
+    if not bounds:
+        raise argparse.ArgumentTypeError(f"expected K=VALUE (e.g. 4=0.5), got {text!r}")
+    return bounds
+
+
+def _k_list(text: str) -> list[int]:
+    """argparse type for --pass-at-k: a comma list of positive ints (`1,4,8,16`)."""
     try:
-        if not sep:
-            raise ValueError
-        return int(k_text), float(value_text)
+        ks = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected K=VALUE (e.g. 4=0.5), got {text!r}") from None
+        ks = []
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError(f"expected a comma list of k >= 1 (e.g. 1,4,8,16), got {text!r}")
+    return ks
+
+
+def check_group_size(metrics: dict[str, Any], samples: list[int], group_size: int, allow_partial: bool,
+                     errors: list[str], warnings: list[str]) -> None:
+    """A group with fewer than `group_size` samples: an error (a warning when partial groups are allowed)."""
+    short = sum(size < group_size for size in samples)
+    if not short:
+        return
+    message = (f"{short} of {metrics['n_groups']} groups have fewer than --group-size {group_size} samples "
+               f"(smallest: {metrics['min_group_size']}); collect --samples {group_size} per seed")
+    (warnings if allow_partial else errors).append(message)
 
 
 def format_summary(source: str, metrics: dict[str, Any], errors: list[str], warnings: list[str]) -> str:
@@ -266,10 +309,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--success-threshold", type=float, default=1.0, help="success = reward >= this (default 1.0)")
     defaults = Bands()
     for _, attribute, _ in _SCALAR_BANDS:
-        parser.add_argument(_flag(attribute), type=float, default=getattr(defaults, attribute),
-                            help=f"default {getattr(defaults, attribute)}")
-    parser.add_argument("--min-pass-at-k", type=_k_bound, action="append", default=[], metavar="K=VALUE")
-    parser.add_argument("--max-pass-at-k", type=_k_bound, action="append", default=[], metavar="K=VALUE")
+        parser.add_argument(_flag(attribute), REFERENCE_FLAGS[attribute], dest=attribute, type=float,
+                            default=getattr(defaults, attribute), help=f"default {getattr(defaults, attribute)}")
+    parser.add_argument("--min-pass-at-k", type=_k_bounds, action="extend", default=[], metavar="K=VALUE[,K=VALUE]")
+    parser.add_argument("--max-pass-at-k", type=_k_bounds, action="extend", default=[], metavar="K=VALUE[,K=VALUE]")
+    parser.add_argument("--pass-at-k", type=_k_list, default=None, metavar="K[,K]",
+                        help="k values to report pass@k for (default 1,4,8,16, those that fit the smallest group)")
+    parser.add_argument("--group-size", type=int, default=None,
+                        help="samples every task should have; a smaller group fails the calibration")
+    parser.add_argument("--allow-partial-groups", action="store_true",
+                        help="with --group-size: smaller groups are a warning, not a failure")
     return parser
 
 
@@ -282,6 +331,10 @@ def main(argv: list[str] | None = None) -> int:
         for flag, bounds in (("--min-pass-at-k", args.min_pass_at_k), ("--max-pass-at-k", args.max_pass_at_k)):
             for k, bound in bounds:
                 check_number(bound, f"the VALUE of {flag} {k}=VALUE", 0.0, 1.0)
+        if args.group_size is not None and args.group_size < 1:
+            raise InputError(f"--group-size must be >= 1, got {args.group_size}")
+        if args.allow_partial_groups and args.group_size is None:
+            raise InputError("--allow-partial-groups only applies with --group-size N")
         if args.json_output is not None:
             check_output_path(args.json_output, "--json-output")
         bands = Bands(
@@ -296,9 +349,17 @@ def main(argv: list[str] | None = None) -> int:
         data = load_json(args.rollouts)
         if not isinstance(data, dict) or "simulations" not in data:
             raise InputError(f"{args.rollouts}: not τ²-bench results JSON (no `simulations` key)")
-        ks = tuple(sorted({*PASS_AT_K, *bands.min_pass_at_k, *bands.max_pass_at_k}))
+        ks = tuple(sorted({*(args.pass_at_k or PASS_AT_K), *bands.min_pass_at_k, *bands.max_pass_at_k}))
         metrics = compute_metrics(data["simulations"], args.success_threshold, ks, source=args.rollouts)
         errors, warnings = check_bands(metrics, bands)
+        skipped = sorted(k for k in args.pass_at_k or () if str(k) not in metrics["pass_at_k"])
+        if skipped:
+            warnings.append(f"pass@{', pass@'.join(map(str, skipped))} not computed: the smallest group has "
+                            f"{metrics['min_group_size']} samples")
+        if args.group_size is not None:
+            sizes = list(Counter(sample.task_id for sample in parse_simulations(data["simulations"],
+                                                                                 args.rollouts)).values())
+            check_group_size(metrics, sizes, args.group_size, args.allow_partial_groups, errors, warnings)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -1,8 +1,14 @@
-"""Work queue over the selected capabilities (`pipeline/selected_capabilities.json`).
+"""Work queue over the selected capabilities (the export of aggregate_capabilities).
 
     python -m pipeline.capabilities next [--file F] [--json]   # PENDING capability with the highest mean Δ
     python -m pipeline.capabilities mark NAME STATUS [--file F] # STATUS: PENDING / IN_PROGRESS / DONE
     python -m pipeline.capabilities list [--file F]
+
+Each benchmark keeps its own list (`<output_dir>selected_capabilities.json` of its configs:
+`pipeline/selected_capabilities.json` for τ²-Bench, `pipeline/swebench/selected_capabilities.json` for
+SWE-bench), so the prompts pass `--file`; it may come before or after the command, and the
+TRACE_SELECTED environment variable sets it for a whole shell. Without either, the file is
+`pipeline/selected_capabilities.json`.
 
 `next` exits 1 when nothing is PENDING; a missing/broken file, an unknown name or status exit 2.
 `mark` rewrites the file atomically and keeps every other key of the entries (e.g. environment_path).
@@ -12,12 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
 from pipeline._io import InputError, atomic_write_json, load_json
 
 DEFAULT_FILE = "pipeline/selected_capabilities.json"
+FILE_VARIABLE = "TRACE_SELECTED"
 STATUSES = ("PENDING", "IN_PROGRESS", "DONE")
 
 
@@ -65,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     """CLI entry point; see the module docstring."""
     parser = argparse.ArgumentParser(prog="python -m pipeline.capabilities",
                                      description="Pick and mark capabilities from the selected list.")
+    file_help = f"selected list (default ${FILE_VARIABLE}, else {DEFAULT_FILE})"
+    parser.add_argument("--file", dest="top_file", default=None, help=file_help)
     sub = parser.add_subparsers(dest="command", required=True)
     next_parser = sub.add_parser("next", help="print the PENDING capability with the highest mean Δ")
     next_parser.add_argument("--json", action="store_true", help="print the whole entry as JSON")
@@ -73,8 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     mark_parser.add_argument("status", help="PENDING, IN_PROGRESS or DONE")
     sub.add_parser("list", help="print every capability with its status")
     for sub_parser in sub.choices.values():
-        sub_parser.add_argument("--file", default=DEFAULT_FILE, help=f"selected list (default {DEFAULT_FILE})")
+        sub_parser.add_argument("--file", default=None, help=file_help)
     args = parser.parse_args(argv)
+    if args.file and args.top_file and args.file != args.top_file:
+        print(f"error: two different --file values ({args.top_file}, {args.file}); give one", file=sys.stderr)
+        return 2
+    args.file = args.file or args.top_file or os.environ.get(FILE_VARIABLE) or DEFAULT_FILE
     try:
         entries = load_selected(args.file)
         if args.command == "mark":

@@ -54,8 +54,8 @@ from tqdm import tqdm
 
 from pipeline._io import InputError, atomic_write_json, load_jsonl
 from pipeline._summarize import truncate_middle
-from pipeline.aggregate_capabilities import (CATEGORIES, aggregate, format_table, load_candidates, validate_run,
-                                             write_outputs)
+from pipeline.aggregate_capabilities import (CATEGORIES, aggregate, check_outputs, format_table, load_candidates,
+                                             validate_run, write_outputs)
 from pipeline.labels_to_run import SkippedTrajectoryWarning, labels_to_run
 from pipeline.llm_client import ChatClient, FatalAPIError, RateLimiter, RetryPolicy
 
@@ -755,9 +755,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    export = Path(args.export) if args.export else out / "selected_capabilities.json"
     try:
         if out.exists() and not out.is_dir():
             raise InputError(f"{out}: --out must be a folder")
+        check_outputs(export)  # before any call is paid for
         trajectories, skipped = load_summary(args.summary)
         descriptions = load_candidates(args.candidates) if args.candidates else None
         if descriptions is not None and not descriptions:
@@ -832,14 +834,15 @@ def main(argv: list[str] | None = None) -> int:
     report["totals"]["this_invocation"] = {key: sum(r["this_invocation"][key] for r in report["per_run"])
                                            for key in COUNTERS}
     report_path = _write_report(out, report)
-    export = Path(args.export) if args.export else out / "selected_capabilities.json"
     try:
         aggregation = aggregate(run_paths, candidates=candidates_path, rho=args.rho, delta=args.delta, k=k)
+        for warning in aggregation["warnings"]:
+            print(f"warning: {warning}", file=sys.stderr)
+        print(format_table(aggregation))
+        export_path, aggregation_report = write_outputs(aggregation, export)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(format_table(aggregation))
-    export_path, aggregation_report = write_outputs(aggregation, export)
     totals = report["totals"]["this_invocation"]
     print(f"wrote {len(run_paths)} run files to {out}, {report_path}, {export_path} "
           f"({len(aggregation['selected'])} selected) and {aggregation_report}")

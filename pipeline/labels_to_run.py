@@ -6,7 +6,9 @@ A label line is `{"trajectory_id", "capability", "label"}` with label NA / PRESE
 outcomes are `_summarize` records (`id`, `passed`). Trajectories whose `passed` is null cannot be used:
 they are left out (with a warning), and so are their label lines. Every capability mentioned must label
 every usable trajectory; a gap is an error unless `--missing-as` fills it (the count is reported).
-The output is checked with `aggregate_capabilities.validate_run` before it is written.
+A labels file without a single label line is an error (a labeler that labeled nothing is not a run).
+The output is checked with `aggregate_capabilities.validate_run` before it is written; --out is checked
+before any file is read.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-from pipeline._io import InputError, atomic_write_json, load_jsonl
+from pipeline._io import InputError, atomic_write_json, check_output_path, load_jsonl
 from pipeline.aggregate_capabilities import CATEGORIES, FAILED_KEYS, PASSED_KEYS, validate_run
 
 
@@ -70,6 +72,9 @@ def labels_to_run(records: Sequence[dict], outcomes: Sequence[dict], attempt: in
         fill = missing_as.upper()
         if fill not in CATEGORIES:
             raise InputError(f"--missing-as {missing_as!r}: use one of {', '.join(CATEGORIES)}")
+    if not records:
+        raise InputError("no label records (an empty labels file?): this labeler labeled nothing; run it again "
+                         "rather than turning it into a run file")
     usable, unknown = _outcome_table(outcomes)
     unknown_set = set(unknown)
     if unknown:
@@ -130,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--missing-as", default=None, help="label for missing pairs (NA); default: error")
     args = parser.parse_args(argv)
     try:
+        check_output_path(args.out, "--out")
         records = load_jsonl(args.labels)
         outcomes = load_jsonl(args.outcomes)
         with warnings.catch_warnings(record=True) as caught:

@@ -4,8 +4,9 @@ In TRACE, N independent LLM labelers read each trajectory and mark every candida
 PRESENT / LACKING. The demo has no LLM, so this module derives labels from documented rules over
 τ²-bench results: the agent's tool calls, the tool results, and the evaluation details τ²-bench
 stores with each simulation (gold actions of the task, action checks, communicate checks). It is a
-stand-in, not a substitute: the rules only see what τ²-bench logged, and they look at evaluation
-details a real labeler would not be shown.
+stand-in, not a substitute: the rules only see what τ²-bench logged, and they read the task's whole
+gold action list, which a real labeler is not shown (its `summary.jsonl` record lists only the checks
+that failed).
 
 Independent labelers disagree. To imitate that honestly rather than hand out ten identical votes,
 labeler r applies the rules and then, with its own seeded random draw per (trajectory, capability),

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from pipeline._io import InputError
-from pipeline.aggregate_capabilities import (aggregate, bootstrap_mean_ci, fleiss_kappa, main, report_path_for,
-                                             run_metrics, selected_entries, validate_run)
+from pipeline.aggregate_capabilities import (aggregate, bootstrap_mean_ci, fleiss_kappa, format_table, main,
+                                             report_path_for, run_metrics, selected_entries, validate_run)
 from pipeline.labels_to_run import SkippedTrajectoryWarning, labels_to_run
 from pipeline.labels_to_run import main as labels_main
 
@@ -288,12 +288,163 @@ def test_overlapping_globs_count_each_run_once(tmp_path, run_paths, capsys):
     assert json.loads(report_path_for(export).read_text())["params"]["n_runs"] == 3
 
 
+def test_same_file_spelled_two_ways_counts_once(tmp_path, run_paths, capsys):
+    export = tmp_path / "selected.json"
+    other_spelling = run_paths[0].parent / "." / run_paths[0].name  # what `--runs 'runs/*' ./runs/run_01.json` gives
+    assert main(["--runs", str(run_paths[0].parent / "*.json"), str(other_spelling), "--k", "3",
+                 "--export", str(export)]) == 0
+    assert json.loads(report_path_for(export).read_text())["params"]["n_runs"] == 3
+    with pytest.raises(InputError, match="listed twice"):
+        aggregate([run_paths[0], other_spelling, run_paths[1]], k=1)
+
+
+# --- thresholds are compared exactly ------------------------------------------------------------
+
+def test_delta_exactly_at_delta_passes():
+    # LF=3, PF=7 -> 3/10; LP=1, PP=9 -> 1/10; Δ = 1/5 exactly (0.19999999999999998 in floating point).
+    failed = [f"f{i}" for i in range(10)]
+    passed = [f"p{i}" for i in range(10)]
+    lists = {"lacking_failed": failed[:3], "present_failed": failed[3:], "na_failed": [],
+             "lacking_passed": passed[:1], "present_passed": passed[1:], "na_passed": []}
+    run = validate_run(run_file(1, {"c": lists}, n_failed=10, n_passed=10), "x")
+    assert run_metrics(run.labels["c"], 10)["delta"] == 0.2
+    report = aggregate_runs([run_file(1, {"c": lists}, n_failed=10, n_passed=10)], rho=0.3, delta=0.2, k=1)
+    entry = report["capabilities"][0]
+    assert entry["selected"] and entry["per_run"][0]["failed_thresholds"] == []  # Cov 3/10 = rho 0.3 passes too
+    assert "SELECTED" in format_table(report)
+    report = aggregate_runs([run_file(1, {"c": lists}, n_failed=10, n_passed=10)], rho=0.3, delta=0.21, k=1)
+    assert report["capabilities"][0]["per_run"][0]["failed_thresholds"] == ["delta"]
+
+
+def aggregate_runs(runs: list[dict], folder: Path | None = None, **kwargs) -> dict:
+    """aggregate() over run objects written to temporary files."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for index, run in enumerate(runs, start=1):
+            path = Path(tmp) / f"run_{index:02d}.json"
+            path.write_text(json.dumps(run))
+            paths.append(path)
+        return aggregate(paths, **kwargs)
+
+
+# --- runs are checked against each other --------------------------------------------------------
+
+def _all_lacking(failed_ids, passed_ids) -> dict:
+    return {"lacking_failed": list(failed_ids), "present_failed": [], "na_failed": [],
+            "lacking_passed": [], "present_passed": list(passed_ids), "na_passed": []}
+
+
+def _write_runs(folder: Path, runs: list[dict]) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for index, run in enumerate(runs, start=1):
+        path = folder / f"run_{index:02d}.json"
+        path.write_text(json.dumps(run))
+        paths.append(path)
+    return paths
+
+
+def _cli(folder: Path, export: Path, *flags: str) -> int:
+    return main(["--runs", str(folder / "run_*.json"), "--k", "1", *flags, "--export", str(export)])
+
+
+@pytest.mark.parametrize("case, fragment", [
+    ("different_trajectories", "labels 6 that most runs do not"),
+    ("outcome_flipped", "is failed in"),
+    ("capabilities_disagree", "labels other trajectories than labels['a']"),
+    ("empty_labels", "'labels' is empty"),
+    ("copied_file", "hold the same labels under attempt 1"),
+])
+def test_runs_that_do_not_belong_together_exit_2_and_write_nothing(tmp_path, capsys, case, fragment):
+    good = run_file(1, {"a": lists_from("LLPN", "PN")})
+    other_ids = run_file(2, {"a": lists_from("LLPN", "PN", failed_ids=["g0", "g1", "g2", "g3"],
+                                               passed_ids=["q0", "q1"])})
+    flipped = run_file(2, {"a": lists_from("LLPN", "PN", failed_ids=["f0", "f1", "f2", "p0"],
+                                             passed_ids=["f3", "p1"])})
+    two_sets = run_file(2, {"a": lists_from("LLPN", "PN"),
+                            "b": lists_from("LLPN", "PN", failed_ids=["f0", "f1", "f2", "f9"])})
+    second = {"different_trajectories": other_ids, "outcome_flipped": flipped, "capabilities_disagree": two_sets,
+              "empty_labels": {"attempt": 2, "totals": {"total_failed": 0, "total_passed": 0}, "labels": {}},
+              "copied_file": good}[case]
+    folder = tmp_path / "runs"
+    _write_runs(folder, [good, second])
+    export = tmp_path / "selected.json"
+    assert _cli(folder, export) == 2
+    assert fragment in capsys.readouterr().err
+    assert not export.exists() and not report_path_for(export).exists()
+
+
+def test_a_trajectory_missing_from_one_run_is_a_warning(tmp_path, capsys):
+    failed = [f"f{i}" for i in range(12)]
+    passed = [f"p{i}" for i in range(8)]
+    runs = [run_file(1, {"a": _all_lacking(failed, passed)}, 12, 8),
+            run_file(2, {"a": _all_lacking(failed, passed)}, 12, 8),
+            run_file(3, {"a": _all_lacking(failed[:-1], passed)}, 11, 8)]  # this labeler skipped f11
+    folder = tmp_path / "runs"
+    _write_runs(folder, runs)
+    export = tmp_path / "selected.json"
+    assert _cli(folder, export) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {folder / 'run_03.json'} leaves out 1 of the 20 trajectories most runs label ('f11')" in err
+    report = json.loads(report_path_for(export).read_text())
+    assert len(report["warnings"]) == 1 and report["selected"] == ["a"]
+
+
+def test_same_attempt_with_different_labels_is_a_warning(tmp_path, capsys):
+    runs = [run_file(1, {"a": lists_from("LLPN", "PN")}), run_file(1, {"a": lists_from("LLLN", "PN")})]
+    folder = tmp_path / "runs"
+    _write_runs(folder, runs)
+    assert _cli(folder, tmp_path / "selected.json") == 0
+    assert "all say attempt 1" in capsys.readouterr().err
+
+
+# --- outputs and sizes are checked before anything is written ------------------------------------
+
+def test_export_that_is_a_folder_exits_2_before_the_report_is_written(tmp_path, run_paths, capsys):
+    export = tmp_path / "out"
+    export.mkdir()
+    assert main(["--runs", str(run_paths[0].parent / "*.json"), "--k", "2", "--export", str(export)]) == 2
+    assert "--export" in capsys.readouterr().err
+    assert list(tmp_path.glob("out*")) == [export] and not any(export.iterdir())
+
+
+def test_huge_n_bootstrap_exits_2(tmp_path, run_paths, capsys):
+    export = tmp_path / "selected.json"
+    assert main(["--runs", str(run_paths[0].parent / "*.json"), "--k", "2", "--n-bootstrap", str(10**12),
+                 "--export", str(export)]) == 2
+    assert "n_bootstrap must be an integer from 1 to 1,000,000" in capsys.readouterr().err
+    assert not export.exists()
+    assert bootstrap_mean_ci([0.0, 1.0], 250_001, 0) == (0.0, 1.0)  # drawn in chunks: still deterministic
+
+
+# --- example_failed_cases -----------------------------------------------------------------------
+
+def test_example_failed_cases_spread_over_domains_and_tasks():
+    failed = [f"airline:{i}" for i in range(1, 13)] + ["retail:1", "retail:2", "retail:3#0", "retail:3#1"]
+    runs = [run_file(attempt, {"a": _all_lacking(failed, ["airline:99"])}, len(failed), 1) for attempt in (1, 2)]
+    cases = aggregate_runs(runs, k=1)["capabilities"][0]["example_failed_cases"]
+    # Domains take turns; a task's second sample (retail:3#1) waits until every task has been shown.
+    assert cases == ["airline:1", "retail:1", "airline:2", "retail:2", "airline:3", "retail:3#0", "airline:4",
+                     "airline:5"]
+    # Ids most runs label LACKING come first.
+    runs[1]["labels"]["a"] = _all_lacking([], ["airline:99"])
+    runs[1]["labels"]["a"]["present_failed"] = [i for i in failed if i != "airline:12"]
+    runs[1]["labels"]["a"]["lacking_failed"] = ["airline:12"]
+    assert aggregate_runs(runs, k=1)["capabilities"][0]["example_failed_cases"][0] == "airline:12"
+
+
 def test_bench_script_runs_small():
+    """The bench's synthetic runs make capability i LACKING on 0.6 - 0.05 i of failed and 0.1 of passed
+    trajectories: with 2 capabilities both are selected, and the timing line is a real, positive figure
+    under the bench's target (2 s for 100 times as much data)."""
     result = subprocess.run([sys.executable, "bench/aggregate.py", "--runs", "3", "--trajectories", "300",
                              "--capabilities", "2"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    last = result.stdout.strip().splitlines()[-1]
-    assert last.startswith("seconds=") and float(last.split("=")[1]) >= 0
+    summary, last = result.stdout.strip().splitlines()[-2:]
+    assert summary == "3 runs x 300 trajectories x 2 capabilities: 2 selected"
+    name, _, value = last.partition("=")
+    assert name == "seconds" and 0 < float(value) < 2.0, last
 
 
 # --- labels_to_run ------------------------------------------------------------------------------
@@ -354,3 +505,22 @@ def test_labels_to_run_cli(tmp_path, capsys):
     assert validate_run(json.loads(out.read_text()), str(out)).total_failed == 2
     # The converted run feeds the aggregation directly: Cov 1/2, Δ 1 - 0 = 1 -> selected with K = 1.
     assert aggregate([out], k=1)["selected"] == ["c"]
+
+
+def test_labels_to_run_refuses_an_empty_labels_file(tmp_path, capsys):
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("\n")
+    outcomes = tmp_path / "outcomes.jsonl"
+    outcomes.write_text("".join(json.dumps(o) + "\n" for o in OUTCOMES))
+    out = tmp_path / "run_01.json"
+    assert labels_main([str(labels), "--outcomes", str(outcomes), "--attempt", "1", "--out", str(out)]) == 2
+    assert "no label records" in capsys.readouterr().err and not out.exists()
+
+
+def test_labels_to_run_refuses_a_folder_as_out_before_reading(tmp_path, capsys):
+    out = tmp_path / "folder"
+    out.mkdir()
+    assert labels_main([str(tmp_path / "missing.jsonl"), "--outcomes", str(tmp_path / "missing2.jsonl"),
+                        "--attempt", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "is a folder" in err and "missing.jsonl" not in err

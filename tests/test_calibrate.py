@@ -213,3 +213,38 @@ def test_runs_as_a_script(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "RESULT: PASS" in proc.stdout
+
+
+def test_reference_flag_names_work_as_aliases(tmp_path, capsys):
+    """The reference's calibration command runs unchanged (its flags are aliases of ours)."""
+    path = write(tmp_path, _calibrated_sims())
+    out = tmp_path / "ref.json"
+    ours = tmp_path / "ours.json"
+    reference = ["--group-size", "8", "--mean-min", "0.2", "--mean-max", "0.6", "--success-min", "0.2",
+                 "--success-max", "0.6", "--std-min", "0.05", "--max-all-success-groups", "0.2",
+                 "--max-all-zero-groups", "0.2", "--max-constant-groups", "0.5", "--min-informative-groups", "0.5",
+                 "--pass-at-k", "1,4,8", "--min-pass-at-k", "1=0.1,4=0.2", "--max-pass-at-k", "8:1.0"]
+    assert main([str(path), *reference, "--json-output", str(out)]) == 0
+    assert main([str(path), "--min-pass-at-k", "1=0.1", "--min-pass-at-k", "4=0.2", "--max-pass-at-k", "8=1.0",
+                 "--json-output", str(ours)]) == 0
+    assert json.loads(out.read_text()) == json.loads(ours.read_text())
+    # An alias sets the same band as our name: a too-high minimum fails the same way.
+    assert main([str(path), "--mean-min", "0.5"]) == 1
+    assert "mean_reward = 0.2875 is below the minimum 0.5 (--min-mean-reward)" in capsys.readouterr().out
+
+
+def test_group_size_flags_groups_that_are_too_small(tmp_path, capsys):
+    path = write(tmp_path, _calibrated_sims())  # 10 groups of 8
+    out = tmp_path / "cal.json"
+    assert main([str(path), "--group-size", "16", "--json-output", str(out)]) == 1
+    errors = json.loads(out.read_text())["errors"]
+    assert errors == ["10 of 10 groups have fewer than --group-size 16 samples (smallest: 8); "
+                      "collect --samples 16 per seed"]
+    assert main([str(path), "--group-size", "16", "--allow-partial-groups", "--json-output", str(out)]) == 0
+    assert json.loads(out.read_text())["warnings"] == errors
+    assert main([str(path), "--pass-at-k", "1,16", "--json-output", str(out)]) == 0
+    assert "pass@16 not computed: the smallest group has 8 samples" in json.loads(out.read_text())["warnings"]
+    assert main([str(path), "--group-size", "0"]) == 2
+    assert main([str(path), "--allow-partial-groups"]) == 2
+    with pytest.raises(SystemExit):
+        main([str(path), "--pass-at-k", "0,4"])

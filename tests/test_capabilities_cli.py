@@ -86,3 +86,15 @@ def test_broken_file_exits_2(tmp_path, capsys, content, fragment):
 def test_missing_file_exits_2(tmp_path, capsys):
     assert main(["list", "--file", str(tmp_path / "nope.json")]) == 2
     assert "file not found" in capsys.readouterr().err
+
+
+def test_file_before_the_command_or_from_the_environment(selected_file, tmp_path, monkeypatch, capsys):
+    """Each benchmark has its own list: the file can be given before the command, or once per shell."""
+    assert main(["--file", str(selected_file), "next"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "gamma"
+    monkeypatch.setenv("TRACE_SELECTED", str(selected_file))
+    assert main(["mark", "alpha", "DONE"]) == 0
+    assert [e["status"] for e in json.loads(selected_file.read_text())] == ["DONE", "DONE", "PENDING"]
+    other = tmp_path / "other.json"
+    assert main(["--file", str(selected_file), "next", "--file", str(other)]) == 2
+    assert "two different --file values" in capsys.readouterr().err

@@ -525,3 +525,15 @@ def test_propose_cache_key_includes_the_temperature(tmp_path):
     assert not first["from_cache"] and again["from_cache"]
     assert not other["from_cache"], "a different sampling temperature must not reuse the cached proposal"
     assert [call["temperature"] for call in client.calls] == [1.0, 0.0]
+
+
+def test_export_that_is_a_folder_exits_2_before_any_call(inputs, capsys):
+    """The selection is written last; a bad --export must stop the run before calls are paid for."""
+    summary, candidates, out = inputs
+    export = summary.parent / "a_folder"
+    export.mkdir()
+    with FakeOpenAIServer(api_key=SECRET) as server:
+        code = lt.main(_argv(summary, out, server, "--runs", "2", "--k", "1", "--export", str(export),
+                             candidates=candidates))
+        assert server.n_requests == 0
+    assert code == 2 and "--export" in capsys.readouterr().err and not out.exists()

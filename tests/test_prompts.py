@@ -1,13 +1,16 @@
 """Tests for render_pipeline.py and the Step-1/Step-2 prompts it renders.
 
-Besides the CLI contract (exit codes, output paths, no partial files), two checks keep the
+Besides the CLI contract (exit codes, output paths, no partial files), three checks keep the
 committed prompts honest:
   * drift: every filled-in prompt under prompts/<benchmark>/ equals a fresh render of its config;
-  * existence: every command and repository path a prompt names exists in the repository.
+  * existence: every command and repository path a prompt names exists in the repository;
+  * inputs: every runs/ path a prompt names is written by a step of that prompt or of the benchmark's
+    earlier stage prompt, or is the user's input, documented under "If the inputs are missing".
 """
 from __future__ import annotations
 
 import copy
+import fnmatch
 import importlib.util
 import re
 import shlex
@@ -47,39 +50,71 @@ def regenerate_command(prompt: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # Existence check: what a prompt names must exist.
 #
-# Rule for what is NOT checked (outputs the agent creates while following the prompt):
+# Rule for what is NOT checked here (outputs the agent creates while following the prompt):
 #   1. anything with a placeholder: '<' or '{' (pipeline/swebench/<name>/..., capability_<name>_game.py);
-#   2. anything under runs/ (the run folder is all outputs) -- the path patterns below only match
-#      paths that START with a repository folder, so runs/<x>/pipeline/... is never picked up;
-#   3. the explicit output allow-list OUTPUT_PATHS / OUTPUT_PREFIXES.
-# Globs ('*') must match at least one file.
+#   2. anything under runs/: test_every_runs_path_is_produced_or_documented checks those;
+#   3. what the prompt itself writes (see PRODUCED) and the output allow-list OUTPUT_PREFIXES.
+# Globs ('*') must match at least one file. Commands under "If the inputs are missing" run third-party
+# tools (tau2, mini-swe-agent, the SWE-bench harness): there only repository modules are checked.
 # ---------------------------------------------------------------------------------------------
 PYTHON_MODULE = re.compile(r"\bpython3? -m ([A-Za-z_][\w.]*)")
 PYTHON_SCRIPT = re.compile(r"\bpython3? ((?:[\w.-]+/)*[\w.-]+\.py)\b")
 REPO_PATH = re.compile(
-    r"(?<![\w./-])((?:pipeline|train|configs|prompts|moe_gate|benchmarks)/[^\s`'\"),;:]*"
+    r"(?<![\w./-])((?:pipeline|train|configs|prompts|moe_gate|benchmarks|scripts)/[^\s`'\"),;:]*"
     r"|game_registry\.py|render_pipeline\.py)"
 )
-# Step 1 writes these (aggregate_capabilities --export and its report); Step 2 reads the first.
-OUTPUT_PATHS = {"pipeline/selected_capabilities.json", "pipeline/selected_capabilities_report.json"}
+# What a prompt tells the agent to write: the file after an output flag, `mkdir -p`, a shell redirect, or
+# prose such as "Save `P`", "write P", "note ... in `P`", "... to `P`".
+PRODUCED = re.compile(
+    r"(?:--out|--export|--json-output|--output|mkdir -p|>)\s+([\w./<>{}*-]+)"
+    r"|(?:[Ss]ave|[Ww]rite|[Ww]rites|note [^`\n]* in|to)\s+`([^`\s]+)`"
+    r"|[Ww]rite\s+((?:runs|pipeline)/[\w./<>*-]+)"
+)
 OUTPUT_PREFIXES = ("prompts/rendered/",)
-REPO_PACKAGES = {p.name for p in REPO.iterdir() if p.is_dir()} | {p.stem for p in REPO.glob("*.py")}
+REPO_PACKAGES = ({p.name for p in REPO.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+                 | {p.stem for p in REPO.glob("*.py")})
+MISSING_INPUTS = re.compile(r"^### If the inputs are missing\n(.*?)(?=^#{2,3} )", re.S | re.M)
 
 
-def is_output(path: str) -> bool:
+def produced_paths(text: str) -> set[str]:
+    """Every path a prompt tells the agent to write (PRODUCED), normalized (see `normalize`); only paths with
+    a folder that do not start with a wildcard, so a stray word never covers everything."""
+    paths = {normalize(next(group for group in match if group)) for match in PRODUCED.findall(text)}
+    return {path for path in paths if "/" in path and not path.startswith("*")}
+
+
+def normalize(path: str) -> str:
+    """A path pattern: placeholders (<name>, NN, run numbers) become '*', trailing '/' and '.' go."""
+    path = re.sub(r"<[^>]*>", "*", path.strip().rstrip(".,;:)").rstrip("/"))
+    return re.sub(r"run_(?:NN|\d+)", "run_*", path)
+
+
+def covers(produced: str, named: str) -> bool:
+    """A produced path covers a named one when they match as patterns, or the named one is a folder above it."""
+    return (fnmatch.fnmatch(named, produced) or fnmatch.fnmatch(produced, named)
+            or fnmatch.fnmatch(produced, named + "/*") or produced.startswith(named + "/"))
+
+
+def is_output(path: str, produced: set[str] = frozenset()) -> bool:
     """True for paths the prompt tells the agent to create (see the rule above)."""
     return (
-        "<" in path or "{" in path or path.startswith("runs/")
-        or path in OUTPUT_PATHS or path.startswith(OUTPUT_PREFIXES)
+        "<" in path or "{" in path or path.startswith("runs/") or path.startswith(OUTPUT_PREFIXES)
+        or any(covers(p, normalize(path)) for p in produced)
     )
 
 
-def references(text: str) -> set[tuple[str, str]]:
-    """(kind, target) pairs a prompt names: ('module', 'pipeline._summarize'), ('path', 'game_registry.py')."""
-    found = {("module", m) for m in PYTHON_MODULE.findall(text)}
+def references(text: str, earlier: str = "") -> set[tuple[str, str]]:
+    """(kind, target) pairs a prompt names: ('module', 'pipeline._summarize'), ('path', 'game_registry.py').
+
+    What this prompt or its `earlier` stage prompt writes is left out. In the "If the inputs are missing"
+    section only repository modules count (it runs third-party tools)."""
+    produced = produced_paths(text) | produced_paths(earlier)
+    outside = MISSING_INPUTS.sub("", text)
+    found = {("module", m) for m in PYTHON_MODULE.findall(outside)}
+    found |= {("module", m) for m in PYTHON_MODULE.findall(text) if m.split(".")[0] in REPO_PACKAGES}
     found |= {("path", p) for p in PYTHON_SCRIPT.findall(text)}
     found |= {("path", p.rstrip(".")) for p in REPO_PATH.findall(text)}
-    return {(kind, target) for kind, target in found if not is_output(target)}
+    return {(kind, target) for kind, target in found if not is_output(target, produced)}
 
 
 def missing_reference(kind: str, target: str) -> str | None:
@@ -107,13 +142,56 @@ def prompt_sources() -> dict[str, str]:
     return sources
 
 
-@pytest.mark.parametrize("source", sorted([*FILLED_IN, *(f"render of {c}" for c in GENERAL)]))
+def earlier_stage(source: str) -> str:
+    """The Step-1 prompt a Step-2 prompt follows (same benchmark), or "" for a Step-1 prompt."""
+    if "environment" not in source:
+        return ""
+    return prompt_sources()[source.replace("environment_generation", "capability_selection")]
+
+
+ALL_SOURCES = sorted([*FILLED_IN, *(f"render of {c}" for c in GENERAL)])
+RUNS_PATH = re.compile(r"(?<![\w./-])(runs/[^\s`'\"),;:]*)")
+
+
+@pytest.mark.parametrize("source", ALL_SOURCES)
 def test_every_named_command_and_path_exists(source):
     text = prompt_sources()[source]
-    refs = references(text)
+    refs = references(text, earlier_stage(source))
     assert refs, f"{source}: found no commands at all; the extractor is broken"
     missing = sorted(filter(None, (missing_reference(kind, target) for kind, target in refs)))
     assert not missing, f"{source} names things that do not exist in the repo:\n  " + "\n  ".join(missing)
+
+
+@pytest.mark.parametrize("source", ALL_SOURCES)
+def test_every_runs_path_is_produced_or_documented(source):
+    """A prompt may name a file under runs/ only if a step writes it (this prompt, or the Step-1 prompt a
+    Step-2 prompt follows) or it is the user's input, documented under "If the inputs are missing"."""
+    text = prompt_sources()[source]
+    earlier = earlier_stage(source)
+    produced = produced_paths(text) | produced_paths(earlier)
+    documented = {normalize(path) for section in MISSING_INPUTS.findall(text + "\n## end\n" + earlier + "\n## end\n")
+                  for path in RUNS_PATH.findall(section)}
+    if "environment" not in source:
+        assert MISSING_INPUTS.search(text), f"{source}: no 'If the inputs are missing' section"
+    named = sorted({normalize(path) for path in RUNS_PATH.findall(text)})
+    assert named, f"{source}: names no runs/ path at all; the extractor is broken"
+    unaccounted = [path for path in named
+                   if not any(covers(p, path) for p in produced)
+                   and not any(covers(d, path) or path.startswith(d + "/") for d in documented)]
+    assert not unaccounted, (f"{source} names runs/ paths that no step writes and that are not documented as the "
+                             "user's input:\n  " + "\n  ".join(unaccounted))
+
+
+def test_runs_path_check_catches_an_input_nothing_produces():
+    text = ("## Inputs\nRead `runs/x/eval/base/results.json`.\n## Step 1\n"
+            "python -m pipeline._summarize runs/x/eval/base/results.json --out runs/x/select/summary.jsonl\n")
+    named = {normalize(path) for path in RUNS_PATH.findall(text)}
+    produced = produced_paths(text)
+    assert named == {"runs/x/eval/base/results.json", "runs/x/select/summary.jsonl"}
+    assert [p for p in named if not any(covers(q, p) for q in produced)] == ["runs/x/eval/base/results.json"]
+    documented = text + "### If the inputs are missing\nRun it; save runs/x/eval/base/results.json.\n## end\n"
+    assert [normalize(p) for section in MISSING_INPUTS.findall(documented)
+            for p in RUNS_PATH.findall(section)] == ["runs/x/eval/base/results.json"]
 
 
 def test_reference_extractor_finds_tools_and_skips_outputs():
@@ -341,3 +419,132 @@ def test_script_runs_from_another_directory(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert out.read_text(encoding="utf-8") == render_pipeline.render(REPO / "configs/environment_generation.yaml", "environment")
+
+
+# ---------------------------------------------------------------------------------------------
+# Set-up, inputs, the selected list's home, neutral examples, labeling examples, the vLLM block
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("source", ALL_SOURCES)
+def test_every_prompt_starts_with_the_repos_set_up(source):
+    text = prompt_sources()[source]
+    setup = text[text.index("## Step 0: set up the environment"):]
+    assert setup.index("make venv") < setup.index(". .venv/bin/activate") < setup.index("set-up OK")
+    assert text.index("## Step 0: set up") < text.index("python -m pipeline.")  # before any command needs it
+
+
+def test_each_benchmark_exports_its_own_selected_list_and_step_2_reads_it():
+    exports = {}
+    for folder in ("tau-bench", "swebench"):
+        capability = (REPO / "prompts" / folder / "capability_selection.md").read_text(encoding="utf-8")
+        environment = (REPO / "prompts" / folder / "environment_generation.md").read_text(encoding="utf-8")
+        exported = re.search(r"--export (\S+)", capability).group(1)
+        exports[folder] = exported
+        read = set(re.findall(r"python -m pipeline\.capabilities \w+ .*?--file (\S+)", environment))
+        assert read == {exported}, (folder, read)
+        assert "python -m pipeline.capabilities next --json --file" in environment
+    assert exports == {"tau-bench": "pipeline/selected_capabilities.json",
+                       "swebench": "pipeline/swebench/selected_capabilities.json"}
+
+
+PAPER_TAU2_CAPABILITIES = ("structured_data_reasoning", "multi_step_task_completion", "precondition_verification",
+                           "tool_calling_precision")
+
+
+@pytest.mark.parametrize("config", sorted(c for c, stage in ALL_CONFIGS.items() if stage == "capability"))
+def test_granularity_examples_do_not_name_the_papers_answers(config):
+    """Examples of the right granularity must not be the capabilities the paper found: they prime the answer."""
+    names = {e["name"] for e in yaml.safe_load((REPO / config).read_text(encoding="utf-8"))["granularity_examples"]}
+    assert not names & set(PAPER_TAU2_CAPABILITIES), names
+
+
+@pytest.mark.parametrize("prompt", sorted(p for p in FILLED_IN if "capability" in p))
+def test_labeler_brief_has_worked_examples_and_the_export_fields(prompt):
+    text = (REPO / prompt).read_text(encoding="utf-8")
+    brief = text[text.index("You are labeler ATTEMPT"):]
+    examples = re.findall(r"^- (failed|passed);.*?-> (NA|PRESENT|LACKING)", brief, re.M | re.S)
+    assert {label for _, label in examples} == {"NA", "PRESENT", "LACKING"}
+    assert ("passed", "LACKING") in examples  # LACKING on a passed trajectory is possible and counts
+    for field in ("skill", "description", "mean_cov", "std_cov", "mean_delta", "std_delta", "n_runs_passed",
+                  "n_runs_total", "passes_consistency", "example_failed_cases", "status"):
+        assert f"`{field}`" in text[text.index("## Phase 3"):], field
+
+
+def test_tool_use_calibration_samples_through_a_vllm_server():
+    text = (REPO / "prompts/tau-bench/environment_generation.md").read_text(encoding="utf-8")
+    step = text[text.index("## Step 5"):text.index("## Last step")]
+    serve = step.index(".venv-vllm/bin/vllm serve Qwen/Qwen3-30B-A3B-Instruct-2507 --port 5050")
+    urls = step.index("export VLLM_BASE_URLS=http://127.0.0.1:5050 VLLM_MODEL=Qwen/Qwen3-30B-A3B-Instruct-2507")
+    collect = step.index("python -m train.collect_rollouts")
+    assert serve < urls < collect
+    assert "nvidia-smi --query-gpu" in step and "CUDA_VISIBLE_DEVICES=<" in step  # gpu_device: null
+    assert "    --logprobs-mode processed_logprobs \\" in step  # serve_args, one flag per line
+    assert "kill $(cat runs/tau-bench/envs/<name>/vllm.pid)" in step
+    assert "--group-size 16" in step
+
+
+def test_vllm_block_follows_the_config(tmp_path):
+    path = _copy_config(tmp_path, "configs/environment_generation.yaml", gpu_device="2,3", port=8123,
+                        hint_ratio="0.25-0.5",
+                        vllm={"serve_args": "--tensor-parallel-size 2 --served-model-name base "
+                                            "--chat-template-kwargs '{\"enable_thinking\": false}'",
+                              "env": {"HF_HOME": "/data/hf"}})
+    text = render_pipeline.render(path, "environment")
+    assert "export CUDA_VISIBLE_DEVICES=2,3\nexport HF_HOME=/data/hf\n" in text and "nvidia-smi --query" not in text
+    assert ".venv-vllm/bin/vllm serve my-org/my-agent-model --port 8123 \\\n    --tensor-parallel-size 2 \\\n" in text
+    assert "    --chat-template-kwargs '{\"enable_thinking\": false}' \\\n" in text
+    assert "VLLM_BASE_URLS=http://127.0.0.1:8123 VLLM_MODEL=base" in text  # the name the server answers to
+    assert "(4-8 of 16 samples)" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Compatibility with the reference implementation's flags and config keys
+# ---------------------------------------------------------------------------------------------
+def test_output_dir_flag_and_file_prefix(tmp_path, capsys):
+    out_dir = tmp_path / "rendered"
+    assert render_pipeline.main([str(GENERAL_CAPABILITY), "--stage", "capability", "-o", str(out_dir)]) == 0
+    written = out_dir / "my_benchmark_capability.md"
+    assert written.read_text(encoding="utf-8") == render_pipeline.render(GENERAL_CAPABILITY, "capability")
+    assert capsys.readouterr().out.strip() == str(written)
+    prefixed = _copy_config(tmp_path, "configs/capability_selection.yaml", file_prefix="exp1")
+    assert render_pipeline.main([str(prefixed), "--stage", "capability", "--output-dir", str(out_dir)]) == 0
+    assert (out_dir / "exp1_capability.md").is_file()
+    with pytest.raises(SystemExit) as exc:
+        render_pipeline.main([str(GENERAL_CAPABILITY), "--stage", "capability", "-o", str(out_dir), "--out", "x.md"])
+    assert exc.value.code == 2
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    assert render_pipeline.main([str(GENERAL_CAPABILITY), "--stage", "capability", "-o", str(a_file)]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_reference_config_keys_mean_the_same(tmp_path, capsys):
+    data = yaml.safe_load(GENERAL_CAPABILITY.read_text(encoding="utf-8"))
+    ours = render_pipeline.render(GENERAL_CAPABILITY, "capability")
+    theirs = dict(data, eval_results=data.pop("results_files")[0], n_runs=data.pop("labelers"),
+                  k_consistency=data.pop("k"))
+    for key in ("results_files", "labelers", "k"):
+        theirs.pop(key, None)
+    path = tmp_path / "reference_style.yaml"
+    path.write_text(yaml.safe_dump(theirs, allow_unicode=True), encoding="utf-8")
+    assert render_pipeline.render(path, "capability").replace(str(path), "X") == ours.replace(
+        "configs/capability_selection.yaml", "X")
+    both = _copy_config(tmp_path, "configs/capability_selection.yaml", n_runs=5)
+    assert render_pipeline.main([str(both), "--stage", "capability", "--out", str(tmp_path / "o.md")]) == 2
+    err = capsys.readouterr().err
+    assert "'n_runs' (the reference's name for 'labelers') is 5 but 'labelers' is 10" in err
+    assert not (tmp_path / "o.md").exists()
+
+
+def test_selected_list_path_follows_the_config():
+    assert render_pipeline.selected_list_path({"output_dir": "pipeline/swebench/"}) == \
+        Path("pipeline/swebench/selected_capabilities.json")
+    assert render_pipeline.selected_list_path({"output_dir": "pipeline/", "capabilities_file": "x/sel.json"}) == \
+        Path("x/sel.json")
+    assert render_pipeline.selected_list_path({}) == Path("pipeline/selected_capabilities.json")
+
+
+@pytest.mark.parametrize("value, fragment", [(None, "'output_dir' is empty"), (3, "'output_dir' must be a path")])
+def test_bad_output_dir_is_named(tmp_path, capsys, value, fragment):
+    path = _copy_config(tmp_path, "configs/capability_selection.yaml", output_dir=value)
+    assert render_pipeline.main([str(path), "--stage", "capability", "--out", str(tmp_path / "o.md")]) == 2
+    assert fragment in capsys.readouterr().err and not (tmp_path / "o.md").exists()

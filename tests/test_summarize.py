@@ -33,7 +33,8 @@ def test_tau2_fixture_counts(path, n_total, n_passed):
     records = summarize_file(path)
     assert len(records) == n_total
     assert sum(r["passed"] for r in records) == n_passed
-    assert all(set(r) == {"id", "passed", "reward", "n_turns", "text"} for r in records)
+    assert all(set(r) == {"id", "passed", "reward", "n_turns", "text", "user_instructions", "termination_reason",
+                          "failure_reasons"} for r in records)
     raw = json.loads(path.read_text())["simulations"]
     # One simulation per task in these files, so the id is the bare task_id.
     assert [r["id"] for r in records] == [str(s["task_id"]) for s in raw]
@@ -49,6 +50,44 @@ def test_tau2_text_keeps_roles_tool_names_and_arguments():
     assert f"  -> {call['name']}({json.dumps(call['arguments'], ensure_ascii=False)})" in text
     assert f"[tool {call['name']}]" in text  # the result is labeled with the tool that produced it
     assert "[user]" in text and "[assistant]" in text
+
+
+def test_tau2_records_keep_the_failure_evidence():
+    """A labeler needs to know why a trajectory failed: the failed checks (DB, action, nl, communicate), what the
+    simulated user was told to do, and how the conversation ended. Values worked out from the fixture by hand."""
+    records = {r["id"]: r for r in summarize_file(AIRLINE)}
+    task_2 = records["2"]  # failed: DB differs; the expected send_certificate(amount 50) was made with 100
+    assert task_2["passed"] is False and task_2["termination_reason"] == "user_stop"
+    assert task_2["user_instructions"].startswith("reason_for_call: First, try to book a flight from sf to ny.")
+    assert "known_info: You are Noah Muller." in task_2["user_instructions"]
+    reasons = task_2["failure_reasons"]
+    assert [(r["check"], r["scored"]) for r in reasons] == [("db", True), ("action", False), ("nl", False)]
+    assert reasons[1]["detail"] == ('expected call send_certificate({"amount": 50, "user_id": "noah_muller_9847"}) '
+                                    "was not made with these arguments")
+    assert reasons[2]["detail"].startswith("not met: Agent should not offer compensation unless the user asks")
+    assert "(judge: The agent offered compensation proactively" in reasons[2]["detail"]
+    # The same evidence is in the text every labeler reads: the scenario first, the evaluation last.
+    text = task_2["text"]
+    assert text.startswith("[user scenario] reason_for_call: First, try to book")
+    assert "[evaluation] reward 0; ended: user_stop\n  failed db check: the final database differs" in text
+    assert "failed action check (not scored): expected call send_certificate(" in text
+    # Every failed trajectory of the fixture has a reason; passed ones list only unscored checks.
+    for record in records.values():
+        scored = [r for r in record["failure_reasons"] if r["scored"]]
+        assert bool(scored) == (record["passed"] is False), record["id"]
+
+
+def test_tau2_failure_reasons_for_communicate_and_env_checks(tmp_path):
+    reward_info = {"reward": 0.0, "reward_basis": ["COMMUNICATE"], "db_check": {"db_match": True},
+                   "communicate_checks": [{"info": "1,240", "met": False}, {"info": "ok", "met": True}],
+                   "env_assertions": [{"env_assertion": {"func_name": "assert_status"}, "met": False}],
+                   "action_checks": None, "nl_assertions": "not a list"}
+    path = _tau2_file(tmp_path / "a.json", [{"task_id": "1", "reward_info": reward_info}])
+    record = summarize_file(path)[0]
+    assert record["failure_reasons"] == [
+        {"check": "communicate", "scored": True, "detail": "the user was not told: 1,240"},
+        {"check": "env", "scored": False, "detail": 'environment assertion not met: {"func_name": "assert_status"}'}]
+    assert record["user_instructions"] is None and record["termination_reason"] is None
 
 
 def test_two_tau2_domains_get_prefixed_because_task_ids_collide():
@@ -224,6 +263,27 @@ def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, content, pro
     err = capsys.readouterr().err
     assert str(bad) in err and problem in err
     assert not out.exists()
+
+
+def test_cli_lone_surrogate_in_the_input_is_written_as_valid_json(tmp_path, capsys):
+    """A broken \\u escape in a results file (half of a surrogate pair) must not crash the write: the output
+    stays valid UTF-8 and reads back to the same text."""
+    raw = ('{"simulations": [{"task_id": "1", "reward_info": {"reward": 1.0}, '
+           '"messages": [{"role": "user", "content": "broken \\ud83d emoji"}]}]}')
+    source = tmp_path / "broken.json"
+    source.write_text(raw, encoding="ascii")
+    out = tmp_path / "out.jsonl"
+    assert main([str(source), "--out", str(out)]) == 0
+    text = out.read_bytes().decode("utf-8")  # valid UTF-8
+    assert "[user] broken \ud83d emoji" in json.loads(text)["text"]
+
+
+def test_cli_refuses_a_folder_as_out_before_reading(tmp_path, capsys):
+    out = tmp_path / "folder"
+    out.mkdir()
+    assert main([str(tmp_path / "missing.json"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "is a folder" in err and "missing.json" not in err
 
 
 def test_cli_bad_flags_exit_2(tmp_path, capsys):

@@ -1,0 +1,67 @@
+"""pipeline/_io.py writers: the file mode of new artifacts and text UTF-8 cannot encode."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from pipeline._io import InputError, atomic_write_json, atomic_write_jsonl, atomic_write_text
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for one test (and put the old one back)."""
+    saved = os.umask(0o022)
+    os.umask(saved)
+    yield lambda mask: os.umask(mask)
+    os.umask(saved)
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+@pytest.mark.parametrize("mask, expected", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_new_files_get_the_umask_mode_not_0600(tmp_path, umask, mask, expected):
+    umask(mask)
+    atomic_write_text(tmp_path / "a.md", "x\n")
+    atomic_write_json(tmp_path / "b.json", {"a": 1})
+    atomic_write_jsonl(tmp_path / "c.jsonl", [{"a": 1}])
+    assert [_mode(tmp_path / name) for name in ("a.md", "b.json", "c.jsonl")] == [expected] * 3
+    # Same as a file the user writes with plain open():
+    with open(tmp_path / "plain.txt", "w") as handle:
+        handle.write("x")
+    assert _mode(tmp_path / "plain.txt") == expected
+
+
+def test_a_replaced_file_keeps_its_mode(tmp_path, umask):
+    umask(0o022)
+    path = tmp_path / "selected.json"
+    path.write_text("[]")
+    path.chmod(0o640)
+    atomic_write_json(path, [{"skill": "x"}])
+    assert _mode(path) == 0o640 and json.loads(path.read_text()) == [{"skill": "x"}]
+    assert [p.name for p in tmp_path.iterdir()] == ["selected.json"]  # no temporary file left
+
+
+def test_json_writers_escape_a_lone_surrogate(tmp_path):
+    atomic_write_json(tmp_path / "a.json", {"text": "half \ud800 pair"})
+    atomic_write_jsonl(tmp_path / "a.jsonl", [{"text": "é \udfff"}])
+    assert json.loads((tmp_path / "a.json").read_bytes().decode("utf-8")) == {"text": "half \ud800 pair"}
+    assert json.loads((tmp_path / "a.jsonl").read_bytes().decode("utf-8")) == {"text": "é \udfff"}
+
+
+def test_text_writer_refuses_a_lone_surrogate_and_writes_nothing(tmp_path):
+    path = tmp_path / "prompt.md"
+    with pytest.raises(InputError, match=r"prompt.md: cannot write: character '\\ud800' at position 5"):
+        atomic_write_text(path, "abcd \ud800")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_current_umask_reads_the_umask_without_changing_it(umask):
+    from pipeline._io import current_umask
+
+    umask(0o027)
+    assert current_umask() == 0o027 and current_umask() == 0o027
