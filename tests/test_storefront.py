@@ -1144,22 +1144,6 @@ def test_registry_entry():
     assert StorefrontTools.auth_tools() == {"find_user_id_by_email", "find_user_id_by_name_zip"}
 
 
-def test_env_step_rate():
-    """Oracle-driven episodes (reset + steps + scoring). The floor is low because CI machines are shared;
-    bench/env_step.py reports the real figure."""
-    game = StorefrontGame()
-    steps, start = 0, time.perf_counter()
-    for seed in range(100):
-        game.reset(seed)
-        while not game.done:
-            game.step(parse_hermes_action(game.oracle_response()))
-            steps += 1
-        game.get_summary()
-    rate = steps / (time.perf_counter() - start)
-    print(f"storefront expert: {rate:.0f} env steps/s")
-    assert rate >= 500
-
-
 # --------------------------------------------------------------------------------------------------
 # Results files, the CLI and the summarizer
 # --------------------------------------------------------------------------------------------------
