@@ -36,13 +36,18 @@ def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
 class Selection:
     """Gate values and chosen slots for a batch of logits [..., S]."""
 
-    weights: torch.Tensor  # [..., S]: 0/1 (hard or straight-through) or probabilities (soft)
+    weights: torch.Tensor | None  # [..., S]: 0/1 (straight-through, Gumbel) or probabilities; None: plain top-1
     slots: torch.Tensor  # [...] long: the top-1 (or sampled) slot
 
 
 def select(logits: torch.Tensor, *, training: bool, estimator: str = "straight_through", tau: float = 1.0,
            soft: bool = False) -> Selection:
-    """Turn gate logits [..., S] into gate values (see the module docstring for the rules)."""
+    """Turn gate logits [..., S] into gate values (see the module docstring for the rules).
+
+    At inference (top-1) `weights` is None: the chosen slot's value is exactly 1 and the others 0.
+    """
+    if not training and not soft:  # inference top-1: the gate value is 1 on the chosen slot, nothing to compute
+        return Selection(None, logits.argmax(dim=-1))
     probs = torch.softmax(logits.float(), dim=-1)  # [..., S]
     if soft:
         return Selection(probs, probs.argmax(dim=-1))
@@ -51,9 +56,7 @@ def select(logits: torch.Tensor, *, training: bool, estimator: str = "straight_t
         return Selection(weights, weights.argmax(dim=-1))
     slots = logits.argmax(dim=-1)  # [...]
     hard = F.one_hot(slots, logits.shape[-1]).to(probs.dtype)  # [..., S]
-    if training:
-        return Selection(hard + (probs - probs.detach()), slots)  # value exactly 0/1, softmax gradient
-    return Selection(hard, slots)
+    return Selection(hard + (probs - probs.detach()), slots)  # value exactly 0/1, softmax gradient
 
 
 def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -152,6 +152,9 @@ class CapabilityModel(nn.Module):
         device = next(base.parameters()).device
         self.gate.to(device)
 
+        # Passes of at most this many tokens take the gathered hard path (decoding), larger ones the grouped
+        # path, whose memory does not grow with the per-token weight copies.
+        self.gather_max_tokens = 256
         self._hooks: dict[int, Callable[[RoutingEvent], None]] = {}
         self._next_hook = 0
         self._prompt_len: int | None = None
@@ -263,7 +266,8 @@ class CapabilityModel(nn.Module):
             if selection.slots.shape[0] == batch:
                 return selection, None
             if selection.slots.shape[0] == 1:  # a shared prefix run once, then continued per row
-                return Selection(selection.weights.expand(batch, -1), selection.slots.expand(batch)), None
+                weights = selection.weights.expand(batch, -1) if selection.weights is not None else None
+                return Selection(weights, selection.slots.expand(batch)), None
             raise GateError(f"trajectory routing was decided for {selection.slots.shape[0]} rows, but this pass "
                             f"continues {batch}; start a new sequence (empty KV cache) to change the batch")
         if not self._new_sequence:
@@ -287,7 +291,9 @@ class CapabilityModel(nn.Module):
             weights, slots = selection.weights, selection.slots  # [B, T, S], [B, T]
         else:
             selection, logits = self._trajectory_selection(index, hidden)  # [B, S], [B]
-            weights = selection.weights[:, None, :].expand(batch, length, -1)  # [B, T, S]
+            weights = None
+            if selection.weights is not None:
+                weights = selection.weights[:, None, :].expand(batch, length, -1)  # [B, T, S]
             slots = selection.slots[:, None].expand(batch, length)  # [B, T]
         if self._hooks:
             event = RoutingEvent(index, slots, logits)
@@ -296,6 +302,8 @@ class CapabilityModel(nn.Module):
         if weights is not None and (weights.requires_grad or self.soft):
             return Route(weights=weights.reshape(batch * length, -1))  # dense: gradient reaches every slot
         flat = slots.reshape(-1)  # [M]
+        if flat.numel() <= self.gather_max_tokens:
+            return Route(slots=flat)
         order = torch.argsort(flat, stable=True)  # [M] token indices grouped by slot
         counts = torch.bincount(flat, minlength=self.n_slots).tolist()  # one host sync per layer
         groups = {slot: part for slot, part in enumerate(torch.split(order, counts)) if counts[slot]}

@@ -124,11 +124,15 @@ class Route:
     """The routing decision a decoder layer's gated modules apply to the current forward pass.
 
     `weights` [M, S] (M = tokens of the pass, flattened) are used by the dense path; `groups` (slot -> token
-    indices [m]) by the hard path. Exactly one of them is set.
+    indices [m]) by the grouped hard path; `slots` [M] by the gathered hard path, which fetches each token's
+    own A and B from stacked weights and runs one batched matmul pair for all tokens (no host sync, a
+    constant number of kernels whatever N is; its gathered weights grow with M, so the model uses it for
+    small passes such as decoding steps). Exactly one of them is set.
     """
 
     weights: torch.Tensor | None = None  # [M, S] gate values (straight-through 0/1, Gumbel one-hot or soft)
     groups: dict[int, torch.Tensor] | None = None  # slot -> [m] flat token indices routed to it
+    slots: torch.Tensor | None = None  # [M] slot per token, for the gathered path (few tokens: decoding)
 
 
 class LayerRoute:
@@ -151,6 +155,13 @@ class MultiLoRAGatedLinear(nn.Module):
         self.n_slots = len(slot_weights)
         self.slots: list[int] = []  # slots with a LoRA here
         self.scalings: list[float] = []
+        param = base.weight
+        max_rank = max((lora.A.shape[0] for lora in slot_weights if lora is not None), default=0)
+        # Stacked copies for the gathered path: slot s holds A_s, B_s zero-padded to the largest rank (a slot
+        # without a LoRA here is all zeros), and its scaling.
+        a_stack = torch.zeros(self.n_slots, max_rank, base.in_features)  # [S, R, in]
+        b_stack = torch.zeros(self.n_slots, base.out_features, max_rank)  # [S, out, R]
+        scaling = torch.zeros(self.n_slots, 1)  # [S, 1]
         for slot, lora in enumerate(slot_weights):
             if lora is None:
                 continue
@@ -158,11 +169,16 @@ class MultiLoRAGatedLinear(nn.Module):
                 raise GateError(f"LoRA for slot {slot} has shapes A{tuple(lora.A.shape)} B{tuple(lora.B.shape)}, "
                                 f"which do not fit Linear({base.in_features}, {base.out_features}): the adapter "
                                 "was trained on another base model")
-            param = base.weight
             self.register_buffer(f"lora_A_{slot}", lora.A.to(param.device, param.dtype), persistent=False)
             self.register_buffer(f"lora_B_{slot}", lora.B.to(param.device, param.dtype), persistent=False)
             self.slots.append(slot)
             self.scalings.append(lora.scaling)
+            a_stack[slot, : lora.A.shape[0]] = lora.A
+            b_stack[slot, :, : lora.B.shape[1]] = lora.B
+            scaling[slot] = lora.scaling
+        self.register_buffer("lora_A_stack", a_stack.to(param.device, param.dtype), persistent=False)
+        self.register_buffer("lora_B_stack", b_stack.to(param.device, param.dtype), persistent=False)
+        self.register_buffer("lora_scaling", scaling.to(param.device, param.dtype), persistent=False)
 
     def extra_repr(self) -> str:
         return f"in={self.base.in_features}, out={self.base.out_features}, lora_slots={self.slots}/{self.n_slots}"
@@ -186,6 +202,12 @@ class MultiLoRAGatedLinear(nn.Module):
             for slot, scaling in zip(self.slots, self.scalings):
                 flat_y = flat_y + route.weights[:, slot : slot + 1].to(flat_y.dtype) * self._delta(slot, scaling, flat_x)
             return flat_y.view(y.shape)
+        if route.slots is not None:  # gathered: each token's own adapter, two batched matmuls
+            a = self.lora_A_stack.index_select(0, route.slots)  # [M, R, in]
+            b = self.lora_B_stack.index_select(0, route.slots)  # [M, out, R]
+            low = torch.bmm(a, flat_x.unsqueeze(-1))  # [M, R, 1]
+            delta = torch.bmm(b, low).squeeze(-1) * self.lora_scaling.index_select(0, route.slots)  # [M, out]
+            return (flat_y + delta).view(y.shape)
         groups = route.groups or {}
         for slot, scaling in zip(self.slots, self.scalings):
             index = groups.get(slot)

@@ -62,6 +62,8 @@ def test_gated_linear_hard_path_equals_dense_path_masked_to_the_chosen_slot():
     hard = module(x)
     route.current = Route(weights=torch.nn.functional.one_hot(slots, 4).float())
     dense = module(x)
+    route.current = Route(slots=slots)
+    gathered = module(x)
     # the masked dense sum written out by hand
     flat = x.reshape(-1, 12)
     expected = base(flat).clone()
@@ -71,11 +73,14 @@ def test_gated_linear_hard_path_equals_dense_path_masked_to_the_chosen_slot():
             expected[m] += lora.scaling * (lora.B @ (lora.A @ flat[m]))
     assert torch.allclose(hard.reshape(-1, 10), expected, atol=1e-5)
     assert torch.allclose(dense.reshape(-1, 10), expected, atol=1e-5)
+    assert torch.allclose(gathered.reshape(-1, 10), expected, atol=1e-5)
     assert len(groups) > 2  # several slots were really exercised
 
 
-def test_routed_model_hard_top1_equals_the_training_straight_through_dense_path(adapters):
+@pytest.mark.parametrize("gather_max_tokens", [0, 256])  # grouped path, gathered path
+def test_routed_model_hard_top1_equals_the_training_straight_through_dense_path(adapters, gather_max_tokens):
     model = build_capability_model(make_tiny_base(), adapters)
+    model.gather_max_tokens = gather_max_tokens
     randomise_gate(model, seed=11)
     with torch.no_grad(), model.record_routing() as record:
         hard = _logits(model.eval())
