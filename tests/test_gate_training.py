@@ -103,7 +103,7 @@ def test_gate_config_refuses_lora_keys_and_unknown_labels(tmp_path):
     with pytest.raises(InputError, match="unknown sft keys"):
         load_gate_config(path)
     config = load_gate_config(Path(REPO / "configs" / "moe_gate.yaml"))
-    assert config.slot_names[0] == "base" and config.grpo_config().game.startswith("capability_")
+    assert config.slot_names[0] == "base" and len(config.grpo_games) == 4 and config.grpo_config().game == ""
 
 
 def test_router_sft_cli_writes_a_loadable_gate(tiny_model_dir, tmp_path):
@@ -227,3 +227,37 @@ def test_grpo_gater_refuses_trajectory_mode(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"adapters": {"a": "x"}, "mode": "trajectory", "grpo": {"game": GAME}}))
     assert main(["--config", str(path)]) == 2
+
+
+def test_a_game_mix_cycles_through_its_games_by_seed(tiny_model_dir, tiny_adapters, tmp_path):
+    """grpo_gater on a mix: groups alternate between the games, each with its own prompt and turn limit."""
+    import sys
+
+    from train.config import GRPOConfig
+    from train.game_mix import mixed_spec
+    from train.grpo import GRPOTrainer
+    from train.policy import load_base_model
+
+    sys.path.insert(0, str(REPO / "tests"))
+    import toy_games
+
+    short = toy_games.make_spec(name="vault_short", max_turns=1, max_gen_tokens=8, base_prompt="Count carefully.")
+    long = toy_games.make_spec(name="vault_long", max_turns=3, max_gen_tokens=8)
+    spec = mixed_spec([short, long])
+    base, tokenizer = load_base_model(str(tiny_model_dir))
+    model = build_capability_model(base, tiny_adapters)
+    config = GRPOConfig(model=str(tiny_model_dir), output_dir=str(tmp_path / "out"),
+                        **{**GRPO_SMALL, "game": spec.name, "groups_per_iteration": 2, "group_size": 2,
+                           "max_episode_tokens": 600})
+    GRPOTrainer(config, spec, GatePolicy(model), tokenizer, HFBackend(model, tokenizer.pad_token_id)).run()
+    rollouts = json.loads((tmp_path / "out" / "rollouts" / "iter_000001.json").read_text())["simulations"]
+    games = {int(s["task_id"]): s["reward_info"]["game"] for s in rollouts}
+    assert {seed % 2: name for seed, name in games.items()} == {0: "vault_short", 1: "vault_long"}
+    turns = {"vault_short": [], "vault_long": []}
+    for sim in rollouts:
+        game = sim["reward_info"]["game"]
+        assert ("Count carefully." in sim["messages"][0]["content"]) == (game == "vault_short")
+        turns[game].append(sum(m["role"] == "assistant" for m in sim["messages"]))
+    assert max(turns["vault_short"]) == 1 and max(turns["vault_long"]) > 1, turns  # each game's own limit
+    with pytest.raises(ValueError, match="at least two games"):
+        mixed_spec([short])

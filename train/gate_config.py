@@ -79,6 +79,7 @@ class MoEGateConfig:
     seed: int = 0
     sft: SFTConfig = field(default_factory=SFTConfig)
     grpo: dict[str, Any] = field(default_factory=dict)  # GRPOConfig fields (train/config.py)
+    grpo_games: list[str] = field(default_factory=list)  # >= 2 games: grpo_gater trains on their mix (not grpo.game)
 
     def __post_init__(self) -> None:
         if isinstance(self.sft, dict):
@@ -93,6 +94,9 @@ class MoEGateConfig:
         _need(isinstance(self.grpo, dict), "grpo must be a mapping of GRPOConfig fields (see train/config.py)")
         lora = sorted(k for k in self.grpo if k.startswith("lora_"))
         _need(not lora, f"grpo: {lora} configure a LoRA; grpo_gater trains only the gates, remove them")
+        _need(isinstance(self.grpo_games, list) and len(self.grpo_games) != 1,
+              f"grpo_games must list at least two games to mix (or none; one game goes in grpo.game), "
+              f"got {self.grpo_games!r}")
         slots = self.slot_names
         for entry in self.sft.data:
             _need(entry.label in slots, f"sft.data {entry.path}: label {entry.label!r} is not a slot; slots are {slots}")

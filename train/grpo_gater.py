@@ -7,7 +7,9 @@ The routed model (`moe_gate.build_capability_model`: frozen base, frozen capabil
 gates, starting from `init_gate`, e.g. the router SFT warm start, or zero) is wrapped in a `GatePolicy`
 and handed to `train.grpo.GRPOTrainer` with the in-process backend, so the routed model itself plays the
 rollouts. The update, checkpoints (the gate where a LoRA run keeps its adapter) and `--resume` are those
-of `python -m train`. The game and every GRPO hyper-parameter come from the config's `grpo:` section.
+of `python -m train`. Every GRPO hyper-parameter comes from the config's `grpo:` section; the game is
+`grpo.game`, or a mix of the games in `grpo_games` (train/game_mix.py: groups cycle through the games,
+optionally a target benchmark's game among them), or `--game`.
 
 Only `mode: token` trains here: the scorer computes log-probs of whole sequences without knowing where
 each prompt ends, while trajectory/global routing decides from the prompt; train those routers with
@@ -30,6 +32,7 @@ from pipeline._io import InputError
 from train.__main__ import _check_game_overrides
 from train.backends import HFBackend
 from train.checkpoint import latest_checkpoint
+from train.game_mix import mixed_spec
 from train.gate_config import load_gate_config, save_gate_config
 from train.gate_policy import GatePolicy
 from train.grpo import GRPOTrainer
@@ -47,7 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_gate_config(args.config, model=args.model, output_dir=args.output_dir, init_gate=args.init_gate)
-        grpo = config.grpo_config(game=args.game)
+        games = [args.game] if args.game else config.grpo_games
+        spec = mixed_spec([get_game(name) for name in games]) if len(games) > 1 else None
+        grpo = config.grpo_config(game=spec.name if spec else args.game)
+        if spec and (grpo.hint_fraction > 0 or grpo.game_overrides):
+            raise InputError("a game mix (grpo_games) takes no hint prompts or game overrides, which are per game: "
+                             "set grpo.hint_fraction: 0 and no grpo.game_overrides")
         if config.mode != "token":
             raise InputError(f"grpo_gater trains token routing only (mode: token), not mode {config.mode!r}: "
                              "train trajectory/global routers with python -m train.train_router_sft")
@@ -55,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError("grpo_gater needs estimator: straight_through (a Gumbel sample in the update would not "
                              "be the top-1 routing the rollouts were sampled with)")
         if not grpo.game:
-            raise InputError("no game: set grpo.game in the config or pass --game")
-        spec = get_game(grpo.game)
+            raise InputError("no game: set grpo.game (or grpo_games, a mix) in the config or pass --game")
+        spec = spec or get_game(grpo.game)
         _check_game_overrides(spec, grpo.game_overrides)
     except (InputError, ValueError, KeyError, GameImportError) as err:
         print(f"error: {err}", file=sys.stderr)
