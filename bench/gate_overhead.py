@@ -3,6 +3,7 @@
 Usage (from the repo root):
     python bench/gate_overhead.py [--rounds 3 --batch 8 --prompt-len 64 --new-tokens 64]
                                   [--hidden 192 --layers 4 --vocab 1024 --adapters 4 --rank 8]
+                                  [--threads N] [--device cpu|cuda]
 
 Three models generate from the same random-init tiny Qwen3 (the CPU-demo size by default), the same
 batch of prompts and the same greedy settings, through the in-process rollout backend used for training
@@ -58,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--adapters", type=int, default=4)
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--target", type=float, default=0.8)
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda where there is a GPU")
     args = parser.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     if min(args.rounds, args.batch, args.prompt_len, args.new_tokens, args.adapters, args.rank) < 1 or args.hidden % 2:
         print("error: counts must be >= 1 and --hidden even", file=sys.stderr)
         return 2
@@ -75,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         from peft import PeftModel
 
         models = {
-            "base": base(),
-            "lora": PeftModel.from_pretrained(base(), str(paths["cap0"])).eval(),
-            "routed": build_capability_model(base(), paths, mode="token").eval(),
+            "base": base().to(args.device),
+            "lora": PeftModel.from_pretrained(base(), str(paths["cap0"])).to(args.device).eval(),
+            "routed": build_capability_model(base().to(args.device), paths, mode="token").eval(),
         }
         randomise_gate(models["routed"], seed=0, std=1.0)
         with models["routed"].record_routing() as record:
@@ -92,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                 best[name] = max(best[name], speed)
                 print(f"round {round_index + 1}: {name:6s} {speed:9.1f} tokens/s")
     print(f"model: hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}; batch {args.batch}, "
-          f"prompt {args.prompt_len}, {args.new_tokens} new tokens, greedy, static KV cache")
+          f"prompt {args.prompt_len}, {args.new_tokens} new tokens, greedy, static KV cache; "
+          f"{args.device}, {torch.get_num_threads()} threads")
     print(f"routed slot shares ({', '.join(models['routed'].slot_names)}): "
           + ", ".join(f"{s:.2f}" for s in shares))
     for name, speed in best.items():

@@ -231,6 +231,8 @@ class CapabilityModel(nn.Module):
 
     # -- hooks -----------------------------------------------------------------------------------------
     def _before_model(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        if self.mode == "token":  # every token routes on its own: nothing about the sequence to track
+            return
         ids = kwargs.get("input_ids", args[0] if args else None)
         embeds = kwargs.get("inputs_embeds")
         shape = ids.shape if ids is not None else embeds.shape[:2]

@@ -157,11 +157,9 @@ class MultiLoRAGatedLinear(nn.Module):
         self.scalings: list[float] = []
         param = base.weight
         max_rank = max((lora.A.shape[0] for lora in slot_weights if lora is not None), default=0)
-        # Stacked copies for the gathered path: slot s holds A_s, B_s zero-padded to the largest rank (a slot
-        # without a LoRA here is all zeros), and its scaling.
-        a_stack = torch.zeros(self.n_slots, max_rank, base.in_features)  # [S, R, in]
-        b_stack = torch.zeros(self.n_slots, base.out_features, max_rank)  # [S, out, R]
-        scaling = torch.zeros(self.n_slots, 1)  # [S, 1]
+        # One stacked copy for the gathered path: slot s holds [A_s | s_s * B_s^T], zero-padded to the largest
+        # rank (a slot without a LoRA here is all zeros), so one gather fetches both factors of a token's LoRA.
+        stack = torch.zeros(self.n_slots, max_rank, base.in_features + base.out_features)  # [S, R, in + out]
         for slot, lora in enumerate(slot_weights):
             if lora is None:
                 continue
@@ -173,12 +171,10 @@ class MultiLoRAGatedLinear(nn.Module):
             self.register_buffer(f"lora_B_{slot}", lora.B.to(param.device, param.dtype), persistent=False)
             self.slots.append(slot)
             self.scalings.append(lora.scaling)
-            a_stack[slot, : lora.A.shape[0]] = lora.A
-            b_stack[slot, :, : lora.B.shape[1]] = lora.B
-            scaling[slot] = lora.scaling
-        self.register_buffer("lora_A_stack", a_stack.to(param.device, param.dtype), persistent=False)
-        self.register_buffer("lora_B_stack", b_stack.to(param.device, param.dtype), persistent=False)
-        self.register_buffer("lora_scaling", scaling.to(param.device, param.dtype), persistent=False)
+            rank = lora.A.shape[0]
+            stack[slot, :rank, : base.in_features] = lora.A
+            stack[slot, :rank, base.in_features :] = lora.B.T * lora.scaling
+        self.register_buffer("lora_stack", stack.to(param.device, param.dtype), persistent=False)
 
     def extra_repr(self) -> str:
         return f"in={self.base.in_features}, out={self.base.out_features}, lora_slots={self.slots}/{self.n_slots}"
@@ -203,11 +199,11 @@ class MultiLoRAGatedLinear(nn.Module):
                 flat_y = flat_y + route.weights[:, slot : slot + 1].to(flat_y.dtype) * self._delta(slot, scaling, flat_x)
             return flat_y.view(y.shape)
         if route.slots is not None:  # gathered: each token's own adapter, two batched matmuls
-            a = self.lora_A_stack.index_select(0, route.slots)  # [M, R, in]
-            b = self.lora_B_stack.index_select(0, route.slots)  # [M, out, R]
+            factors = self.lora_stack.index_select(0, route.slots)  # [M, R, in + out]
+            a = factors[:, :, : flat_x.shape[-1]]  # [M, R, in]
+            scaled_b = factors[:, :, flat_x.shape[-1] :].transpose(1, 2)  # [M, out, R]
             low = torch.bmm(a, flat_x.unsqueeze(-1))  # [M, R, 1]
-            delta = torch.bmm(b, low).squeeze(-1) * self.lora_scaling.index_select(0, route.slots)  # [M, out]
-            return (flat_y + delta).view(y.shape)
+            return torch.baddbmm(flat_y.unsqueeze(-1), scaled_b, low).view(y.shape)  # y + s B A x
         groups = route.groups or {}
         for slot, scaling in zip(self.slots, self.scalings):
             index = groups.get(slot)
