@@ -261,3 +261,20 @@ def test_a_game_mix_cycles_through_its_games_by_seed(tiny_model_dir, tiny_adapte
     assert max(turns["vault_short"]) == 1 and max(turns["vault_long"]) > 1, turns  # each game's own limit
     with pytest.raises(ValueError, match="at least two games"):
         mixed_spec([short])
+
+
+def test_gate_policy_reference_is_the_base_model(adapters):
+    model = build_capability_model(make_tiny_base(), adapters).eval()
+    randomise_gate(model, seed=2)
+    policy = GatePolicy(model)
+    ids = torch.tensor([[5, 17, 33, 8, 61, 2]])
+    with torch.no_grad():
+        routed = model(input_ids=ids).logits
+        with policy.reference():
+            reference = model(input_ids=ids).logits
+        base = make_tiny_base()(input_ids=ids).logits
+    assert torch.equal(reference, base) and not torch.allclose(routed, base)
+    no_base = GatePolicy(build_capability_model(make_tiny_base(), adapters, include_base_slot=False))
+    with pytest.raises(ValueError, match="set kl_beta: 0"):
+        with no_base.reference():
+            pass

@@ -12,7 +12,7 @@ import torch
 from moe_gate import GateError, build_capability_model, gate_parameter_count, load_balance_loss, save_gate
 from moe_gate.model_builder import GATE_CONFIG, gate_state
 from moe_gate.multi_lora import LayerRoute, LoRAWeights, MultiLoRAGatedLinear, Route
-from moe_gate.smoke_test import make_adapters, make_random_adapter, make_tiny_base, randomise_gate, run_checks, set_one_hot_gate
+from moe_gate.smoke_test import make_adapters, make_random_adapter, make_tiny_base, randomise_gate, set_one_hot_gate
 
 REPO = Path(__file__).resolve().parent.parent
 IDS = torch.tensor([[5, 17, 33, 8, 61, 2, 44, 9, 70, 12], [3, 3, 90, 41, 7, 25, 66, 18, 5, 1]])  # [B, T]
@@ -29,10 +29,20 @@ def _logits(model, ids=IDS, mask=MASK) -> torch.Tensor:
     return model(input_ids=ids, attention_mask=mask, position_ids=positions).logits  # [B, T, V]
 
 
-def test_smoke_checks_all_hold(tmp_path):
-    results = run_checks(tmp_path)
-    failed = [(check, detail) for check, ok, detail in results if not ok]
-    assert not failed and len(results) == 8
+def test_smoke_test_cli_exits_0_when_every_check_holds(capsys):
+    from moe_gate.smoke_test import main
+
+    assert main([]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("PASS") for line in lines) == 8 and lines[-1].endswith("8 passed, 0 failed")
+
+
+def test_smoke_test_exits_1_when_a_check_fails(monkeypatch, capsys):
+    import moe_gate.smoke_test as smoke
+
+    monkeypatch.setattr(smoke, "TOLERANCE", -1.0)  # no difference can pass: the equality checks must fail
+    assert smoke.main([]) == 1
+    assert "FAIL  one-hot gate on slot 1" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("slot", [0, 1, 2])
@@ -64,6 +74,9 @@ def test_gated_linear_hard_path_equals_dense_path_masked_to_the_chosen_slot():
     dense = module(x)
     route.current = Route(slots=slots)
     gathered = module(x)
+    soft = torch.softmax(torch.randn(21, 4), -1)  # [M, S]: a soft mixture of every slot
+    route.current = Route(weights=soft)
+    mixed = module(x).reshape(-1, 10)
     # the masked dense sum written out by hand
     flat = x.reshape(-1, 12)
     expected = base(flat).clone()
@@ -74,6 +87,10 @@ def test_gated_linear_hard_path_equals_dense_path_masked_to_the_chosen_slot():
     assert torch.allclose(hard.reshape(-1, 10), expected, atol=1e-5)
     assert torch.allclose(dense.reshape(-1, 10), expected, atol=1e-5)
     assert torch.allclose(gathered.reshape(-1, 10), expected, atol=1e-5)
+    flat_base = base(x.reshape(-1, 12))
+    mixture = flat_base + sum(soft[:, s : s + 1] * lora.scaling * (x.reshape(-1, 12) @ lora.A.T @ lora.B.T)
+                              for s, lora in enumerate(loras) if lora is not None)
+    assert torch.allclose(mixed, mixture, atol=1e-5)
     assert len(groups) > 2  # several slots were really exercised
 
 
@@ -102,9 +119,9 @@ def test_zero_initialised_gate_is_uniform_and_routes_to_base(adapters):
     assert torch.equal(routed, plain)
 
 
-@pytest.mark.parametrize("mode", ["token", "trajectory", "global"])
-def test_kv_cache_generation_equals_no_cache_generation(adapters, mode):
-    model = build_capability_model(make_tiny_base(), adapters, mode=mode).eval()
+@pytest.mark.parametrize("mode, soft", [("token", False), ("trajectory", False), ("global", False), ("global", True)])
+def test_kv_cache_generation_equals_no_cache_generation(adapters, mode, soft):
+    model = build_capability_model(make_tiny_base(), adapters, mode=mode, soft=soft).eval()
     randomise_gate(model, seed=3)
     kwargs = dict(max_new_tokens=10, do_sample=False, pad_token_id=0, eos_token_id=None)
     prompt, mask = IDS, MASK
