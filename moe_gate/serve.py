@@ -50,7 +50,8 @@ def _load_embedding(model_dir: Path) -> torch.Tensor:
         with safe_open(str(model_dir / "model.safetensors"), framework="pt") as handle:
             files = {key: model_dir / "model.safetensors" for key in handle.keys()}
     else:
-        raise GateError(f"{model_dir}: no model.safetensors (or index); serve needs the base model's local folder")
+        raise GateError(f"{model_dir}: no model.safetensors (or index) here; pass the base model's local folder "
+                        "with --base-model")
     keys = [k for k in files if k.endswith("embed_tokens.weight")]
     if len(keys) != 1:
         raise GateError(f"{model_dir}: expected one *embed_tokens.weight tensor, found {keys}")
