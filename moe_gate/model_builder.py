@@ -40,6 +40,7 @@ MODES = ("token", "trajectory", "global")
 GATE_WEIGHTS = "gate.safetensors"
 GATE_CONFIG = "gate_config.json"
 GATE_FORMAT = "trace-moe-gate/1"
+MASKED_MAX_TOKENS = 64  # tokens per pass up to which the masked hard path is used (decoding steps)
 BASE_SLOT = "base"
 
 
@@ -152,9 +153,9 @@ class CapabilityModel(nn.Module):
         device = next(base.parameters()).device
         self.gate.to(device)
 
-        # Passes of at most this many tokens take the gathered hard path (decoding), larger ones the grouped
-        # path, whose memory does not grow with the per-token weight copies.
-        self.gather_max_tokens = 256
+        # Passes of at most this many tokens (decoding steps) take the masked hard path, larger ones the
+        # grouped path, which computes only each token's own adapter (see multi_lora.py).
+        self.masked_max_tokens = MASKED_MAX_TOKENS
         self._hooks: dict[int, Callable[[RoutingEvent], None]] = {}
         self._next_hook = 0
         self._prompt_len: int | None = None
@@ -304,7 +305,7 @@ class CapabilityModel(nn.Module):
         if weights is not None and (weights.requires_grad or self.soft):
             return Route(weights=weights.reshape(batch * length, -1))  # dense: gradient reaches every slot
         flat = slots.reshape(-1)  # [M]
-        if flat.numel() <= self.gather_max_tokens:
+        if flat.numel() <= self.masked_max_tokens:
             return Route(slots=flat)
         order = torch.argsort(flat, stable=True)  # [M] token indices grouped by slot
         counts = torch.bincount(flat, minlength=self.n_slots).tolist()  # one host sync per layer

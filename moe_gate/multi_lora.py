@@ -10,8 +10,18 @@ Why not peft: peft mixes adapters by weighted sums over every adapter (`add_weig
 which is dense and, for a hard top-1 choice, gives the gate no gradient. Here a `Route` (made once per
 decoder layer by the model, see `model_builder.py`) says per token which slot to use:
 
-- hard path (inference, or no gradient needed): tokens are grouped by slot and each group runs only its
-  own adapter (gather, two small matmuls, scatter-add), so the cost stays near one LoRA's, not N.
+- grouped hard path (inference on large passes: prompts, scoring): tokens are grouped by slot and each
+  group runs only its own adapter (gather, two small matmuls, scatter-add), so the cost stays near one
+  LoRA's, not N.
+- masked hard path (inference on small passes: decoding steps): one matmul of the tokens with every
+  adapter's A concatenated, the rank columns of the other slots zeroed, one addmm with the concatenated
+  s * B^T. Why not the grouped path there: a decoding step has a handful of tokens, so its cost is the
+  number of kernels and the bytes of weights read, not FLOPs; the masked path runs 4 kernels whatever N is
+  and reads each adapter's factors once per step (gathering per token reads M copies, grouping runs ~4
+  kernels per slot present). Its extra FLOPs, N low-rank products per token instead of one, are
+  ~2 N r (in + out) against the base's in * out (about 3% for 4 adapters of rank 16 on a 4096-wide layer).
+  On the CPU bench (bench/gate_overhead.py) it lifts routed/single-LoRA decoding from ~0.82 (per-token
+  gather + batched matmuls) to ~0.95.
 - dense path (training with gradients, or soft routing): every adapter runs on every token and is scaled
   by the gate value; with a straight-through gate the values are exactly 0/1 in the forward pass (so the
   output equals the hard path) while the gradient reaches every slot's gate logit.
@@ -124,15 +134,13 @@ class Route:
     """The routing decision a decoder layer's gated modules apply to the current forward pass.
 
     `weights` [M, S] (M = tokens of the pass, flattened) are used by the dense path; `groups` (slot -> token
-    indices [m]) by the grouped hard path; `slots` [M] by the gathered hard path, which fetches each token's
-    own A and B from stacked weights and runs one batched matmul pair for all tokens (no host sync, a
-    constant number of kernels whatever N is; its gathered weights grow with M, so the model uses it for
-    small passes such as decoding steps). Exactly one of them is set.
+    indices [m]) by the grouped hard path; `slots` [M] by the masked hard path (see the module docstring).
+    Exactly one of them is set.
     """
 
     weights: torch.Tensor | None = None  # [M, S] gate values (straight-through 0/1, Gumbel one-hot or soft)
     groups: dict[int, torch.Tensor] | None = None  # slot -> [m] flat token indices routed to it
-    slots: torch.Tensor | None = None  # [M] slot per token, for the gathered path (few tokens: decoding)
+    slots: torch.Tensor | None = None  # [M] slot per token, for the masked path (few tokens: decoding)
 
 
 class LayerRoute:
@@ -144,7 +152,11 @@ class LayerRoute:
 
 
 class MultiLoRAGatedLinear(nn.Module):
-    """`base(x) + sum_i g_i s_i B_i A_i x` over the slots that have a LoRA on this module (base frozen)."""
+    """`base(x) + sum_i g_i s_i B_i A_i x` over the slots that have a LoRA on this module (base frozen).
+
+    The LoRAs of this module are kept concatenated: `cat_a` [sum r, in] stacks every slot's A, `cat_b`
+    [sum r, out] its s * B^T, and `col_mask` [S, sum r] marks which rank columns belong to which slot.
+    """
 
     def __init__(self, base: nn.Linear, slot_weights: list[LoRAWeights | None], route: LayerRoute):
         super().__init__()
@@ -154,12 +166,8 @@ class MultiLoRAGatedLinear(nn.Module):
         self.route = route
         self.n_slots = len(slot_weights)
         self.slots: list[int] = []  # slots with a LoRA here
-        self.scalings: list[float] = []
-        param = base.weight
-        max_rank = max((lora.A.shape[0] for lora in slot_weights if lora is not None), default=0)
-        # One stacked copy for the gathered path: slot s holds [A_s | s_s * B_s^T], zero-padded to the largest
-        # rank (a slot without a LoRA here is all zeros), so one gather fetches both factors of a token's LoRA.
-        stack = torch.zeros(self.n_slots, max_rank, base.in_features + base.out_features)  # [S, R, in + out]
+        self.spans: list[tuple[int, int]] = []  # their rank columns [start, end) in cat_a / cat_b
+        a_parts, b_parts = [], []
         for slot, lora in enumerate(slot_weights):
             if lora is None:
                 continue
@@ -167,22 +175,27 @@ class MultiLoRAGatedLinear(nn.Module):
                 raise GateError(f"LoRA for slot {slot} has shapes A{tuple(lora.A.shape)} B{tuple(lora.B.shape)}, "
                                 f"which do not fit Linear({base.in_features}, {base.out_features}): the adapter "
                                 "was trained on another base model")
-            self.register_buffer(f"lora_A_{slot}", lora.A.to(param.device, param.dtype), persistent=False)
-            self.register_buffer(f"lora_B_{slot}", lora.B.to(param.device, param.dtype), persistent=False)
+            start = sum(part.shape[0] for part in a_parts)
             self.slots.append(slot)
-            self.scalings.append(lora.scaling)
-            rank = lora.A.shape[0]
-            stack[slot, :rank, : base.in_features] = lora.A
-            stack[slot, :rank, base.in_features :] = lora.B.T * lora.scaling
-        self.register_buffer("lora_stack", stack.to(param.device, param.dtype), persistent=False)
+            self.spans.append((start, start + lora.A.shape[0]))
+            a_parts.append(lora.A)  # [r, in]
+            b_parts.append(lora.B.T * lora.scaling)  # [r, out]
+        param = base.weight
+        cat_a = torch.cat(a_parts) if a_parts else torch.zeros(0, base.in_features)  # [sum r, in]
+        cat_b = torch.cat(b_parts) if b_parts else torch.zeros(0, base.out_features)  # [sum r, out]
+        col_mask = torch.zeros(self.n_slots, cat_a.shape[0])  # [S, sum r]
+        for slot, (start, end) in zip(self.slots, self.spans):
+            col_mask[slot, start:end] = 1.0
+        self.register_buffer("cat_a", cat_a.to(param.device, param.dtype), persistent=False)
+        self.register_buffer("cat_b", cat_b.to(param.device, param.dtype), persistent=False)
+        self.register_buffer("col_mask", col_mask.to(param.device, param.dtype), persistent=False)
 
     def extra_repr(self) -> str:
         return f"in={self.base.in_features}, out={self.base.out_features}, lora_slots={self.slots}/{self.n_slots}"
 
-    def _delta(self, slot: int, scaling: float, x: torch.Tensor) -> torch.Tensor:
-        a = getattr(self, f"lora_A_{slot}")  # [r, in]
-        b = getattr(self, f"lora_B_{slot}")  # [out, r]
-        return (x @ a.T) @ b.T * scaling  # [m, out]
+    def _delta(self, span: tuple[int, int], x: torch.Tensor) -> torch.Tensor:
+        start, end = span
+        return (x @ self.cat_a[start:end].T) @ self.cat_b[start:end]  # [m, out]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., in]
         y = self.base(x)  # [..., out]
@@ -195,19 +208,16 @@ class MultiLoRAGatedLinear(nn.Module):
         flat_x = x.reshape(-1, x.shape[-1])  # [M, in]
         flat_y = y.reshape(-1, y.shape[-1])  # [M, out]
         if route.weights is not None:  # dense: every adapter on every token, scaled by its gate value
-            for slot, scaling in zip(self.slots, self.scalings):
-                flat_y = flat_y + route.weights[:, slot : slot + 1].to(flat_y.dtype) * self._delta(slot, scaling, flat_x)
+            for slot, span in zip(self.slots, self.spans):
+                flat_y = flat_y + route.weights[:, slot : slot + 1].to(flat_y.dtype) * self._delta(span, flat_x)
             return flat_y.view(y.shape)
-        if route.slots is not None:  # gathered: each token's own adapter, two batched matmuls
-            factors = self.lora_stack.index_select(0, route.slots)  # [M, R, in + out]
-            a = factors[:, :, : flat_x.shape[-1]]  # [M, R, in]
-            scaled_b = factors[:, :, flat_x.shape[-1] :].transpose(1, 2)  # [M, out, R]
-            low = torch.bmm(a, flat_x.unsqueeze(-1))  # [M, R, 1]
-            return torch.baddbmm(flat_y.unsqueeze(-1), scaled_b, low).view(y.shape)  # y + s B A x
+        if route.slots is not None:  # masked: one pass over all adapters' factors, other slots' columns zeroed
+            low = (flat_x @ self.cat_a.T) * self.col_mask.index_select(0, route.slots)  # [M, sum r]
+            return torch.addmm(flat_y, low, self.cat_b).view(y.shape)  # y + s B A x of each token's slot
         groups = route.groups or {}
-        for slot, scaling in zip(self.slots, self.scalings):
+        for slot, span in zip(self.slots, self.spans):
             index = groups.get(slot)
             if index is None:
                 continue
-            flat_y = flat_y.index_add(0, index, self._delta(slot, scaling, flat_x.index_select(0, index)))
+            flat_y = flat_y.index_add(0, index, self._delta(span, flat_x.index_select(0, index)))
         return flat_y.view(y.shape)

@@ -73,7 +73,7 @@ def test_gated_linear_hard_path_equals_dense_path_masked_to_the_chosen_slot():
     route.current = Route(weights=torch.nn.functional.one_hot(slots, 4).float())
     dense = module(x)
     route.current = Route(slots=slots)
-    gathered = module(x)
+    masked = module(x)
     soft = torch.softmax(torch.randn(21, 4), -1)  # [M, S]: a soft mixture of every slot
     route.current = Route(weights=soft)
     mixed = module(x).reshape(-1, 10)
@@ -86,7 +86,7 @@ def test_gated_linear_hard_path_equals_dense_path_masked_to_the_chosen_slot():
             expected[m] += lora.scaling * (lora.B @ (lora.A @ flat[m]))
     assert torch.allclose(hard.reshape(-1, 10), expected, atol=1e-5)
     assert torch.allclose(dense.reshape(-1, 10), expected, atol=1e-5)
-    assert torch.allclose(gathered.reshape(-1, 10), expected, atol=1e-5)
+    assert torch.allclose(masked.reshape(-1, 10), expected, atol=1e-5)
     flat_base = base(x.reshape(-1, 12))
     mixture = flat_base + sum(soft[:, s : s + 1] * lora.scaling * (x.reshape(-1, 12) @ lora.A.T @ lora.B.T)
                               for s, lora in enumerate(loras) if lora is not None)
@@ -94,10 +94,10 @@ def test_gated_linear_hard_path_equals_dense_path_masked_to_the_chosen_slot():
     assert len(groups) > 2  # several slots were really exercised
 
 
-@pytest.mark.parametrize("gather_max_tokens", [0, 256])  # grouped path, gathered path
-def test_routed_model_hard_top1_equals_the_training_straight_through_dense_path(adapters, gather_max_tokens):
+@pytest.mark.parametrize("masked_max_tokens", [0, 64])  # grouped path, masked path (20 tokens per pass)
+def test_routed_model_hard_top1_equals_the_training_straight_through_dense_path(adapters, masked_max_tokens):
     model = build_capability_model(make_tiny_base(), adapters)
-    model.gather_max_tokens = gather_max_tokens
+    model.masked_max_tokens = masked_max_tokens
     randomise_gate(model, seed=11)
     with torch.no_grad(), model.record_routing() as record:
         hard = _logits(model.eval())
