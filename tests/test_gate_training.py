@@ -175,6 +175,8 @@ def test_one_grpo_gater_iteration_changes_only_gate_parameters(tiny_model_dir, t
     trainer = GRPOTrainer(config, letter_game, GatePolicy(model), tokenizer, HFBackend(model, tokenizer.pad_token_id))
     metrics = trainer.run()
     assert metrics["skipped_update"] == 0.0  # some group had reward variance: there was something to learn
+    # on-policy: the update's dense straight-through forward scores tokens as the hard sampling path did
+    assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-4) and metrics["clip_fraction"] == 0.0
     after = model.state_dict()
     changed = sorted(k for k in before if not torch.equal(before[k], after[k]))
     assert changed and all(k.startswith("gate.") for k in changed), changed
