@@ -2,8 +2,9 @@
 
 - `ExpertAgent`: asks the game's oracle (`Game.oracle_response`), so it needs `begin_episode(game)`.
 - `HFAgent(model_dir, adapter_dir=None, temperature=0.0, max_new_tokens=256)`: a local transformers
-  causal LM (optionally with a PEFT adapter); the prompt is the tokenizer's chat template applied to
-  the messages and tool schemas; generation stops at the tokenizer's eos or `<|im_end|>`.
+  causal LM (optionally with a PEFT adapter, or a routed model of Step 4: a moe_gate gate folder as
+  `model_dir`, or as `adapter_dir` over the base in `model_dir`); the prompt is the tokenizer's chat
+  template applied to the messages and tool schemas; generation stops at the tokenizer's eos or `<|im_end|>`.
 - `VLLMAgent(base_url, model, tokenizer_dir)`: a vLLM (OpenAI-compatible) server's `/v1/completions`,
   with the chat template applied here on the client, so the server sees exactly the prompt an HFAgent
   would. Connection errors, timeouts and 5xx answers are retried with exponential backoff, then the
@@ -84,6 +85,14 @@ def render_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[di
     return tokenizer.apply_chat_template(cleaned, tools=tools or None, add_generation_prompt=True, tokenize=False)
 
 
+def _routed_gate_dir(model_dir: str, adapter_dir: str | None) -> str | None:
+    """The gate folder (moe_gate's gate_config.json) among `hf:MODEL_DIR[:ADAPTER_DIR]`, if there is one."""
+    for folder in (adapter_dir, model_dir):
+        if folder and (Path(folder) / "gate_config.json").is_file():
+            return folder
+    return None
+
+
 class HFAgent(Agent):
     """A local transformers model (+ optional PEFT adapter) generating one turn at a time."""
 
@@ -98,9 +107,19 @@ class HFAgent(Agent):
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         self.model_dir, self.adapter_dir = str(model_dir), (str(adapter_dir) if adapter_dir else None)
         self.temperature, self.max_new_tokens, self.device = temperature, max_new_tokens, device
-        self.tokenizer = _load_tokenizer(model_dir)
-        model = AutoModelForCausalLM.from_pretrained(self.model_dir, local_files_only=True)
-        if self.adapter_dir:
+        gate = _routed_gate_dir(self.model_dir, self.adapter_dir)
+        if gate is not None:  # a routed model (Step 4): base + capability adapters + gate
+            from moe_gate import load_capability_model
+            from moe_gate.model_builder import read_gate_config
+
+            base_dir = self.model_dir if gate == self.adapter_dir else read_gate_config(gate)["base_model"]["name_or_path"]
+            self.tokenizer = _load_tokenizer(base_dir)
+            model, _ = load_capability_model(gate, base_model=base_dir, device=device)
+            self.model_dir, self.adapter_dir = base_dir, gate
+        else:
+            self.tokenizer = _load_tokenizer(model_dir)
+            model = AutoModelForCausalLM.from_pretrained(self.model_dir, local_files_only=True)
+        if self.adapter_dir and gate is None:
             from peft import PeftModel
 
             if not Path(self.adapter_dir).is_dir():

@@ -1,0 +1,450 @@
+"""`build_capability_model`: a frozen base causal LM + N capability LoRAs + learned gates.
+
+The base model is changed in place: every Linear that some adapter targets inside a decoder layer becomes
+a `MultiLoRAGatedLinear`, and forward pre-hooks make the routing decision once per decoder layer (from
+the layer's input hidden state) before its modules run. The result is still the Hugging Face model
+underneath, so `generate` (KV cache included), `train.logprobs.token_logprobs` and the in-process
+rollout backend all work unchanged; `CapabilityModel` only adds the gates and the routing bookkeeping.
+
+Modes:
+- `token`: a `LayerCapabilityGater` per layer routes every token.
+- `trajectory`: a gate per layer routes the whole sequence from its mean hidden state over the prompt;
+  decided on the first (prefill) pass and kept while the KV cache grows. Without a cache (full-sequence
+  scoring, or `generate(use_cache=False)`) the pooling window is the prompt when the model knows it
+  (`generate` sets it; `prompt_window(n)` sets it by hand), else every token of the pass.
+- `global`: one `TrajectoryGlobalRouter` for all layers, from the prompt's mean input embedding.
+
+Only gate parameters are trainable. `save_gate` writes `gate.safetensors` + `gate_config.json` (slot order,
+adapter names, paths and weight hashes, the base model's identity); `load_gate` refuses a gate whose
+adapters or base model do not match. A gate folder names everything needed to rebuild the routed model,
+so `load_capability_model(folder)` is the whole loader.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import torch
+from torch import nn
+
+from moe_gate.gater import LayerCapabilityGater, Selection, TrajectoryGlobalRouter
+from moe_gate.multi_lora import AdapterFile, GateError, LayerRoute, MultiLoRAGatedLinear, Route, read_peft_adapter
+
+MODES = ("token", "trajectory", "global")
+GATE_WEIGHTS = "gate.safetensors"
+GATE_CONFIG = "gate_config.json"
+GATE_FORMAT = "trace-moe-gate/1"
+MASKED_MAX_TOKENS = 64  # tokens per pass up to which the masked hard path is used (decoding steps)
+BASE_SLOT = "base"
+
+
+def gate_parameter_count(num_layers: int, hidden_size: int, n_slots: int, mode: str = "token") -> int:
+    """Trainable parameters of the gates: layers x (hidden + 1) x slots (one router for `global`)."""
+    return (1 if mode == "global" else num_layers) * (hidden_size + 1) * n_slots
+
+
+@dataclass
+class RoutingEvent:
+    """What one decoder layer decided in one forward pass (passed to routing hooks)."""
+
+    layer: int
+    slots: torch.Tensor  # [B, T] chosen slot per token of this pass
+    logits: torch.Tensor | None  # [B, T, S] (token) or [B, S] (trajectory/global, on the pass that decided)
+
+
+class RoutingRecord:
+    """Events collected by `CapabilityModel.record_routing()`; slots are kept on the CPU, logits as computed."""
+
+    def __init__(self, keep_logits: bool):
+        self.keep_logits = keep_logits
+        self.events: list[RoutingEvent] = []
+
+    def __call__(self, event: RoutingEvent) -> None:
+        logits = event.logits if self.keep_logits else None
+        self.events.append(RoutingEvent(event.layer, event.slots.detach().cpu(), logits))
+
+    def slots(self) -> dict[int, torch.Tensor]:
+        """Per layer, the chosen slot of every token seen, passes concatenated along time: {layer: [B, T_total]}."""
+        per_layer: dict[int, list[torch.Tensor]] = {}
+        for event in self.events:
+            per_layer.setdefault(event.layer, []).append(event.slots)
+        return {layer: torch.cat(parts, dim=1) for layer, parts in per_layer.items()}
+
+
+def _decoder_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    layers = [(name, m) for name, m in model.named_modules() if type(m).__name__.endswith("DecoderLayer")]
+    if not layers:
+        raise GateError(f"found no *DecoderLayer modules in {type(model).__name__}; moe_gate needs a decoder-only "
+                        "transformers model (Qwen, Llama, ...)")
+    return layers
+
+
+def _base_identity(base: nn.Module) -> dict[str, Any]:
+    """What a gate must match: architecture numbers and a probe of the input embedding values."""
+    config = base.config
+    probe = base.get_input_embeddings().weight[:4, :8].detach().float().cpu()
+    return {
+        "name_or_path": str(getattr(config, "_name_or_path", "") or ""),
+        "model_type": config.model_type,
+        "hidden_size": config.hidden_size,
+        "num_hidden_layers": config.num_hidden_layers,
+        "vocab_size": config.vocab_size,
+        "embedding_probe": probe.tolist(),
+    }
+
+
+class CapabilityModel(nn.Module):
+    """The routed model. Call it like the base causal LM; `generate` delegates to the base model's."""
+
+    def __init__(self, base: nn.Module, adapters: list[AdapterFile], *, mode: str = "token",
+                 include_base_slot: bool = True, estimator: str = "straight_through", tau: float = 1.0,
+                 soft: bool = False):
+        super().__init__()
+        if mode not in MODES:
+            raise GateError(f"mode must be one of {list(MODES)}, got {mode!r}")
+        if not adapters:
+            raise GateError("build_capability_model needs at least one adapter: {name: peft_adapter_dir}")
+        names = [a.name for a in adapters]
+        if len(set(names)) != len(names) or (include_base_slot and BASE_SLOT in names):
+            raise GateError(f"adapter names must be unique and not {BASE_SLOT!r} (the base slot); got {names}")
+        if soft and mode != "global":
+            raise GateError("soft routing is only for mode='global' (layer gates are top-1)")
+        for parameter in base.parameters():
+            parameter.requires_grad_(False)
+        self.base = base
+        self.mode, self.include_base_slot, self.soft = mode, include_base_slot, soft
+        self.adapters = adapters
+        self.slot_names = ([BASE_SLOT] if include_base_slot else []) + names
+        first = 1 if include_base_slot else 0
+        hidden = base.config.hidden_size
+
+        layers = _decoder_layers(base)
+        self.routes = [LayerRoute(index) for index in range(len(layers))]
+        wanted = {module for adapter in adapters for module in adapter.modules}
+        placed: set[str] = set()
+        for index, (prefix, layer) in enumerate(layers):
+            for name, module in list(layer.named_modules()):
+                path = f"{prefix}.{name}"
+                if path not in wanted:
+                    continue
+                slot_weights = [None] * first + [adapter.modules.get(path) for adapter in adapters]
+                parent = layer.get_submodule(name.rsplit(".", 1)[0]) if "." in name else layer
+                setattr(parent, name.rsplit(".", 1)[-1], MultiLoRAGatedLinear(module, slot_weights, self.routes[index]))
+                placed.add(path)
+        outside = sorted(wanted - placed)
+        if outside:
+            raise GateError(f"LoRA weights on {outside[:4]}{'...' if len(outside) > 4 else ''} are not inside a "
+                            "decoder layer (or not in this model); gates route per layer, so train the capability "
+                            "adapters on decoder-layer modules only (e.g. q_proj, v_proj, down_proj), not lm_head")
+        n_slots = len(self.slot_names)
+        if mode == "global":
+            self.gate: nn.Module = TrajectoryGlobalRouter(hidden, n_slots, soft=soft, estimator=estimator, tau=tau)
+        else:
+            self.gate = nn.ModuleList(
+                LayerCapabilityGater(hidden, n_slots, granularity=mode, estimator=estimator, tau=tau)
+                for _ in layers
+            )
+        device = next(base.parameters()).device
+        self.gate.to(device)
+
+        # Passes of at most this many tokens (decoding steps) take the masked hard path, larger ones the
+        # grouped path, which computes only each token's own adapter (see multi_lora.py).
+        self.masked_max_tokens = MASKED_MAX_TOKENS
+        self._hooks: dict[int, Callable[[RoutingEvent], None]] = {}
+        self._next_hook = 0
+        self._prompt_len: int | None = None
+        self._forced_slot: int | None = None
+        self._pool_mask: torch.Tensor | None = None  # [B, T] of the current pass
+        self._new_sequence = True
+        self._stored: dict[int, tuple[Selection, torch.Tensor]] = {}  # trajectory/global decisions, per layer key
+        base.register_forward_pre_hook(self._before_model, with_kwargs=True)
+        for index, (_, layer) in enumerate(layers):
+            layer.register_forward_pre_hook(self._before_layer(index), with_kwargs=True)
+
+    # -- Hugging Face surface ------------------------------------------------------------------------
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.base(*args, **kwargs)
+
+    def generate(self, input_ids: torch.Tensor | None = None, **kwargs: Any) -> Any:
+        """`base.generate`, with the prompt (the input width) as the trajectory routing window."""
+        window = input_ids.shape[1] if input_ids is not None else None
+        with self.prompt_window(window):
+            return self.base.generate(input_ids=input_ids, **kwargs)
+
+    def get_base_model(self) -> nn.Module:
+        return self.base
+
+    @property
+    def config(self) -> Any:
+        return self.base.config
+
+    @property
+    def n_slots(self) -> int:
+        return len(self.slot_names)
+
+    def gate_parameters(self) -> list[nn.Parameter]:
+        return list(self.gate.parameters())
+
+    # -- routing controls ------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def prompt_window(self, prompt_len: int | None) -> Iterator[None]:
+        """Trajectory/global routing pools over the first `prompt_len` positions of an uncached pass."""
+        previous, self._prompt_len = self._prompt_len, prompt_len
+        try:
+            yield
+        finally:
+            self._prompt_len = previous
+
+    @contextlib.contextmanager
+    def force_slot(self, slot: int | str) -> Iterator[None]:
+        """Route every token to one slot (index or name): slot "base" is the base model itself."""
+        index = self.slot_names.index(slot) if isinstance(slot, str) and slot in self.slot_names else slot
+        if not isinstance(index, int) or not 0 <= index < self.n_slots:
+            raise GateError(f"no slot {slot!r}; slots are {self.slot_names}")
+        previous, self._forced_slot = self._forced_slot, index
+        try:
+            yield
+        finally:
+            self._forced_slot = previous
+
+    def add_routing_hook(self, hook: Callable[[RoutingEvent], None]) -> Callable[[], None]:
+        """Call `hook(event)` for every layer decision; returns a function that removes the hook."""
+        key = self._next_hook
+        self._next_hook += 1
+        self._hooks[key] = hook
+        return lambda: self._hooks.pop(key, None)
+
+    @contextlib.contextmanager
+    def record_routing(self, keep_logits: bool = False) -> Iterator[RoutingRecord]:
+        """Collect the chosen slot per token and layer (and the gate logits, with gradients, if asked)."""
+        record = RoutingRecord(keep_logits)
+        remove = self.add_routing_hook(record)
+        try:
+            yield record
+        finally:
+            remove()
+
+    # -- hooks -----------------------------------------------------------------------------------------
+    def _before_model(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        if self.mode == "token":  # every token routes on its own: nothing about the sequence to track
+            return
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        embeds = kwargs.get("inputs_embeds")
+        shape = ids.shape if ids is not None else embeds.shape[:2]
+        batch, length = int(shape[0]), int(shape[1])
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        past = int(cache.get_seq_length()) if cache is not None and hasattr(cache, "get_seq_length") else 0
+        device = next(self.gate.parameters()).device
+        mask = kwargs.get("attention_mask")
+        if isinstance(mask, torch.Tensor) and mask.dim() == 2:
+            current = mask[:, -length:].to(device)  # [B, T]
+        else:
+            current = torch.ones((batch, length), dtype=torch.long, device=device)  # [B, T]
+        self._new_sequence = past == 0
+        if self._new_sequence and self._prompt_len is not None and self._prompt_len < length:
+            current = current.clone()
+            current[:, self._prompt_len :] = 0
+        self._pool_mask = current
+        if self._new_sequence:
+            self._stored = {}
+
+    def _before_layer(self, index: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            hidden = args[0] if args else kwargs["hidden_states"]  # [B, T, H]
+            self.routes[index].current = self._decide(index, hidden)
+        return hook
+
+    def _trajectory_selection(self, index: int, hidden: torch.Tensor) -> tuple[Selection, torch.Tensor | None]:
+        """Per-sequence decision [B, S] for layer `index`: made on the prefill pass, reused while decoding."""
+        key = 0 if self.mode == "global" else index
+        batch = hidden.shape[0]
+        if key in self._stored:
+            selection, _ = self._stored[key]
+            if selection.slots.shape[0] == batch:
+                return selection, None
+            if selection.slots.shape[0] == 1:  # a shared prefix run once, then continued per row
+                weights = selection.weights.expand(batch, -1) if selection.weights is not None else None
+                return Selection(weights, selection.slots.expand(batch)), None
+            raise GateError(f"trajectory routing was decided for {selection.slots.shape[0]} rows, but this pass "
+                            f"continues {batch}; start a new sequence (empty KV cache) to change the batch")
+        if not self._new_sequence:
+            raise GateError("trajectory/global routing needs the prompt: this pass continues a KV cache that was "
+                            "filled without routing; run the prompt through the routed model first")
+        gate = self.gate if self.mode == "global" else self.gate[index]
+        logits = gate(hidden, self._pool_mask)  # [B, S]
+        selection = gate.select(logits)
+        self._stored[key] = (selection, logits)
+        return selection, logits
+
+    def _decide(self, index: int, hidden: torch.Tensor) -> Route:
+        batch, length = hidden.shape[:2]
+        logits: torch.Tensor | None
+        if self._forced_slot is not None:
+            slots = torch.full((batch, length), self._forced_slot, dtype=torch.long, device=hidden.device)
+            weights, logits = None, None
+        elif self.mode == "token":
+            logits = self.gate[index](hidden)  # [B, T, S]
+            selection = self.gate[index].select(logits)
+            weights, slots = selection.weights, selection.slots  # [B, T, S], [B, T]
+        else:
+            selection, logits = self._trajectory_selection(index, hidden)  # [B, S], [B]
+            weights = None
+            if selection.weights is not None:
+                weights = selection.weights[:, None, :].expand(batch, length, -1)  # [B, T, S]
+            slots = selection.slots[:, None].expand(batch, length)  # [B, T]
+        if self._hooks:
+            event = RoutingEvent(index, slots, logits)
+            for hook in list(self._hooks.values()):
+                hook(event)
+        if weights is not None and (weights.requires_grad or self.soft):
+            return Route(weights=weights.reshape(batch * length, -1))  # dense: gradient reaches every slot
+        flat = slots.reshape(-1)  # [M]
+        if flat.numel() <= self.masked_max_tokens:
+            return Route(slots=flat)
+        order = torch.argsort(flat, stable=True)  # [M] token indices grouped by slot
+        counts = torch.bincount(flat, minlength=self.n_slots).tolist()  # one host sync per layer
+        groups = {slot: part for slot, part in enumerate(torch.split(order, counts)) if counts[slot]}
+        return Route(groups=groups)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Building, saving, loading
+# ----------------------------------------------------------------------------------------------------
+def build_capability_model(base: nn.Module, adapters: Mapping[str, str | os.PathLike], gate: str | os.PathLike | None = None,
+                           mode: str | None = None, include_base_slot: bool | None = None, *,
+                           estimator: str = "straight_through", tau: float = 1.0, soft: bool = False) -> CapabilityModel:
+    """Compose `base` (changed in place, frozen) with the PEFT LoRA adapters `{name: folder}` (slot order =
+    mapping order, after slot 0 "base" when `include_base_slot`) under fresh zero-init gates, or the gate
+    saved in `gate` (whose mode and slots then apply; passing a different mode or adapter list is refused).
+    """
+    saved = read_gate_config(gate) if gate is not None else None
+    if saved is not None:
+        if mode is not None and mode != saved["mode"]:
+            raise GateError(f"{gate}: the gate was trained for mode {saved['mode']!r}, not {mode!r}")
+        if include_base_slot is not None and include_base_slot != saved["include_base_slot"]:
+            raise GateError(f"{gate}: the gate has include_base_slot={saved['include_base_slot']}")
+        mode, include_base_slot = saved["mode"], saved["include_base_slot"]
+        estimator, tau, soft = saved.get("estimator", estimator), saved.get("tau", tau), saved.get("soft", soft)
+    files = [read_peft_adapter(name, path) for name, path in adapters.items()]
+    model = CapabilityModel(base, files, mode=mode or "token", include_base_slot=True if include_base_slot is None
+                            else include_base_slot, estimator=estimator, tau=tau, soft=soft)
+    if gate is not None:
+        load_gate(model, gate)
+    return model
+
+
+def gate_config(model: CapabilityModel) -> dict[str, Any]:
+    gate = model.gate if model.mode == "global" else model.gate[0]
+    return {
+        "format": GATE_FORMAT,
+        "mode": model.mode,
+        "include_base_slot": model.include_base_slot,
+        "soft": model.soft,
+        "estimator": gate.estimator,
+        "tau": gate.tau,
+        "slots": list(model.slot_names),
+        "adapters": [{"name": a.name, "path": str(Path(a.path).resolve()), "sha256": a.sha256,
+                      "target_modules": a.target_modules} for a in model.adapters],
+        "base_model": _base_identity(model.base),
+        "num_parameters": sum(p.numel() for p in model.gate_parameters()),
+    }
+
+
+def gate_state(model: CapabilityModel) -> dict[str, torch.Tensor]:
+    return {name: tensor.detach().contiguous().cpu() for name, tensor in model.gate.state_dict().items()}
+
+
+def save_gate(model: CapabilityModel, directory: str | os.PathLike, state: dict[str, torch.Tensor] | None = None,
+              extra: dict[str, Any] | None = None) -> Path:
+    """Write gate.safetensors + gate_config.json into `directory` (staged, then renamed file by file)."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".gate-", dir=directory))
+    try:
+        config = gate_config(model)
+        if extra:
+            config["training"] = extra
+        save_file(state if state is not None else gate_state(model), str(staging / GATE_WEIGHTS),
+                  metadata={"format": GATE_FORMAT})
+        (staging / GATE_CONFIG).write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+        for name in (GATE_WEIGHTS, GATE_CONFIG):  # config last: a folder with a config has its weights
+            os.replace(staging / name, directory / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return directory
+
+
+def read_gate_config(directory: str | os.PathLike) -> dict[str, Any]:
+    path = Path(directory) / GATE_CONFIG
+    if not path.is_file() or not (Path(directory) / GATE_WEIGHTS).is_file():
+        raise GateError(f"{directory}: not a gate folder (needs {GATE_CONFIG} and {GATE_WEIGHTS}; write one with "
+                        "save_gate or `python -m train.train_router_sft`)")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise GateError(f"{path}: not valid JSON ({err})") from None
+    if config.get("format") != GATE_FORMAT:
+        raise GateError(f"{path}: format {config.get('format')!r} is not {GATE_FORMAT!r}")
+    return config
+
+
+def load_gate(model: CapabilityModel, directory: str | os.PathLike) -> None:
+    """Load a saved gate into `model`, refusing one trained for other adapters, slots or another base model."""
+    from safetensors.torch import load_file
+
+    saved = read_gate_config(directory)
+    mine = gate_config(model)
+    if saved["slots"] != mine["slots"]:
+        raise GateError(f"{directory}: the gate routes slots {saved['slots']} but this model has {mine['slots']}; "
+                        "pass the same adapters in the same order")
+    for old, new in zip(saved["adapters"], mine["adapters"]):
+        if old["sha256"] != new["sha256"]:
+            raise GateError(f"{directory}: adapter {new['name']!r} at {new['path']} is not the one the gate was "
+                            f"trained with ({old['path']}, different weights); retrain the gate or pass that adapter")
+    for key in ("model_type", "hidden_size", "num_hidden_layers", "vocab_size"):
+        if saved["base_model"][key] != mine["base_model"][key]:
+            raise GateError(f"{directory}: the gate was trained on base model {saved['base_model']['name_or_path']!r} "
+                            f"({key}={saved['base_model'][key]}), this base has {key}={mine['base_model'][key]}")
+    if not torch.allclose(torch.tensor(saved["base_model"]["embedding_probe"]),
+                          torch.tensor(mine["base_model"]["embedding_probe"]), rtol=1e-2, atol=1e-3):
+        raise GateError(f"{directory}: the base model's weights differ from {saved['base_model']['name_or_path']!r}, "
+                        "which the gate was trained on; load that base model")
+    for key in ("mode", "include_base_slot", "soft"):
+        if saved.get(key) != mine[key]:
+            raise GateError(f"{directory}: the gate has {key}={saved.get(key)!r}, this model {mine[key]!r}")
+    state = load_file(str(Path(directory) / GATE_WEIGHTS))
+    device = next(model.gate.parameters()).device
+    try:
+        model.gate.load_state_dict({k: v.to(device) for k, v in state.items()})
+    except RuntimeError as err:
+        raise GateError(f"{directory}: gate weights do not fit this model: {err}") from None
+
+
+def load_capability_model(directory: str | os.PathLike, *, dtype: str = "float32", device: str = "cpu",
+                          base_model: str | None = None) -> tuple[CapabilityModel, Any]:
+    """(routed model, tokenizer) from a gate folder alone: it names the base model and the adapter folders."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    saved = read_gate_config(directory)
+    source = base_model or saved["base_model"]["name_or_path"]
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    if dtype not in dtypes:
+        raise GateError(f"dtype must be float32 or bfloat16, got {dtype!r}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        base = AutoModelForCausalLM.from_pretrained(source, dtype=dtypes[dtype])
+    except OSError as err:
+        raise GateError(f"{directory}: cannot load its base model {source!r} ({err}); pass base_model=...") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    adapters = {entry["name"]: entry["path"] for entry in saved["adapters"]}
+    model = build_capability_model(base.to(device), adapters, gate=directory)
+    return model.eval(), tokenizer

@@ -1,0 +1,223 @@
+"""A frozen base `nn.Linear` plus N capability LoRAs, mixed per token by a gate.
+
+    y = W x + sum_i g_i * s_i * B_i A_i x            (slot 0, "base", has no LoRA)
+
+The LoRA weights come from PEFT adapter folders (`adapter_config.json` + `adapter_model.safetensors`,
+read with peft's own `LoraConfig.from_pretrained` and `load_peft_weights`); adapters may differ in
+rank, alpha and target modules, so a slot simply has no LoRA on a module its adapter does not target.
+
+Why not peft: peft mixes adapters by weighted sums over every adapter (`add_weighted_adapter`, X-LoRA),
+which is dense and, for a hard top-1 choice, gives the gate no gradient. Here a `Route` (made once per
+decoder layer by the model, see `model_builder.py`) says per token which slot to use:
+
+- grouped hard path (inference on large passes: prompts, scoring): tokens are grouped by slot and each
+  group runs only its own adapter (gather, two small matmuls, scatter-add), so the cost stays near one
+  LoRA's, not N.
+- masked hard path (inference on small passes: decoding steps): one matmul of the tokens with every
+  adapter's A concatenated, the rank columns of the other slots zeroed, one addmm with the concatenated
+  s * B^T. Why not the grouped path there: a decoding step has a handful of tokens, so its cost is the
+  number of kernels and the bytes of weights read, not FLOPs; the masked path runs 4 kernels whatever N is
+  and reads each adapter's factors once per step (gathering per token reads M copies, grouping runs ~4
+  kernels per slot present). Its extra FLOPs, N low-rank products per token instead of one, are
+  ~2 N r (in + out) against the base's in * out (about 3% for 4 adapters of rank 16 on a 4096-wide layer).
+  On the CPU bench (bench/gate_overhead.py) it lifts routed/single-LoRA decoding from ~0.82 (per-token
+  gather + batched matmuls) to ~0.95.
+- dense path (training with gradients, or soft routing): every adapter runs on every token and is scaled
+  by the gate value; with a straight-through gate the values are exactly 0/1 in the forward pass (so the
+  output equals the hard path) while the gradient reaches every slot's gate logit.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+class GateError(ValueError):
+    """A bad input to the routed model (adapter folders, gate files, options); the message says the fix."""
+
+
+# PEFT LoRA features this composition does not implement, with the value that means "off".
+_UNSUPPORTED = {
+    "use_dora": False,
+    "fan_in_fan_out": False,
+    "lora_bias": False,
+    "layer_replication": None,
+    "trainable_token_indices": None,
+    "modules_to_save": None,
+}
+
+
+@dataclass(frozen=True)
+class LoRAWeights:
+    """One module's LoRA: delta(x) = scaling * (x @ A.T) @ B.T."""
+
+    A: torch.Tensor  # [r, in]
+    B: torch.Tensor  # [out, r]
+    scaling: float
+
+
+@dataclass
+class AdapterFile:
+    """A PEFT LoRA adapter folder, read into per-module weights (module paths as in the base model)."""
+
+    name: str
+    path: Path
+    modules: dict[str, LoRAWeights]
+    sha256: str  # of adapter_model.safetensors: a gate trained against other weights is refused
+    base_model_name_or_path: str | None = None
+    target_modules: list[str] = field(default_factory=list)
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_peft_adapter(name: str, path: str | Path) -> AdapterFile:
+    """Read a PEFT LoRA adapter folder into per-module `LoRAWeights` (fp32, on the CPU)."""
+    from peft import LoraConfig, load_peft_weights
+    from peft.utils.other import get_pattern_key
+
+    folder = Path(path)
+    weights_file = folder / "adapter_model.safetensors"
+    if not (folder / "adapter_config.json").is_file() or not weights_file.is_file():
+        raise GateError(f"adapter {name!r}: {folder} is not a PEFT adapter folder (needs adapter_config.json and "
+                        "adapter_model.safetensors; train one with `python -m train`)")
+    config = LoraConfig.from_pretrained(str(folder))
+    if str(config.peft_type.value if hasattr(config.peft_type, "value") else config.peft_type) != "LORA":
+        raise GateError(f"adapter {name!r} at {folder} is a {config.peft_type} adapter; only LoRA adapters compose")
+    for option, off in _UNSUPPORTED.items():
+        value = getattr(config, option, off)
+        if value not in (off, None, False, [], {}):
+            raise GateError(f"adapter {name!r} at {folder} uses {option}={value!r}, which moe_gate does not "
+                            f"implement; retrain it without {option}")
+    if config.bias != "none":
+        raise GateError(f"adapter {name!r} at {folder} trains biases (bias={config.bias!r}); retrain with bias='none'")
+    state = load_peft_weights(str(folder), device="cpu")
+    pairs: dict[str, dict[str, torch.Tensor]] = {}
+    for key, tensor in state.items():
+        for part in ("lora_A", "lora_B"):
+            marker = f".{part}."
+            if marker in key:
+                module = key.split(marker)[0].removeprefix("base_model.model.")
+                pairs.setdefault(module, {})[part] = tensor
+                break
+        else:
+            raise GateError(f"adapter {name!r} at {folder} holds {key!r}, which is not a LoRA A/B weight; "
+                            "only plain LoRA adapters compose")
+    modules = {}
+    for module, pair in sorted(pairs.items()):
+        if set(pair) != {"lora_A", "lora_B"}:
+            raise GateError(f"adapter {name!r} at {folder}: module {module} lacks {({'lora_A', 'lora_B'} - set(pair))}")
+        a, b = pair["lora_A"].float(), pair["lora_B"].float()  # [r, in], [out, r]
+        rank = a.shape[0]
+        alpha_key = get_pattern_key(list(config.alpha_pattern or {}), module) if config.alpha_pattern else None
+        alpha = config.alpha_pattern[alpha_key] if alpha_key in (config.alpha_pattern or {}) else config.lora_alpha
+        scaling = alpha / (math.sqrt(rank) if config.use_rslora else rank)
+        modules[module] = LoRAWeights(a, b, float(scaling))
+    if not modules:
+        raise GateError(f"adapter {name!r} at {folder} holds no LoRA weights")
+    targets = sorted({m.rsplit(".", 1)[-1] for m in modules})
+    return AdapterFile(name, folder, modules, _file_sha256(weights_file), config.base_model_name_or_path, targets)
+
+
+@dataclass
+class Route:
+    """The routing decision a decoder layer's gated modules apply to the current forward pass.
+
+    `weights` [M, S] (M = tokens of the pass, flattened) are used by the dense path; `groups` (slot -> token
+    indices [m]) by the grouped hard path; `slots` [M] by the masked hard path (see the module docstring).
+    Exactly one of them is set.
+    """
+
+    weights: torch.Tensor | None = None  # [M, S] gate values (straight-through 0/1, Gumbel one-hot or soft)
+    groups: dict[int, torch.Tensor] | None = None  # slot -> [m] flat token indices routed to it
+    slots: torch.Tensor | None = None  # [M] slot per token, for the masked path (few tokens: decoding)
+
+
+class LayerRoute:
+    """Holder shared by the gated modules of one decoder layer; the model writes `current` before the layer runs."""
+
+    def __init__(self, layer: int):
+        self.layer = layer
+        self.current: Route | None = None
+
+
+class MultiLoRAGatedLinear(nn.Module):
+    """`base(x) + sum_i g_i s_i B_i A_i x` over the slots that have a LoRA on this module (base frozen).
+
+    The LoRAs of this module are kept concatenated: `cat_a` [sum r, in] stacks every slot's A, `cat_b`
+    [sum r, out] its s * B^T, and `col_mask` [S, sum r] marks which rank columns belong to which slot.
+    """
+
+    def __init__(self, base: nn.Linear, slot_weights: list[LoRAWeights | None], route: LayerRoute):
+        super().__init__()
+        if not isinstance(base, nn.Linear):
+            raise GateError(f"can only gate nn.Linear modules, got {type(base).__name__}")
+        self.base = base
+        self.route = route
+        self.n_slots = len(slot_weights)
+        self.slots: list[int] = []  # slots with a LoRA here
+        self.spans: list[tuple[int, int]] = []  # their rank columns [start, end) in cat_a / cat_b
+        a_parts, b_parts = [], []
+        for slot, lora in enumerate(slot_weights):
+            if lora is None:
+                continue
+            if lora.A.shape[1] != base.in_features or lora.B.shape[0] != base.out_features:
+                raise GateError(f"LoRA for slot {slot} has shapes A{tuple(lora.A.shape)} B{tuple(lora.B.shape)}, "
+                                f"which do not fit Linear({base.in_features}, {base.out_features}): the adapter "
+                                "was trained on another base model")
+            start = sum(part.shape[0] for part in a_parts)
+            self.slots.append(slot)
+            self.spans.append((start, start + lora.A.shape[0]))
+            a_parts.append(lora.A)  # [r, in]
+            b_parts.append(lora.B.T * lora.scaling)  # [r, out]
+        param = base.weight
+        cat_a = torch.cat(a_parts) if a_parts else torch.zeros(0, base.in_features)  # [sum r, in]
+        cat_b = torch.cat(b_parts) if b_parts else torch.zeros(0, base.out_features)  # [sum r, out]
+        col_mask = torch.zeros(self.n_slots, cat_a.shape[0])  # [S, sum r]
+        for slot, (start, end) in zip(self.slots, self.spans):
+            col_mask[slot, start:end] = 1.0
+        self.register_buffer("cat_a", cat_a.to(param.device, param.dtype), persistent=False)
+        self.register_buffer("cat_b", cat_b.to(param.device, param.dtype), persistent=False)
+        self.register_buffer("col_mask", col_mask.to(param.device, param.dtype), persistent=False)
+
+    def extra_repr(self) -> str:
+        return f"in={self.base.in_features}, out={self.base.out_features}, lora_slots={self.slots}/{self.n_slots}"
+
+    def _delta(self, span: tuple[int, int], x: torch.Tensor) -> torch.Tensor:
+        start, end = span
+        return (x @ self.cat_a[start:end].T) @ self.cat_b[start:end]  # [m, out]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., in]
+        y = self.base(x)  # [..., out]
+        route = self.route.current
+        if route is None:
+            raise RuntimeError(f"layer {self.route.layer}: no routing decision was made before this module ran; "
+                               "call the model built by build_capability_model, not its inner modules")
+        if not self.slots:
+            return y
+        flat_x = x.reshape(-1, x.shape[-1])  # [M, in]
+        flat_y = y.reshape(-1, y.shape[-1])  # [M, out]
+        if route.weights is not None:  # dense: every adapter on every token, scaled by its gate value
+            for slot, span in zip(self.slots, self.spans):
+                flat_y = flat_y + route.weights[:, slot : slot + 1].to(flat_y.dtype) * self._delta(span, flat_x)
+            return flat_y.view(y.shape)
+        if route.slots is not None:  # masked: one pass over all adapters' factors, other slots' columns zeroed
+            low = (flat_x @ self.cat_a.T) * self.col_mask.index_select(0, route.slots)  # [M, sum r]
+            return torch.addmm(flat_y, low, self.cat_b).view(y.shape)  # y + s B A x of each token's slot
+        groups = route.groups or {}
+        for slot, span in zip(self.slots, self.spans):
+            index = groups.get(slot)
+            if index is None:
+                continue
+            flat_y = flat_y.index_add(0, index, self._delta(span, flat_x.index_select(0, index)))
+        return flat_y.view(y.shape)

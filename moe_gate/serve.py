@@ -1,0 +1,203 @@
+"""Serve a globally routed model at vLLM speed: route each request, let vLLM multi-LoRA generate.
+
+    vllm serve BASE --enable-lora --max-loras 4 --lora-modules NAME=ADAPTER_DIR ... --port 8000
+    python -m moe_gate.serve --gate GATE_DIR --upstream http://127.0.0.1:8000 [--port 8100]
+    python -m benchmarks.storefront.run --agent vllm:http://127.0.0.1:8100 --tokenizer BASE ...
+
+An OpenAI-compatible front (`/v1/models`, `/v1/completions`, `/v1/chat/completions`) in front of one vLLM
+server that has every capability adapter loaded under its slot name (`--lora-modules NAME=DIR`, names as
+in the gate's `gate_config.json`). For each request the gate's `TrajectoryGlobalRouter` picks the slot
+from the prompt (the mean input embedding of its tokens, the same decision the in-process model makes on
+its first pass) and the request goes upstream with `model` set to that adapter's name, or to the base
+model for slot "base". The answer comes back unchanged, with the slot in the `X-Routed-Slot` header.
+
+Only the router runs here: the tokenizer and the embedding matrix (read from the base model's
+safetensors, not the whole model). Only hard `global` gates serve this way: per-layer gates (`token`,
+`trajectory`) choose a different adapter per layer or per token, which one vLLM LoRA per request cannot
+express; serve those in process (`load_capability_model`, or `--agent hf:GATE_DIR` in the storefront).
+Models that scale their input embeddings (e.g. Gemma) are not supported: the router reads them unscaled.
+Streaming requests are refused.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from moe_gate.gater import TrajectoryGlobalRouter
+from moe_gate.model_builder import GATE_WEIGHTS, read_gate_config
+from moe_gate.multi_lora import GateError
+
+_SKIPPED_MODEL_TYPES = ("gemma", "gemma2", "gemma3")  # embeddings scaled by sqrt(hidden) inside the model
+
+
+def _load_embedding(model_dir: Path) -> torch.Tensor:
+    """The input embedding matrix [V, H] from a model folder's safetensors (one or sharded), fp32."""
+    from safetensors import safe_open
+
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        files = {key: model_dir / name for key, name in weight_map.items()}
+    elif (model_dir / "model.safetensors").is_file():
+        with safe_open(str(model_dir / "model.safetensors"), framework="pt") as handle:
+            files = {key: model_dir / "model.safetensors" for key in handle.keys()}
+    else:
+        raise GateError(f"{model_dir}: no model.safetensors (or index) here; pass the base model's local folder "
+                        "with --base-model")
+    keys = [k for k in files if k.endswith("embed_tokens.weight")]
+    if len(keys) != 1:
+        raise GateError(f"{model_dir}: expected one *embed_tokens.weight tensor, found {keys}")
+    with safe_open(str(files[keys[0]]), framework="pt") as handle:
+        return handle.get_tensor(keys[0]).float()
+
+
+class GlobalRouterFront:
+    """Chooses the slot of a prompt with a saved global gate; knows each slot's upstream model name."""
+
+    def __init__(self, gate_dir: str | Path, *, base_model: str | None = None, base_served_name: str | None = None):
+        from safetensors.torch import load_file
+        from transformers import AutoTokenizer
+
+        config = read_gate_config(gate_dir)
+        if config["mode"] != "global" or config.get("soft"):
+            raise GateError(f"{gate_dir}: mode {config['mode']!r}{' (soft)' if config.get('soft') else ''} cannot be "
+                            "served by one vLLM adapter per request; serve a hard global gate here, or this gate in "
+                            "process (load_capability_model / --agent hf:GATE_DIR)")
+        base = config["base_model"]
+        if base["model_type"] in _SKIPPED_MODEL_TYPES:
+            raise GateError(f"{base['model_type']} scales its input embeddings; the serving router does not support it")
+        model_dir = Path(base_model or base["name_or_path"])
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.embedding = _load_embedding(model_dir)  # [V, H]
+        probe = torch.tensor(base["embedding_probe"])
+        if self.embedding.shape[1] != base["hidden_size"] or not torch.allclose(
+                self.embedding[: probe.shape[0], : probe.shape[1]], probe, rtol=1e-2, atol=1e-3):
+            raise GateError(f"{model_dir}: not the base model the gate was trained on ({base['name_or_path']})")
+        self.slots: list[str] = list(config["slots"])
+        self.router = TrajectoryGlobalRouter(base["hidden_size"], len(self.slots))
+        self.router.load_state_dict(load_file(str(Path(gate_dir) / GATE_WEIGHTS)))
+        self.router.eval()
+        self.base_served_name = base_served_name or base["name_or_path"]
+        self.name = f"routed:{Path(gate_dir).resolve().name}"
+
+    @torch.no_grad()
+    def slot_for_ids(self, token_ids: list[int]) -> str:
+        if not token_ids:
+            raise GateError("an empty prompt cannot be routed")
+        hidden = self.embedding[torch.tensor(token_ids)][None]  # [1, T, H]
+        logits = self.router(hidden)  # [1, S]
+        return self.slots[int(logits.argmax(-1))]
+
+    def slot_for_request(self, path: str, body: dict[str, Any]) -> str:
+        if path.endswith("/chat/completions"):
+            messages = [{k: v for k, v in m.items() if v is not None} for m in body.get("messages") or []]
+            text = self.tokenizer.apply_chat_template(messages, tools=body.get("tools") or None,
+                                                      add_generation_prompt=True, tokenize=False)
+        else:
+            text = body.get("prompt")
+            if isinstance(text, list):
+                if len(text) != 1:
+                    raise GateError("send one prompt per request: each prompt may route to another adapter")
+                text = text[0]
+            if not isinstance(text, str):
+                raise GateError("the completion request needs a string `prompt`")
+        return self.slot_for_ids(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def upstream_model(self, slot: str) -> str:
+        return self.base_served_name if slot == "base" else slot
+
+
+def make_server(front: GlobalRouterFront, upstream: str, host: str = "127.0.0.1", port: int = 0,
+                timeout_s: float = 600.0) -> ThreadingHTTPServer:
+    """An HTTP server (not yet serving) that routes with `front` and forwards to `upstream` (…/v1 or not)."""
+    upstream = upstream.rstrip("/").removesuffix("/v1")
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # quiet: one line per request below instead
+            return
+
+        def _send(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def _error(self, status: int, message: str) -> None:
+            self._send(status, json.dumps({"error": {"message": message, "type": "routing_error"}}).encode())
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") in ("/v1/models", "/models"):
+                models = [{"id": front.name, "object": "model", "owned_by": "moe_gate"}]
+                self._send(200, json.dumps({"object": "list", "data": models}).encode())
+            else:
+                self._error(404, f"no route {self.path}; this front serves /v1/models, /v1/completions and "
+                                 "/v1/chat/completions")
+
+        def do_POST(self) -> None:
+            path = self.path.rstrip("/")
+            if path not in ("/v1/completions", "/v1/chat/completions"):
+                self._error(404, f"no route {self.path}")
+                return
+            try:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                if body.get("stream"):
+                    raise GateError("streaming is not supported by the routing front; send stream: false")
+                slot = front.slot_for_request(path, body)
+            except (json.JSONDecodeError, GateError) as err:
+                self._error(400, str(err))
+                return
+            body["model"] = front.upstream_model(slot)
+            request = urllib.request.Request(upstream + path, data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"}, method="POST")
+            try:
+                with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                    self._send(response.status, response.read(), {"X-Routed-Slot": slot})
+            except urllib.error.HTTPError as err:  # the upstream's own error, passed on as it is
+                self._send(err.code, err.read(), {"X-Routed-Slot": slot})
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
+                self._error(502, f"upstream {upstream} failed: {err}")
+
+    return ThreadingHTTPServer((host, port), Handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m moe_gate.serve", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gate", required=True, help="gate folder of a hard global router (mode: global)")
+    parser.add_argument("--upstream", required=True, help="the vLLM server, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8100)
+    parser.add_argument("--base-model", default=None, help="base model folder (default: the one the gate names)")
+    parser.add_argument("--base-served-name", default=None,
+                        help="the upstream's name for the base model (default: the gate's base model path)")
+    args = parser.parse_args(argv)
+    try:
+        front = GlobalRouterFront(args.gate, base_model=args.base_model, base_served_name=args.base_served_name)
+        server = make_server(front, args.upstream, args.host, args.port)
+    except (GateError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    host, port = server.server_address[:2]
+    print(f"moe_gate.serve: {front.name} on http://{host}:{port}/v1, slots {front.slots} -> {args.upstream}",
+          flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Configuration of Step 4's gate training (`configs/moe_gate.yaml`): the routed model, the router SFT
+warm start (`train.train_router_sft`) and GRPO over the gates (`train.grpo_gater`).
+
+One YAML file holds all three: top-level keys describe the routed model, `sft:` the warm start and
+`grpo:` the fields of train/config.py's GRPOConfig (its `lora_*` fields do not apply and are refused).
+Every value is checked in `__post_init__`; a bad one raises ValueError saying how to fix it. The resolved
+config is saved as `moe_gate.yaml` next to every gate the commands write.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline._io import InputError, atomic_write_text, load_yaml_mapping
+from train.config import GRPOConfig
+
+MODES = ("token", "trajectory", "global")
+ESTIMATORS = ("straight_through", "gumbel")
+
+
+def _need(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+@dataclass
+class SFTData:
+    """One rollout results file (benchmarks/results.py format) whose assistant tokens all get `label`."""
+
+    path: str
+    label: str  # a slot name: an adapter name, or "base" (e.g. for target-benchmark rollouts)
+    game: str = ""  # registered game whose tool schemas the conversations were rendered with ("" = none)
+
+    def __post_init__(self) -> None:
+        _need(bool(self.path), "sft.data entries need a path to a rollout results file")
+        _need(bool(self.label), f"sft.data entry {self.path}: give a label (an adapter name or 'base')")
+
+
+@dataclass
+class SFTConfig:
+    data: list[SFTData] = field(default_factory=list)
+    min_reward: float = 1.0  # only rollouts with at least this reward are used (successful ones)
+    epochs: int = 3
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.0
+    batch_size: int = 8  # sequences per optimizer step
+    load_balance_weight: float = 0.01  # lambda of the Switch load-balance term
+    max_tokens: int = 4096  # longer conversations are cut (the labels of the cut part are lost)
+    validation_fraction: float = 0.1  # held-out sequences for the routing accuracy reported per epoch
+
+    def __post_init__(self) -> None:
+        self.data = [d if isinstance(d, SFTData) else SFTData(**d) for d in self.data]
+        _need(0.0 <= self.min_reward <= 1.0, f"sft.min_reward must be in [0, 1], got {self.min_reward}")
+        _need(self.epochs >= 1, f"sft.epochs must be >= 1, got {self.epochs}")
+        _need(self.learning_rate > 0, f"sft.learning_rate must be > 0, got {self.learning_rate}")
+        _need(self.weight_decay >= 0, f"sft.weight_decay must be >= 0, got {self.weight_decay}")
+        _need(self.batch_size >= 1, f"sft.batch_size must be >= 1, got {self.batch_size}")
+        _need(self.load_balance_weight >= 0, f"sft.load_balance_weight must be >= 0, got {self.load_balance_weight}")
+        _need(self.max_tokens >= 16, f"sft.max_tokens must be >= 16, got {self.max_tokens}")
+        _need(0.0 <= self.validation_fraction < 1.0,
+              f"sft.validation_fraction must be in [0, 1), got {self.validation_fraction}")
+
+
+@dataclass
+class MoEGateConfig:
+    model: str = ""  # base model folder (the one the adapters were trained on)
+    adapters: dict[str, str] = field(default_factory=dict)  # capability name -> PEFT adapter folder, slot order
+    mode: str = "token"  # token | trajectory | global
+    include_base_slot: bool = True
+    estimator: str = "straight_through"  # straight_through | gumbel (gumbel: SFT only)
+    gumbel_tau: float = 1.0
+    output_dir: str = "pipeline/gates/token"
+    init_gate: str = ""  # gate folder to start from (e.g. the SFT warm start for grpo_gater); "" = zero init
+    dtype: str = "float32"
+    seed: int = 0
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    grpo: dict[str, Any] = field(default_factory=dict)  # GRPOConfig fields (train/config.py)
+    grpo_games: list[str] = field(default_factory=list)  # >= 2 games: grpo_gater trains on their mix (not grpo.game)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sft, dict):
+            self.sft = SFTConfig(**self.sft)
+        _need(isinstance(self.adapters, dict) and bool(self.adapters),
+              "adapters must map each capability name to its PEFT adapter folder, e.g. "
+              "{precondition_verification: pipeline/adapters/precondition_verification}")
+        _need(self.mode in MODES, f"mode must be one of {list(MODES)}, got {self.mode!r}")
+        _need(self.estimator in ESTIMATORS, f"estimator must be one of {list(ESTIMATORS)}, got {self.estimator!r}")
+        _need(self.gumbel_tau > 0, f"gumbel_tau must be > 0, got {self.gumbel_tau}")
+        _need(self.dtype in ("float32", "bfloat16"), f"dtype must be float32 or bfloat16, got {self.dtype!r}")
+        _need(isinstance(self.grpo, dict), "grpo must be a mapping of GRPOConfig fields (see train/config.py)")
+        lora = sorted(k for k in self.grpo if k.startswith("lora_"))
+        _need(not lora, f"grpo: {lora} configure a LoRA; grpo_gater trains only the gates, remove them")
+        _need(isinstance(self.grpo_games, list) and len(self.grpo_games) != 1,
+              f"grpo_games must list at least two games to mix (or none; one game goes in grpo.game), "
+              f"got {self.grpo_games!r}")
+        slots = self.slot_names
+        for entry in self.sft.data:
+            _need(entry.label in slots, f"sft.data {entry.path}: label {entry.label!r} is not a slot; slots are {slots}")
+
+    @property
+    def slot_names(self) -> list[str]:
+        return (["base"] if self.include_base_slot else []) + list(self.adapters)
+
+    def grpo_config(self, **fixed: Any) -> GRPOConfig:
+        """The GRPOConfig of `grpo:` (model, output_dir, seed and dtype from the top level unless set there)."""
+        values = {"model": self.model, "output_dir": self.output_dir, "seed": self.seed, "dtype": self.dtype,
+                  **self.grpo, **{k: v for k, v in fixed.items() if v is not None}}
+        names = {f.name for f in dataclasses.fields(GRPOConfig)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise InputError(f"grpo: unknown keys {unknown}; valid keys: {sorted(names)}")
+        return GRPOConfig(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(MoEGateConfig)}
+
+
+def load_gate_config(path: str | Path | None, **overrides: Any) -> MoEGateConfig:
+    """MoEGateConfig from YAML plus keyword overrides (None values ignored); unknown keys raise InputError."""
+    values = load_yaml_mapping(path) if path is not None else {}
+    unknown = sorted(set(values) - set(_FIELDS))
+    if unknown:
+        raise InputError(f"{path}: unknown keys {unknown}; valid keys: {sorted(_FIELDS)}")
+    if isinstance(values.get("sft"), dict):
+        sft_fields = {f.name for f in dataclasses.fields(SFTConfig)}
+        bad = sorted(set(values["sft"]) - sft_fields)
+        if bad:
+            raise InputError(f"{path}: unknown sft keys {bad}; valid keys: {sorted(sft_fields)}")
+        for key in ("learning_rate", "weight_decay", "load_balance_weight", "min_reward", "validation_fraction"):
+            if isinstance(values["sft"].get(key), str):  # YAML 1.1 reads `1e-3` (no dot) as a string
+                try:
+                    values["sft"][key] = float(values["sft"][key])
+                except ValueError:
+                    raise InputError(f"{path}: sft.{key} expects a number, got {values['sft'][key]!r}") from None
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return MoEGateConfig(**values)
+    except TypeError as err:
+        raise InputError(f"bad config: {err}") from None
+
+
+def save_gate_config(config: MoEGateConfig, path: str | Path, command: str) -> None:
+    header = f"# Resolved moe_gate config. Reproduce with: {command} --config {path}\n"
+    atomic_write_text(path, header + yaml.safe_dump(config.to_dict(), sort_keys=False))

@@ -1,0 +1,244 @@
+"""Router SFT: warm-start the gates on rollouts labeled by capability (Step 4).
+
+    python -m train.train_router_sft --config configs/moe_gate.yaml [--model DIR] [--output_dir DIR]
+
+Data: `sft.data` lists rollout results files (benchmarks/results.py format, e.g. what `python -m train`
+saves under rollouts/ or `python -m train.collect_rollouts` writes), each with a slot label: every
+assistant token of every rollout with reward >= `sft.min_reward` gets that label (the capability whose
+game the rollout comes from; target-benchmark rollouts may be labeled "base"). Token routing learns a
+label per token and layer; trajectory/global routing learns one label per conversation from its prompt
+(the tokens before the first assistant token, which is what the router sees at inference).
+
+Loss per layer, averaged over layers: cross-entropy of the gate logits against the labels
++ `sft.load_balance_weight` x Switch load balance. The cross-entropy is computed on the gate logits as
+the gate produced them, with their gradient (a detached cross-entropy would leave only the balance term
+to train the gate). The backbone and adapters stay frozen; the gate reads detached hidden states.
+
+Writes to `output_dir`: gate.safetensors + gate_config.json (loadable by `moe_gate.build_capability_model`
+or `load_capability_model`), moe_gate.yaml (the resolved config) and sft_metrics.jsonl (per epoch: loss,
+cross-entropy, balance, train and held-out routing accuracy).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from moe_gate import GateError, build_capability_model, load_balance_loss, save_gate
+from moe_gate.model_builder import CapabilityModel
+from pipeline._io import InputError
+from train.gate_config import MoEGateConfig, SFTConfig, load_gate_config, save_gate_config
+
+IGNORE = -100
+
+
+@dataclass
+class LabeledSequence:
+    token_ids: list[int]
+    labels: list[int]  # slot index per token, IGNORE where the token is not labeled
+
+    def prompt_only(self) -> "LabeledSequence":
+        """The tokens before the first labeled one, labeled with the sequence's majority label (trajectory)."""
+        labeled = [l for l in self.labels if l != IGNORE]
+        first = next(i for i, l in enumerate(self.labels) if l != IGNORE)
+        label = Counter(labeled).most_common(1)[0][0]
+        cut = max(first, 1)
+        return LabeledSequence(self.token_ids[:cut], [IGNORE] * (cut - 1) + [label])
+
+
+class RouterBatch(NamedTuple):
+    input_ids: torch.Tensor  # [B, T]
+    attention_mask: torch.Tensor  # [B, T]
+    labels: torch.Tensor  # [B, T], IGNORE on padding and unlabeled tokens
+
+
+def collate(sequences: list[LabeledSequence], pad_token_id: int, device: torch.device) -> RouterBatch:
+    longest = max(len(s.token_ids) for s in sequences)
+    input_ids = torch.full((len(sequences), longest), pad_token_id, dtype=torch.long)  # [B, T]
+    attention_mask = torch.zeros((len(sequences), longest), dtype=torch.long)  # [B, T]
+    labels = torch.full((len(sequences), longest), IGNORE, dtype=torch.long)  # [B, T]
+    for row, seq in enumerate(sequences):
+        n = len(seq.token_ids)
+        input_ids[row, :n] = torch.tensor(seq.token_ids)
+        attention_mask[row, :n] = 1
+        labels[row, :n] = torch.tensor(seq.labels)
+    return RouterBatch(input_ids.to(device), attention_mask.to(device), labels.to(device))
+
+
+def router_loss(model: CapabilityModel, batch: RouterBatch, load_balance_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """Cross-entropy of the gate logits (+ lambda x load balance), averaged over the layers that decided."""
+    positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, T]
+    with model.record_routing(keep_logits=True) as record:
+        model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions,
+              use_cache=False, logits_to_keep=1)  # only the gate logits matter: skip the vocabulary projection
+    events = [e for e in record.events if e.logits is not None]
+    if model.mode == "token":
+        keep = batch.labels != IGNORE  # [B, T]
+        targets = batch.labels[keep]  # [n]
+    else:  # one label per sequence: the label of its (single) labeled token
+        keep = (batch.labels != IGNORE).any(dim=1)  # [B]
+        targets = batch.labels.max(dim=1).values[keep]  # [n]
+    ce_total = torch.zeros((), device=batch.input_ids.device)
+    balance_total = torch.zeros((), device=batch.input_ids.device)
+    correct = 0.0
+    for event in events:
+        chosen = event.logits[keep].float()  # [n, S]
+        ce_total = ce_total + F.cross_entropy(chosen, targets)
+        balance_total = balance_total + load_balance_loss(event.logits, keep)
+        correct += float((chosen.argmax(-1) == targets).float().mean())
+    n = max(len(events), 1)
+    ce, balance = ce_total / n, balance_total / n
+    loss = ce + load_balance_weight * balance
+    return loss, {"loss": float(loss.detach()), "cross_entropy": float(ce.detach()), "balance": float(balance.detach()), "accuracy": correct / n,
+                  "tokens": float(targets.numel())}
+
+
+@torch.no_grad()
+def routing_accuracy(model: CapabilityModel, sequences: list[LabeledSequence], pad_token_id: int,
+                     batch_size: int = 8) -> float:
+    """Share of labeled tokens (sequences, for trajectory/global) whose top-1 slot is the label, over layers."""
+    if not sequences:
+        return float("nan")
+    device = next(model.parameters()).device
+    correct = total = 0.0
+    for start in range(0, len(sequences), batch_size):
+        _, stats = router_loss(model, collate(sequences[start : start + batch_size], pad_token_id, device), 0.0)
+        correct += stats["accuracy"] * stats["tokens"]
+        total += stats["tokens"]
+    return correct / max(total, 1.0)
+
+
+def train_router(model: CapabilityModel, train: list[LabeledSequence], sft: SFTConfig, *, pad_token_id: int,
+                 validation: list[LabeledSequence] | None = None, seed: int = 0,
+                 log: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """`sft.epochs` passes over `train` with AdamW on the gate parameters only; returns per-epoch metrics."""
+    if not train:
+        raise InputError("router SFT has no training sequences: check sft.data paths, labels and min_reward")
+    if model.mode != "token":
+        train = [s.prompt_only() for s in train]
+        validation = [s.prompt_only() for s in validation or []]
+    device = next(model.parameters()).device
+    parameters = model.gate_parameters()
+    optimizer = torch.optim.AdamW(parameters, lr=sft.learning_rate, weight_decay=sft.weight_decay)
+    order = random.Random(seed)
+    model.eval()  # hard top-1 routing as at inference; the gate logits still carry gradients
+    history = []
+    for epoch in range(1, sft.epochs + 1):
+        shuffled = list(train)
+        order.shuffle(shuffled)
+        sums: dict[str, float] = {}
+        steps = 0
+        for start in range(0, len(shuffled), sft.batch_size):
+            batch = collate(shuffled[start : start + sft.batch_size], pad_token_id, device)
+            loss, stats = router_loss(model, batch, sft.load_balance_weight)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            steps += 1
+            for key in ("loss", "cross_entropy", "balance"):
+                sums[key] = sums.get(key, 0.0) + stats[key]
+        metrics = {"epoch": epoch, **{k: v / steps for k, v in sums.items()},
+                   "train_accuracy": routing_accuracy(model, train, pad_token_id, sft.batch_size)}
+        if validation:
+            metrics["validation_accuracy"] = routing_accuracy(model, validation, pad_token_id, sft.batch_size)
+        history.append(metrics)
+        if log is not None:
+            log(metrics)
+    return history
+
+
+# ------------------------------------------------------------------------------------------------------
+# Data
+# ------------------------------------------------------------------------------------------------------
+def _tool_schemas(game: str) -> list[dict[str, Any]]:
+    if not game:
+        return []
+    from game_registry import get_game
+
+    return get_game(game).make().get_tool_schemas()
+
+
+def sequences_from_results(path: str | Path, label: int, tokenizer: Any, *, tools: list[dict[str, Any]],
+                           min_reward: float, max_tokens: int) -> list[LabeledSequence]:
+    """Every rollout of a results file with reward >= min_reward, its assistant tokens labeled `label`."""
+    from benchmarks.results import load_results, simulation_reward
+
+    document = load_results(path)
+    out = []
+    for sim in document["simulations"]:
+        reward = simulation_reward(sim)
+        if reward is None or reward < min_reward:
+            continue
+        encoded = tokenizer.apply_chat_template(sim["messages"], tools=tools or None, tokenize=True,
+                                                return_dict=True, return_assistant_tokens_mask=True)
+        ids, assistant = list(encoded["input_ids"])[:max_tokens], list(encoded["assistant_masks"])[:max_tokens]
+        labels = [label if flag else IGNORE for flag in assistant]
+        if any(l != IGNORE for l in labels):
+            out.append(LabeledSequence(ids, labels))
+    return out
+
+
+def load_sft_sequences(config: MoEGateConfig, tokenizer: Any) -> tuple[list[LabeledSequence], list[LabeledSequence]]:
+    """(train, validation) sequences from `sft.data`, split by `validation_fraction` with the config's seed."""
+    sequences = []
+    for entry in config.sft.data:
+        found = sequences_from_results(entry.path, config.slot_names.index(entry.label), tokenizer,
+                                       tools=_tool_schemas(entry.game), min_reward=config.sft.min_reward,
+                                       max_tokens=config.sft.max_tokens)
+        print(f"router SFT: {len(found)} rollouts from {entry.path} labeled {entry.label!r}")
+        sequences.extend(found)
+    random.Random(config.seed).shuffle(sequences)
+    held = int(len(sequences) * config.sft.validation_fraction)
+    return sequences[held:], sequences[:held]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m train.train_router_sft", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="YAML config, e.g. configs/moe_gate.yaml")
+    parser.add_argument("--model", default=None, help="base model folder (overrides the config's model)")
+    parser.add_argument("--output_dir", default=None, help="where the gate goes (overrides the config)")
+    args = parser.parse_args(argv)
+    try:
+        config = load_gate_config(args.config, model=args.model, output_dir=args.output_dir)
+        from train.policy import load_base_model
+
+        torch.manual_seed(config.seed)
+        base, tokenizer = load_base_model(config.model, config.dtype)
+        model = build_capability_model(base, config.adapters, gate=config.init_gate or None, mode=config.mode,
+                                       include_base_slot=config.include_base_slot, estimator=config.estimator,
+                                       tau=config.gumbel_tau)
+        train, validation = load_sft_sequences(config, tokenizer)
+        out = Path(config.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        metrics_file = out / "sft_metrics.jsonl"
+        metrics_file.write_text("")
+
+        def log(metrics: dict[str, Any]) -> None:
+            with open(metrics_file, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(metrics) + "\n")
+            print("router SFT epoch {epoch}: loss {loss:.4f}  ce {cross_entropy:.4f}  balance {balance:.3f}  "
+                  "train accuracy {train_accuracy:.3f}".format(**metrics)
+                  + (f"  held-out accuracy {metrics['validation_accuracy']:.3f}" if "validation_accuracy" in metrics else ""))
+
+        history = train_router(model, train, config.sft, pad_token_id=tokenizer.pad_token_id, validation=validation,
+                               seed=config.seed, log=log)
+        save_gate(model, out, extra={"command": "train.train_router_sft", "epochs": len(history),
+                                     "final": history[-1]})
+        save_gate_config(config, out / "moe_gate.yaml", "python -m train.train_router_sft")
+    except (InputError, GateError, ValueError, KeyError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"router SFT: gate written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
