@@ -130,6 +130,7 @@ class Grader:
     """Grades candidates of one scenario; remembers results by content (graded states repeat a lot)."""
 
     _cache: "OrderedDict[str, Grade]" = OrderedDict()
+    _runs: "OrderedDict[str, TestRun]" = OrderedDict()
     _lock = threading.Lock()
 
     def __init__(self, scenario: Scenario, config: GradeConfig | None = None) -> None:
@@ -138,7 +139,8 @@ class Grader:
 
     def _key(self, files: dict[str, str], what: str) -> str:
         digest = hashlib.sha256()
-        digest.update(json.dumps([what, self.scenario.id, self.config.partial_credit, repr(self.config.sandbox),
+        rules = [self.scenario.target_test, self.scenario.test_files, self.scenario.hidden_test_files()]
+        digest.update(json.dumps([what, self.scenario.id, rules, self.config.partial_credit, repr(self.config.sandbox),
                                   sorted(files.items())]).encode("utf-8", "surrogatepass"))
         return digest.hexdigest()
 
@@ -167,7 +169,18 @@ class Grader:
         tree = self.pristine(files)
         for path in self.scenario.hidden_test_files():
             del tree[path]
-        return run_pytest(tree, self.config.sandbox, selection=selection)
+        key = self._key({**tree, "\0selection": json.dumps(selection)}, "visible")
+        with self._lock:
+            if key in self._runs:
+                self._runs.move_to_end(key)
+                return self._runs[key]
+        run = run_pytest(tree, self.config.sandbox, selection=selection)
+        if self.config.cache_size and not run.timed_out:
+            with self._lock:
+                self._runs[key] = run
+                while len(self._runs) > self.config.cache_size:
+                    self._runs.popitem(last=False)
+        return run
 
     def grade(self, files: dict[str, str]) -> Grade:
         """The grade of a candidate state (see the module docstring)."""

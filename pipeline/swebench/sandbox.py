@@ -357,6 +357,9 @@ def run_pytest_batch(trees: list[dict[str, str]], config: SandboxConfig | None =
             finally:
                 _kill_group(process)  # anything the tests left running in the group
         output = log_path.read_bytes()[-config.output_chars * 4:].decode("utf-8", errors="replace")
+        for index in range(len(trees)):  # paths as the tests see them, relative to their tree
+            output = output.replace(f"{workdir}/t{index}/", "")
+        output = output.replace(str(workdir), "<sandbox>")
         statuses = {}
         if status_path.is_file():
             for line in status_path.read_text(encoding="utf-8", errors="replace").splitlines():
