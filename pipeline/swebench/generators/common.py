@@ -107,23 +107,24 @@ def _test_module(docstring: str, cases: list[Case], outcomes: list[Outcome]) -> 
     return "\n".join(lines) + "\n\n\n" + body
 
 
-def _shortcut(fixed_source: str, buggy_source: str, entry: str, case: Case, expected: Outcome) -> str | None:
-    """The buggy module with `if (params) == (args): return expected` at the top of `entry`, or None."""
-    tree = ast.parse(buggy_source)
-    for node in ast.walk(tree):
+def shortcut_patch(files: dict[str, str], entry_path: str, entry: str, args: list[str], expected: str) -> str | None:
+    """A patch that hard-codes `expected` for the call `entry(*args)`: `if (params) == (args): return expected`
+    at the top of the function or method `entry` in `entry_path`. None when `entry` is not found there."""
+    source = files[entry_path]
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.FunctionDef) and node.name == entry:
-            params = [a.arg for a in node.args.args if a.arg not in ("self", "cls")][: len(case.args)]
-            if len(params) != len(case.args):
+            params = [a.arg for a in node.args.args if a.arg not in ("self", "cls")][: len(args)]
+            if len(params) != len(args):
                 return None
             body = node.body
-            first = body[1] if body and isinstance(body[0], ast.Expr) and isinstance(
-                getattr(body[0], "value", None), ast.Constant) and len(body) > 1 else body[0]
-            indent = " " * first.col_offset
-            guard = (f"{indent}if ({', '.join(params)},) == ({', '.join(case.args)},):\n"
-                     f"{indent}    return {literal(expected.value)}\n")
-            lines = buggy_source.splitlines(keepends=True)
+            has_doc = isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant)
+            first = body[1] if has_doc and len(body) > 1 else body[0]
+            pad = " " * first.col_offset
+            guard = (f"{pad}if ({', '.join(params)},) == ({', '.join(args)},):\n"
+                     f"{pad}    return {expected}\n")
+            lines = source.splitlines(keepends=True)
             lines.insert(first.lineno - 1, guard)
-            return "".join(lines)
+            return make_patch({entry_path: source}, {entry_path: "".join(lines)})
     return None
 
 
@@ -164,9 +165,11 @@ def finish(draft: Draft, extra_checks: Callable[[Draft, list[Outcome], list[Outc
                                 "entry": {"path": draft.entry[0], "function": draft.entry[1]},
                                 "generator": draft.capability}
     entry_path = draft.entry[0]
-    shortcut_source = _shortcut(draft.fixed[entry_path], draft.buggy[entry_path], draft.entry[1], case, fixed[target])
-    if shortcut_source is not None:
-        metadata["shortcut_patch"] = make_patch({entry_path: draft.buggy[entry_path]}, {entry_path: shortcut_source})
+    expected = literal(fixed[target].value)
+    metadata["shortcut"] = {"args": list(case.args), "expected": expected}
+    shortcut = shortcut_patch(files, entry_path, draft.entry[1], list(case.args), expected)
+    if shortcut is not None:
+        metadata["shortcut_patch"] = shortcut
     return Scenario(
         id=f"{draft.capability}_{draft.seed:04d}",
         capability=draft.capability,
