@@ -50,6 +50,10 @@ BOOT_SCRIPT = Path(__file__).resolve().parent / "_sandbox_boot.py"
 RUNNER_SCRIPT = Path(__file__).resolve().parent / "_sandbox_runner.py"
 UNSHARE_FLAGS = ("--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc")
 Isolation = Literal["auto", "namespace", "fallback"]
+# pytest's own plugins that scenario tests never need (less start-up per tree)
+UNUSED_PLUGINS = tuple(arg for name in ("cacheprovider", "doctest", "junitxml", "pastebin", "legacypath", "setuponly",
+                                        "setupplan", "stepwise", "nose", "unittest", "logging", "faulthandler",
+                                        "debugging", "unraisableexception", "threadexception") for arg in ("-p", f"no:{name}"))
 
 
 class SandboxUnavailable(RuntimeError):
@@ -319,7 +323,7 @@ def run_pytest_batch(trees: list[dict[str, str]], config: SandboxConfig | None =
             tree = workdir / f"t{index}"
             tree.mkdir()
             _write_tree(tree, files)
-            args = ["-q", "-p", "no:cacheprovider", "-p", "trace_swe_report", "-c", str(trace / "pytest.ini"),
+            args = ["-q", *UNUSED_PLUGINS, "-p", "trace_swe_report", "-c", str(trace / "pytest.ini"),
                     "--rootdir", str(tree), "-o", "addopts=", "--tb=short", "--no-header", "-rN"]
             if isolation == "fallback":
                 args += ["-p", "trace_swe_nonet"]
