@@ -1,0 +1,71 @@
+"""Scenarios self-tested per minute (generation excluded): the throughput of `pipeline.swebench.selftest`.
+
+Usage (from the repo root):
+    python bench/scenario_selftest.py [--n 40] [--workers 2] [--target 60] [--isolation auto|namespace|fallback]
+                                      [--mutation-rounds 0] [--seed 1000]
+
+Generates --n scenarios (half per capability, seeds --seed ...; with --mutation-rounds R each gets R
+calibration rounds), then self-tests them all with --workers parallel sandboxes (each self-test runs the
+buggy, the fixed and the shortcut tree in one sandbox start). Prints one line per capability and the
+sandbox isolation used; the last line is `scenarios_per_min=<value>` over the whole run.
+Exit 0 when every scenario passes and the rate reaches --target, 1 otherwise, 2 on bad flags.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # run as a script: make pipeline importable
+    sys.path.insert(0, str(REPO_ROOT))
+
+from pipeline.swebench.generators import GENERATORS, generate_one  # noqa: E402
+from pipeline.swebench.mutations import mutate_rounds  # noqa: E402
+from pipeline.swebench.sandbox import SandboxConfig, SandboxUnavailable, resolve_isolation  # noqa: E402
+from pipeline.swebench.selftest import self_test_many  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Scenario self-tests per minute.")
+    parser.add_argument("--n", type=int, default=40, help="scenarios in all (split between the capabilities)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--target", type=float, default=60.0, help="scenarios per minute to reach")
+    parser.add_argument("--isolation", choices=("auto", "namespace", "fallback"), default="auto")
+    parser.add_argument("--mutation-rounds", type=int, default=0, choices=range(0, 6))
+    parser.add_argument("--seed", type=int, default=1000)
+    args = parser.parse_args(argv)
+    if args.n < 2 or args.workers < 1 or not args.target >= 0:
+        parser.error("--n must be >= 2, --workers >= 1 and --target >= 0")
+    config = SandboxConfig(timeout_s=30, isolation=args.isolation)
+    try:
+        isolation = resolve_isolation(args.isolation)
+    except SandboxUnavailable as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    capabilities = sorted(GENERATORS)
+    scenarios = []
+    for index in range(args.n):
+        scenario = generate_one(capabilities[index % len(capabilities)], args.seed + index // len(capabilities))
+        scenarios.append(mutate_rounds(scenario, args.mutation_rounds) if args.mutation_rounds else scenario)
+    started = time.perf_counter()
+    results = self_test_many(scenarios, config, workers=args.workers, progress=False)
+    elapsed = time.perf_counter() - started
+    failures = [(r.scenario_id, r.reason) for r in results if not r.ok]
+    print(f"isolation={isolation} workers={args.workers} mutation_rounds={args.mutation_rounds}")
+    for capability in capabilities:
+        mine = [r for s, r in zip(scenarios, results) if s.capability == capability]
+        mean = sum(r.seconds for r in mine) / max(len(mine), 1)
+        print(f"{capability:30s} {len(mine):4d} scenarios  {sum(r.ok for r in mine):4d} pass  "
+              f"{mean:5.2f} s per self-test")
+    for scenario_id, reason in failures[:10]:
+        print(f"FAILED {scenario_id}: {reason}")
+    rate = len(results) / elapsed * 60.0
+    print(f"{len(results)} scenarios in {elapsed:.1f} s")
+    print(f"scenarios_per_min={rate:.1f}")
+    return 0 if not failures and rate >= args.target else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Generate pytest-graded code-repair scenarios for one capability.
+
+    python -m pipeline.swebench.generate --capability NAME --n N --seed S --out FILE
+        [--call-depth 3|4|5] [--n-decoys K]      (deep_call_graph_traversal)
+        [--template KEY]                        (semantic_logic_precision)
+
+Scenario i uses seed S+i and is the same on every run (the generators are seeded). FILE is a JSON list in
+the scenarios format (pipeline/swebench/scenario.py); the default place for a capability's set is
+pipeline/swebench/<capability>/scenarios_parsed.json. Generation only builds and checks the scenarios
+in this process (the generator's own code, never untrusted code); run `python -m pipeline.swebench.selftest
+FILE` to prove each one under pytest in the sandbox.
+
+Exit codes: 0 written, 2 bad flags or an unwritable --out (checked before any work; nothing written).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from pipeline._io import InputError, check_output_path
+from pipeline.swebench.generators import GENERATORS, generate_one
+from pipeline.swebench.generators.semantic_logic import TEMPLATES
+from pipeline.swebench.scenario import save_scenarios
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.swebench.generate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--capability", required=True, choices=sorted(GENERATORS))
+    parser.add_argument("--n", type=int, required=True, help="number of scenarios")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first scenario (default 0)")
+    parser.add_argument("--out", type=Path, required=True, help="scenarios JSON file to write")
+    parser.add_argument("--call-depth", type=int, choices=(3, 4, 5), default=None,
+                        help="deep_call_graph_traversal: calls from the public entry to the buggy helper")
+    parser.add_argument("--n-decoys", type=int, default=None, help="deep_call_graph_traversal: correct sibling helpers")
+    parser.add_argument("--template", choices=[t.key for t in TEMPLATES], default=None,
+                        help="semantic_logic_precision: use only this template")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    options = {}
+    if args.capability == "deep_call_graph_traversal":
+        if args.template:
+            parser.error("--template applies to semantic_logic_precision only")
+        options = {k: v for k, v in (("call_depth", args.call_depth), ("n_decoys", args.n_decoys)) if v is not None}
+        if args.n_decoys is not None and not 0 <= args.n_decoys <= 5:
+            parser.error("--n-decoys must be within 0..5")
+    else:
+        if args.call_depth is not None or args.n_decoys is not None:
+            parser.error("--call-depth / --n-decoys apply to deep_call_graph_traversal only")
+        options = {"template": args.template} if args.template else {}
+    if args.n < 1:
+        parser.error("--n must be >= 1")
+    try:
+        check_output_path(args.out, "--out")
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    scenarios = [generate_one(args.capability, seed, **options) for seed in
+                 tqdm(range(args.seed, args.seed + args.n), desc=f"generate {args.capability}", unit="scenario",
+                      disable=args.no_progress or None, file=sys.stderr)]
+    save_scenarios(args.out, scenarios)
+    print(f"{len(scenarios)} {args.capability} scenarios (seeds {args.seed}..{args.seed + args.n - 1}) -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,606 @@
+"""Generator for `semantic_logic_precision`: one precise edit in logic that looks almost right.
+
+Each template is a small package whose core module has one subtle logic bug (an inclusive bound that must
+be exclusive, an operator-precedence slip, a missing reset, the wrong base for a percentage, ...) next to
+look-alike code that is correct. The issue states the rule precisely and shows one failing call. Hidden
+tests exercise the same rule on other inputs, so a patch that special-cases the example fails; regression
+tests pin the neighbouring boundaries and branches, so an over-broad edit fails too.
+
+Difficulty (metadata.difficulty): template, n_look_alikes (correct code with the same shape as the bug),
+n_files.
+"""
+from __future__ import annotations
+
+import random
+import textwrap
+from dataclasses import dataclass
+from typing import Callable
+
+from pipeline.swebench.generators.common import Case, Draft, Outcome, generate_with_retries
+from pipeline.swebench.scenario import Scenario
+
+CAPABILITY = "semantic_logic_precision"
+BUG = "@@BUG@@"
+
+
+def _code(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+def _versions(template: str, buggy: str, fixed: str) -> tuple[str, str]:
+    """The template rendered with the buggy and with the fixed text (an empty text drops the line)."""
+    out = []
+    for replacement in (buggy, fixed):
+        lines = []
+        for line in template.splitlines(keepends=True):
+            if BUG in line:
+                if not replacement:
+                    continue
+                line = line.replace(BUG, replacement)
+            lines.append(line)
+        out.append("".join(lines))
+    return out[0], out[1]
+
+
+@dataclass
+class Template:
+    key: str
+    build: Callable[[random.Random, int], Draft]
+
+
+def _problem(rule: str, module: str, names: list[str]) -> Callable[[Draft, Case, Outcome, Outcome], str]:
+    def problem(draft: Draft, target: Case, before: Outcome, after: Outcome) -> str:
+        got = f"returns {before.value!r}" if before.ok else f"raises {before.value}"
+        return (f"Wrong result from `{target.func}`\n\n"
+                f"```python\nfrom {module} import {', '.join(names)}\n\n{target.call}\n```\n\n"
+                f"This {got}, but it should return {after.value!r}.\n\n{rule}\n")
+    return problem
+
+
+def _draft(seed: int, pkg: str, core: str, buggy_core: str, fixed_core: str, support: dict[str, str],
+           cases: list[Case], entry: str, rule: str, names: list[str], look_alikes: int, key: str) -> Draft:
+    files = {f"{pkg}/__init__.py": f'"""{pkg}: {key.replace("_", " ")} rules."""\n', **support}
+    buggy = {**files, f"{pkg}/{core}.py": buggy_core}
+    fixed = {**files, f"{pkg}/{core}.py": fixed_core}
+    return Draft(capability=CAPABILITY, seed=seed, package=pkg, buggy=buggy, fixed=fixed, cases=cases,
+                 test_path=f"tests/test_{core}.py", hidden_path=f"tests/test_hidden_{core}.py",
+                 entry=(f"{pkg}/{core}.py", entry), problem=_problem(rule, f"{pkg}.{core}", names),
+                 difficulty={"template": key, "n_look_alikes": look_alikes, "n_files": len(buggy) + 1},
+                 test_docstring=f"Tests of {pkg}.{core}.")
+
+
+MONEY = _code('''
+    """Formatting of amounts kept in cents."""
+
+
+    def cents_to_text(cents):
+        """'12.05' for 1205 cents; negative amounts get a leading '-'."""
+        sign = "-" if cents < 0 else ""
+        cents = abs(cents)
+        return f"{sign}{cents // 100}.{cents % 100:02d}"
+    ''')
+
+
+# --------------------------------------------------------------------------------------------------
+# Templates
+# --------------------------------------------------------------------------------------------------
+def tiered_tariff(rng: random.Random, seed: int) -> Draft:
+    pkg, cls, unit = rng.choice((("parkinglot", "ParkingTariff", "hours"), ("waterworks", "WaterTariff", "volume"),
+                                 ("courier", "WeightTariff", "kilos"), ("cowork", "DeskTariff", "days")))
+    template = _code(f'''
+        """Tiered tariffs: each unit is charged at the rate of the tier the quantity falls in."""
+        from {pkg}.money import cents_to_text
+
+
+        class {cls}:
+            """Rates in cents per unit. With breaks (b1, b2) and rates (r0, r1, r2): a quantity below b1 pays r0,
+            from b1 up to but not including b2 pays r1, and from b2 on pays r2."""
+
+            def __init__(self, breaks, rates):
+                if len(rates) != len(breaks) + 1:
+                    raise ValueError("need exactly one rate more than breaks")
+                if list(breaks) != sorted(breaks):
+                    raise ValueError("breaks must be increasing")
+                self.breaks = tuple(breaks)
+                self.rates = tuple(rates)
+
+            def tier_of(self, {unit}):
+                """0-based index of the tier that holds `{unit}`."""
+                for index, limit in enumerate(self.breaks):
+                    if {unit} {BUG} limit:
+                        return index
+                return len(self.breaks)
+
+            def rate_for(self, {unit}):
+                return self.rates[self.tier_of({unit})]
+
+            def price(self, {unit}):
+                """Price in cents: every unit at the rate of the quantity's tier."""
+                return {unit} * self.rate_for({unit})
+
+            def price_text(self, {unit}):
+                return cents_to_text(self.price({unit}))
+
+            def in_top_tier(self, {unit}):
+                return {unit} >= self.breaks[-1]
+
+            def in_first_tier(self, {unit}):
+                return {unit} < self.breaks[0]
+        ''')
+    buggy, fixed = _versions(template, "<=", "<")
+    b1 = rng.randint(3, 12)
+    b2 = b1 + rng.randint(5, 20)
+    r0 = rng.randint(300, 900)
+    rates = (r0, r0 - rng.randint(20, 100), r0 - rng.randint(120, 250))
+    table = f"{cls}(({b1}, {b2}), {rates})"
+    c1 = b1 + rng.randint(2, 6)
+    c2 = c1 + rng.randint(4, 10)
+    other = f"{cls}(({c1}, {c2}), {(rates[0] + 50, rates[1] + 40, rates[2] + 30)})"
+    imp = {f"{pkg}.tariffs": [cls]}
+    cases = [
+        Case("price_at_the_first_break", "target", "price", [str(b1)], imp, table),
+        Case("rate_at_the_second_break", "hidden", "rate_for", [str(c2)], imp, other),
+        Case("price_text_at_a_break", "hidden", "price_text", [str(c1)], imp, other),
+        Case("price_below_the_first_break", "regression", "price", [str(b1 - 1)], imp, table),
+        Case("price_between_breaks", "regression", "price", [str(rng.randint(b1 + 1, b2 - 1))], imp, table),
+        Case("price_above_the_second_break", "regression", "price", [str(b2 + rng.randint(1, 9))], imp, table),
+        Case("top_tier_starts_at_the_second_break", "regression", "in_top_tier", [str(b2)], imp, table),
+        Case("first_tier_ends_before_the_first_break", "regression", "in_first_tier", [str(b1)], imp, table),
+        Case("tier_of_zero", "regression", "tier_of", ["0"], imp, table),
+        Case("price_text_between_breaks", "regression", "price_text", [str(b1 + 1)], imp, table),
+    ]
+    rule = (f"The tariff's docstring is the rule: a quantity *at* a break already belongs to the next tier, "
+            f"so with breaks ({b1}, {b2}) a quantity of {b1} is charged at the second rate.")
+    return _draft(seed, pkg, "tariffs", buggy, fixed, {f"{pkg}/money.py": MONEY}, cases, "price", rule, [cls], 2,
+                  "tiered_tariff")
+
+
+def half_open_bookings(rng: random.Random, seed: int) -> Draft:
+    pkg, cls, what = rng.choice((("roomboard", "RoomBoard", "room"), ("berthplan", "BerthPlan", "berth"),
+                                 ("kilnsched", "KilnSchedule", "kiln"), ("studiobook", "StudioDiary", "studio")))
+    template = _code(f'''
+        """Bookings of one {what}: half-open intervals [start, end) in hours."""
+
+
+        def _overlaps(booking, start, end):
+            """True when the booking and [start, end) share at least one moment."""
+            return booking[0] < end and start {BUG} booking[1]
+
+
+        class {cls}:
+            """Bookings never overlap; one that ends at 10 and one that starts at 10 do not overlap."""
+
+            def __init__(self):
+                self.bookings = []
+
+            @classmethod
+            def from_list(cls, bookings):
+                board = cls()
+                for start, end, who in bookings:
+                    if not board.book(start, end, who):
+                        raise ValueError(f"overlapping booking {{who}}")
+                return board
+
+            def conflicts(self, start, end):
+                """Names on the bookings that [start, end) would overlap."""
+                return [b[2] for b in self.bookings if _overlaps(b, start, end)]
+
+            def book(self, start, end, who):
+                """Add a booking; False (and nothing added) when it would overlap another."""
+                if end <= start:
+                    raise ValueError("a booking must end after it starts")
+                if self.conflicts(start, end):
+                    return False
+                self.bookings.append((start, end, who))
+                return True
+
+            def free_at(self, moment):
+                return not any(start <= moment < end for start, end, _ in self.bookings)
+
+            def busy_hours(self):
+                return sum(end - start for start, end, _ in self.bookings)
+        ''')
+    buggy, fixed = _versions(template, "<=", "<")
+    s1 = rng.randint(6, 10)
+    e1 = s1 + rng.randint(1, 3)
+    s2 = e1 + rng.randint(2, 4)
+    e2 = s2 + rng.randint(1, 3)
+    board = f"{cls}.from_list([({s1}, {e1}, 'ana'), ({s2}, {e2}, 'ben')])"
+    imp = {f"{pkg}.bookings": [cls]}
+    cases = [
+        Case("booking_right_after_another", "target", "book", [str(e1), str(e1 + 1), "'cy'"], imp, board),
+        Case("conflicts_of_a_slot_starting_at_an_end", "hidden", "conflicts", [str(e2), str(e2 + 2)], imp, board),
+        Case("booking_that_ends_where_the_next_starts", "regression", "book", [str(s2 - 1), str(s2), "'dan'"], imp,
+             board),
+        Case("booking_inside_another", "regression", "book", [str(s1), str(e1), "'eve'"], imp, board),
+        Case("conflicts_of_an_overlapping_slot", "regression", "conflicts", [str(s1 - 1), str(s2 + 1)], imp, board),
+        Case("free_at_the_end_of_a_booking", "regression", "free_at", [str(e1)], imp, board),
+        Case("free_at_the_start_of_a_booking", "regression", "free_at", [str(s2)], imp, board),
+        Case("busy_hours", "regression", "busy_hours", [], imp, board),
+    ]
+    rule = ("Bookings are half-open: a booking from a to b occupies a up to but not including b, so a booking "
+            "may start exactly when another ends (and end exactly when another starts).")
+    return _draft(seed, pkg, "bookings", buggy, fixed, {}, cases, "book", rule, [cls], 1, "half_open_bookings")
+
+
+def leap_years(rng: random.Random, seed: int) -> Draft:
+    pkg = rng.choice(("almanac", "payrollcal", "ephemeris", "duedates"))
+    template = _code(f'''
+        """Gregorian calendar arithmetic."""
+
+        DAYS_IN_MONTH = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+        def is_leap(year):
+            """Every fourth year is a leap year, except centuries, except every fourth century."""
+            return {BUG}
+
+
+        def days_in_month(year, month):
+            if not 1 <= month <= 12:
+                raise ValueError(f"no month {{month}}")
+            if month == 2 and is_leap(year):
+                return 29
+            return DAYS_IN_MONTH[month - 1]
+
+
+        def day_of_year(year, month, day):
+            """1 for January 1st."""
+            if not 1 <= day <= days_in_month(year, month):
+                raise ValueError(f"no day {{day}} in {{year}}-{{month:02d}}")
+            return sum(days_in_month(year, m) for m in range(1, month)) + day
+
+
+        def days_in_year(year):
+            return 366 if is_leap(year) else 365
+
+
+        def is_century(year):
+            return year % 100 == 0
+        ''')
+    buggy, fixed = _versions(template, "year % 4 == 0 and year % 100 != 0",
+                             "year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)")
+    quad = rng.choice((1600, 2000, 2400))
+    other_quad = rng.choice([y for y in (1200, 1600, 2000, 2400, 2800) if y != quad])
+    century = rng.choice((1700, 1800, 1900, 2100))
+    leap = rng.choice((1996, 2004, 2012, 2024, 2028))
+    plain = rng.choice((1999, 2019, 2023, 2025))
+    imp = {f"{pkg}.calendar": ["days_in_month", "day_of_year", "days_in_year", "is_century"]}
+    cases = [
+        Case("february_of_a_fourth_century", "target", "days_in_month", [str(quad), "2"], imp),
+        Case("day_of_year_at_the_end_of_a_fourth_century", "hidden", "day_of_year", [str(other_quad), "12", "31"], imp),
+        Case("length_of_a_fourth_century_year", "hidden", "days_in_year", [str(quad + 400)], imp),
+        Case("february_of_a_plain_century", "regression", "days_in_month", [str(century), "2"], imp),
+        Case("february_of_a_leap_year", "regression", "days_in_month", [str(leap), "2"], imp),
+        Case("february_of_a_common_year", "regression", "days_in_month", [str(plain), "2"], imp),
+        Case("day_of_year_in_march_of_a_leap_year", "regression", "day_of_year", [str(leap), "3", "1"], imp),
+        Case("length_of_a_plain_century_year", "regression", "days_in_year", [str(century)], imp),
+        Case("april_has_thirty_days", "regression", "days_in_month", [str(plain), "4"], imp),
+        Case("centuries", "regression", "is_century", [str(century)], imp),
+    ]
+    rule = ("Gregorian rule: a year divisible by 4 is a leap year, except a year divisible by 100, which is not, "
+            "except a year divisible by 400, which is.")
+    return _draft(seed, pkg, "calendar", buggy, fixed, {}, cases, "days_in_month", rule, ["days_in_month"], 1,
+                  "leap_years")
+
+
+def precedence_eligibility(rng: random.Random, seed: int) -> Draft:
+    pkg, cls = rng.choice((("loyaltyclub", "LoyaltyPolicy"), ("gymfees", "MembershipPolicy"),
+                           ("bookclub", "DiscountPolicy"), ("ferrypass", "FarePolicy")))
+    min_years = rng.randint(2, 5)
+    template = _code(f'''
+        """Who gets the loyalty discount, and how much it is."""
+        from {pkg}.money import cents_to_text
+
+        MIN_YEARS = {min_years}
+
+
+        class {cls}:
+            """Members qualify after MIN_YEARS years of membership, or earlier when a member referred them.
+            Non-members never qualify, referred or not."""
+
+            def __init__(self, percent):
+                if not 0 <= percent <= 100:
+                    raise ValueError("percent must be within 0..100")
+                self.percent = percent
+
+            def eligible(self, member, years, referred):
+                return {BUG}
+
+            def discount(self, amount, member, years, referred):
+                """Discount in cents on `amount` cents (rounded down)."""
+                if not self.eligible(member, years, referred):
+                    return 0
+                return amount * self.percent // 100
+
+            def charge(self, amount, member, years, referred):
+                return amount - self.discount(amount, member, years, referred)
+
+            def charge_text(self, amount, member, years, referred):
+                return cents_to_text(self.charge(amount, member, years, referred))
+
+            def is_veteran(self, member, years):
+                return member and years >= 2 * MIN_YEARS
+        ''')
+    buggy, fixed = _versions(template, "member and years >= MIN_YEARS or referred",
+                             "member and (years >= MIN_YEARS or referred)")
+    percent = rng.choice((5, 10, 15, 20))
+    policy = f"{cls}({percent})"
+    amount = rng.randint(20, 400) * 10
+    imp = {f"{pkg}.discounts": [cls]}
+    young = rng.randint(0, min_years - 1)
+    cases = [
+        Case("referred_non_member_pays_full_price", "target", "charge", [str(amount), "False", str(young), "True"],
+             imp, policy),
+        Case("referred_non_member_gets_no_discount", "hidden", "discount",
+             [str(amount + 70), "False", str(min_years + 1), "True"], imp, policy),
+        Case("long_standing_member", "regression", "charge", [str(amount), "True", str(min_years), "False"], imp,
+             policy),
+        Case("referred_new_member", "regression", "charge", [str(amount), "True", str(young), "True"], imp, policy),
+        Case("new_member_without_referral", "regression", "charge", [str(amount), "True", str(young), "False"], imp,
+             policy),
+        Case("non_member", "regression", "discount", [str(amount), "False", str(min_years + 3), "False"], imp, policy),
+        Case("charge_text_of_a_member", "regression", "charge_text", [str(amount + 5), "True", str(min_years), "True"],
+             imp, policy),
+        Case("veteran_member", "regression", "is_veteran", ["True", str(2 * min_years)], imp, policy),
+    ]
+    rule = ("Members qualify after MIN_YEARS years, or earlier when referred; a non-member never qualifies, "
+            "referred or not.")
+    return _draft(seed, pkg, "discounts", buggy, fixed, {f"{pkg}/money.py": MONEY}, cases, "charge", rule, [cls], 1,
+                  "precedence_eligibility")
+
+
+def sliding_window(rng: random.Random, seed: int) -> Draft:
+    pkg, cls = rng.choice((("apigate", "RateLimiter"), ("doorbell", "RingThrottle"), ("smsrelay", "SendBudget"),
+                           ("loginguard", "AttemptWindow")))
+    template = _code(f'''
+        """A sliding-window limit on events (timestamps in seconds)."""
+
+
+        class {cls}:
+            """At most `limit` events in any window of `window` seconds. At time `now` the window holds the events
+            with now - window < t <= now: an event exactly `window` seconds old has already left it."""
+
+            def __init__(self, limit, window):
+                if limit < 1 or window <= 0:
+                    raise ValueError("limit must be >= 1 and window > 0")
+                self.limit = limit
+                self.window = window
+
+            def recent(self, timestamps, now):
+                return [t for t in timestamps if now - self.window {BUG} t <= now]
+
+            def allows(self, timestamps, now):
+                return len(self.recent(timestamps, now)) < self.limit
+
+            def remaining(self, timestamps, now):
+                return max(0, self.limit - len(self.recent(timestamps, now)))
+
+            def expired(self, timestamps, now):
+                return [t for t in timestamps if t <= now - self.window]
+        ''')
+    buggy, fixed = _versions(template, "<=", "<")
+    window = rng.choice((10, 30, 60, 120))
+    limit = rng.randint(2, 4)
+    limiter = f"{cls}({limit}, {window})"
+    now = rng.randint(500, 900)
+    inside = sorted(rng.sample(range(now - window + 1, now), limit - 1))
+    edge = now - window
+    imp = {f"{pkg}.limits": [cls]}
+    cases = [
+        Case("event_exactly_one_window_old_has_left", "target", "allows", [str(inside + [edge]), str(now)], imp,
+             limiter),
+        Case("remaining_after_an_event_one_window_old", "hidden", "remaining", [str([edge, now - 1]), str(now)], imp,
+             limiter),
+        Case("recent_events", "regression", "recent", [str([edge - 5] + inside), str(now)], imp, limiter),
+        Case("full_window_refuses", "regression", "allows", [str(inside + [now]), str(now)], imp, limiter),
+        Case("future_events_do_not_count", "regression", "remaining", [str([now + 1] + inside), str(now)], imp,
+             limiter),
+        Case("expired_includes_the_boundary", "regression", "expired", [str([edge, edge + 1, now]), str(now)], imp,
+             limiter),
+        Case("empty_history_allows", "regression", "allows", ["[]", str(now)], imp, limiter),
+    ]
+    rule = (f"At time `now` the window holds the events with now - window < t <= now; an event exactly "
+            f"`window` ({window}) seconds old no longer counts.")
+    return _draft(seed, pkg, "limits", buggy, fixed, {}, cases, "allows", rule, [cls], 2, "sliding_window")
+
+
+def discount_then_tax(rng: random.Random, seed: int) -> Draft:
+    pkg, cls = rng.choice((("tillroll", "Invoice"), ("quotekit", "Quote"), ("canteen", "Receipt"),
+                           ("hardwarepos", "Bill")))
+    template = _code(f'''
+        """Invoice lines in cents: the discount comes off first, tax is charged on what is left."""
+        from {pkg}.money import cents_to_text
+
+
+        def line_total(price, quantity, discount_percent, tax_percent):
+            """Total of one line in cents (each step rounded down)."""
+            subtotal = price * quantity
+            discounted = subtotal - subtotal * discount_percent // 100
+            tax = {BUG} * tax_percent // 100
+            return discounted + tax
+
+
+        def tax_only(price, quantity, tax_percent):
+            subtotal = price * quantity
+            return subtotal * tax_percent // 100
+
+
+        class {cls}:
+            def __init__(self, tax_percent):
+                self.tax_percent = tax_percent
+                self.lines = []
+
+            @classmethod
+            def of(cls, tax_percent, lines):
+                invoice = cls(tax_percent)
+                for price, quantity, discount in lines:
+                    invoice.add(price, quantity, discount)
+                return invoice
+
+            def add(self, price, quantity, discount_percent=0):
+                self.lines.append((price, quantity, discount_percent))
+                return self
+
+            def total(self):
+                return sum(line_total(p, q, d, self.tax_percent) for p, q, d in self.lines)
+
+            def total_text(self):
+                return cents_to_text(self.total())
+        ''')
+    buggy, fixed = _versions(template, "subtotal", "discounted")
+    tax = rng.choice((7, 10, 19, 21, 25))
+    imp = {f"{pkg}.invoice": ["line_total", "tax_only", cls]}
+    price, qty, disc = rng.randint(300, 2000), rng.randint(1, 5), rng.choice((10, 15, 20, 25, 30))
+    lines = [(rng.randint(100, 900), rng.randint(1, 4), rng.choice((0, 10, 20))) for _ in range(3)]
+    cases = [
+        Case("discounted_line", "target", "line_total", [str(price), str(qty), str(disc), str(tax)], imp),
+        Case("invoice_total_with_discounts", "hidden", "total", [], imp, f"{cls}.of({tax}, {lines + [(999, 2, 50)]})"),
+        Case("line_without_discount", "regression", "line_total", [str(price), str(qty), "0", str(tax)], imp),
+        Case("line_without_tax", "regression", "line_total", [str(price), str(qty), str(disc), "0"], imp),
+        Case("tax_only", "regression", "tax_only", [str(price), str(qty), str(tax)], imp),
+        Case("invoice_total_without_discounts", "regression", "total", [], imp,
+             f"{cls}.of({tax}, {[(p, q, 0) for p, q, _ in lines]})"),
+        Case("total_text_untaxed", "regression", "total_text", [], imp, f"{cls}.of(0, {lines})"),
+    ]
+    rule = ("Discounts come off first and tax is charged on the discounted amount (both rounded down to a cent), "
+            "as the module docstring says.")
+    return _draft(seed, pkg, "invoice", buggy, fixed, {f"{pkg}/money.py": MONEY}, cases, "line_total", rule,
+                  ["line_total"], 1, "discount_then_tax")
+
+
+def running_reset(rng: random.Random, seed: int) -> Draft:
+    pkg, noun = rng.choice((("ledgerlite", "account"), ("meterlog", "meter"), ("scorebook", "player"),
+                            ("stocktake", "shelf")))
+    template = _code(f'''
+        """Running totals over entries sorted by {noun}."""
+
+
+        def running_totals(entries):
+            """[({noun}, running total)] for [({noun}, amount)]; the total restarts at each new {noun}."""
+            out = []
+            current = None
+            running = 0
+            for key, amount in entries:
+                if key != current:
+                    current = key
+                    {BUG}
+                running += amount
+                out.append((key, running))
+            return out
+
+
+        def closing_balances(entries):
+            """{{{noun}: last running total}}."""
+            return dict(running_totals(entries))
+
+
+        def grand_total(entries):
+            total = 0
+            for _, amount in entries:
+                total += amount
+            return total
+
+
+        def count_by_key(entries):
+            counts = {{}}
+            for key, _ in entries:
+                counts[key] = counts.get(key, 0) + 1
+            return counts
+        ''')
+    buggy, fixed = _versions(template, "", "running = 0")
+    names = rng.sample(("ash", "bay", "elm", "fir", "oak", "yew"), 3)
+
+    def entries(keys: list[str]) -> str:
+        out = []
+        for key in keys:
+            out += [(key, rng.randint(1, 50)) for _ in range(rng.randint(1, 3))]
+        return str(out)
+
+    imp = {f"{pkg}.totals": ["running_totals", "closing_balances", "grand_total", "count_by_key"]}
+    cases = [
+        Case("totals_restart_for_each_key", "target", "running_totals", [entries(names[:2])], imp),
+        Case("closing_balances_of_several_keys", "hidden", "closing_balances", [entries(names)], imp),
+        Case("running_totals_of_one_key", "regression", "running_totals", [entries(names[:1])], imp),
+        Case("closing_balance_of_one_key", "regression", "closing_balances", [entries(names[1:2])], imp),
+        Case("running_totals_of_nothing", "regression", "running_totals", ["[]"], imp),
+        Case("grand_total", "regression", "grand_total", [entries(names)], imp),
+        Case("count_by_key", "regression", "count_by_key", [entries(names)], imp),
+    ]
+    rule = f"Each {noun}'s running total starts again from zero at its first entry."
+    return _draft(seed, pkg, "totals", buggy, fixed, {}, cases, "running_totals", rule, ["running_totals"], 1,
+                  "running_reset")
+
+
+def even_median(rng: random.Random, seed: int) -> Draft:
+    pkg = rng.choice(("labstats", "surveykit", "racetimes", "pollster"))
+    template = _code('''
+        """Summary statistics of a list of numbers."""
+
+
+        def median(values):
+            """The middle value; for an even count, the mean of the two middle values."""
+            ordered = sorted(values)
+            n = len(ordered)
+            if n == 0:
+                raise ValueError("median of no values")
+            middle = n // 2
+            if n % 2:
+                return ordered[middle]
+            @@BUG@@
+
+
+        def mean(values):
+            if not values:
+                raise ValueError("mean of no values")
+            return sum(values) / len(values)
+
+
+        def spread(values):
+            return max(values) - min(values)
+
+
+        def summary(values):
+            return {"median": median(values), "mean": round(mean(values), 3), "spread": spread(values)}
+        ''')
+    buggy, fixed = _versions(template, "return ordered[middle]", "return (ordered[middle - 1] + ordered[middle]) / 2")
+
+    def values(n: int) -> list[int]:
+        return rng.sample(range(1, 99), n)
+
+    imp = {f"{pkg}.stats": ["median", "mean", "spread", "summary"]}
+    cases = [
+        Case("median_of_an_even_count", "target", "median", [str(values(rng.choice((4, 6))))], imp),
+        Case("summary_of_an_even_count", "hidden", "summary", [str(values(rng.choice((2, 8))))], imp),
+        Case("median_of_an_odd_count", "regression", "median", [str(values(rng.choice((3, 5, 7))))], imp),
+        Case("median_of_one_value", "regression", "median", [str(values(1))], imp),
+        Case("summary_of_an_odd_count", "regression", "summary", [str(values(5))], imp),
+        Case("mean", "regression", "mean", [str(values(4))], imp),
+        Case("spread", "regression", "spread", [str(values(6))], imp),
+    ]
+    rule = "For an even number of values the median is the mean of the two middle values."
+    return _draft(seed, pkg, "stats", buggy, fixed, {}, cases, "median", rule, ["median"], 0, "even_median")
+
+
+TEMPLATES: tuple[Template, ...] = (
+    Template("tiered_tariff", tiered_tariff),
+    Template("half_open_bookings", half_open_bookings),
+    Template("leap_years", leap_years),
+    Template("precedence_eligibility", precedence_eligibility),
+    Template("sliding_window", sliding_window),
+    Template("discount_then_tax", discount_then_tax),
+    Template("running_reset", running_reset),
+    Template("even_median", even_median),
+)
+
+
+def generate(seed: int, template: str | None = None) -> Scenario:
+    """The scenario of `seed` (deterministic); `template` picks one template by key."""
+    if template is not None and template not in {t.key for t in TEMPLATES}:
+        raise ValueError(f"unknown template {template!r}; known: {', '.join(t.key for t in TEMPLATES)}")
+
+    def build(rng: random.Random) -> Draft:
+        chosen = next(t for t in TEMPLATES if t.key == template) if template else rng.choice(TEMPLATES)
+        return chosen.build(rng, seed)
+
+    return generate_with_retries(build, seed)

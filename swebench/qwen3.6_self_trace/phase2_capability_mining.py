@@ -1,0 +1,98 @@
+"""Phase 2: capability mining on the phase-1 trajectories with the Step-1 tools of TRACE.
+
+    python swebench/qwen3.6_self_trace/phase2_capability_mining.py [TRAJECTORY ...]
+        [--reports DIR_OR_REPORT] [--run-dir runs/swebench/qwen36_self_trace]
+        [--base-url http://localhost:8000/v1 --model NAME [--api-key-env OPENAI_API_KEY] [--runs 10]]
+        [--candidates swebench/qwen3.6_self_trace/candidates.json] [--rho 0.10] [--delta 0.20] [--k 8]
+
+Inputs:  trajectories: mini-swe-agent *.traj.json / SWE-agent *.traj files or folders (default: the
+         phase-1 output <run-dir>/phase1/agent when it exists, else the bundled real fixtures
+         tests/fixtures/real/mini-swe-agent-swebench-verified/); SWE-bench reports (--reports: a folder of
+         <iid>.report.json or a run-level harness report; reports next to the trajectories are found
+         anyway); for labeling, an OpenAI-compatible server (--base-url, --model, the key in the variable
+         named by --api-key-env; for a local vLLM export OPENAI_API_KEY=EMPTY) and the candidate list.
+Outputs: <run-dir>/phase2/summary.jsonl (compacted trajectories, pipeline._summarize); with a server:
+         <run-dir>/phase2/labels/run_01.json ... (N independent labelers, pipeline.label_trajectories),
+         labeling_report.json, and <run-dir>/phase2/selected_capabilities.json (Cov/Δ aggregation).
+
+Without --base-url the phase stops after the summary and says so (exit 0): labeling needs an LLM. Exit 2
+on bad input or an unreachable server (checked before any call).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import DEFAULT_RUN_DIR, HERE, REPO_ROOT, Missing, server_problem  # noqa: E402
+
+BUNDLED = REPO_ROOT / "tests" / "fixtures" / "real" / "mini-swe-agent-swebench-verified"
+
+
+def trajectory_files(paths: list[Path]) -> list[str]:
+    files: list[str] = []
+    for path in paths:
+        if path.is_dir():
+            files += sorted(str(p) for p in path.rglob("*.traj.json")) + sorted(str(p) for p in path.rglob("*.traj"))
+        else:
+            files.append(str(path))
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("trajectories", nargs="*", type=Path)
+    parser.add_argument("--reports", type=Path, default=None)
+    parser.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR)
+    parser.add_argument("--base-url", default=None, help="OpenAI-compatible server for the labelers")
+    parser.add_argument("--model", default=None, help="labeler model name as served")
+    parser.add_argument("--api-key-env", default="OPENAI_API_KEY")
+    parser.add_argument("--runs", type=int, default=10, help="independent labelers")
+    parser.add_argument("--candidates", type=Path, default=HERE / "candidates.json")
+    parser.add_argument("--rho", type=float, default=0.10)
+    parser.add_argument("--delta", type=float, default=0.20)
+    parser.add_argument("--k", type=int, default=None, help="runs that must agree (default 80%% of --runs)")
+    parser.add_argument("--max-chars", type=int, default=1500, help="per-message budget of the summary")
+    args = parser.parse_args(argv)
+    phase1 = args.run_dir / "phase1"
+    sources = args.trajectories or [phase1 / "agent" if (phase1 / "agent").is_dir() else BUNDLED]
+    files = trajectory_files(sources)
+    if not files:
+        print(f"error: no trajectory found in {[str(s) for s in sources]}", file=sys.stderr)
+        return 2
+    reports = args.reports
+    if reports is None and (phase1 / "reports").is_dir():
+        reports = phase1 / "reports"
+    if args.base_url:
+        missing = Missing("phase 2 (labeling)")
+        missing.add(None if args.model else "--model: the labeler model name is required with --base-url")
+        missing.add(server_problem(args.base_url, args.model, need_model_list=False))
+        missing.stop_if_any()
+
+    from pipeline import _summarize, label_trajectories
+
+    out = args.run_dir / "phase2"
+    summary = out / "summary.jsonl"
+    command = [*files, "--out", str(summary), "--max-chars", str(args.max_chars)]
+    if reports is not None:
+        command += ["--reports", str(reports)]
+    print(f"summarizing {len(files)} trajectories -> {summary}")
+    code = _summarize.main(command)
+    if code != 0:
+        return code
+    if not args.base_url:
+        print("labeling needs an OpenAI-compatible server: rerun with --base-url URL --model NAME "
+              "(phase 2 stopped after the summary; nothing was labeled)")
+        return 0
+    label_args = [str(summary), "--out", str(out / "labels"), "--base-url", args.base_url, "--model", args.model,
+                  "--api-key-env", args.api_key_env, "--candidates", str(args.candidates), "--runs", str(args.runs),
+                  "--rho", str(args.rho), "--delta", str(args.delta), "--export", str(out / "selected_capabilities.json")]
+    if args.k is not None:
+        label_args += ["--k", str(args.k)]
+    return label_trajectories.main(label_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
