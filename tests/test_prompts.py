@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import importlib.util
+import json
 import re
 import shlex
 import subprocess
@@ -310,13 +311,139 @@ def test_summarize_flags_follow_the_config(tmp_path):
     assert "--max-chars" not in plain and "--reports" not in plain
 
 
-def test_code_edit_prompt_names_no_game_tools_and_tool_use_prompt_does():
-    game_tools = ("validate_game", "collect_rollouts", "calibrate_environment", "game_registry", "_game.py")
+def test_code_edit_prompt_uses_the_scenario_tools_and_tool_use_prompt_the_game_tools():
     swe = (REPO / "prompts/swebench/environment_generation.md").read_text(encoding="utf-8")
     tau = (REPO / "prompts/tau-bench/environment_generation.md").read_text(encoding="utf-8")
-    assert [t for t in game_tools if t in swe] == []
+    game_tools = ("validate_game", "collect_rollouts", "calibrate_environment", "game_registry", "_game.py")
     assert [t for t in game_tools if t not in tau] == []
-    assert "scenarios_parsed.json" in swe and "python -m pytest" in swe
+    for needed in ("python -m pipeline.swebench.selftest runs/swebench/envs/<name>/scenarios_draft.json "
+                   "--out pipeline/swebench/<name>/scenarios_parsed.json",
+                   "python -m pipeline.swebench.calibrate --capability <name>",
+                   "TRACE_GAMES_DIRS=swebench/games python -m pipeline.validate_game capability_<name>",
+                   "TRACE_GAMES_DIRS=swebench/games python -m train.collect_rollouts --game capability_<name>",
+                   "swebench/games/capability_<name>_game.py", "python -m pipeline.swebench.generate",
+                   "VLLM_BASE_URLS=http://localhost:8000/v1 VLLM_MODEL=Qwen/Qwen3-30B-A3B-Instruct-2507"):
+        assert needed in swe, needed
+    assert "calibrate_environment" not in swe  # the tool-use band checker does not see per-scenario rates
+
+
+# ---------------------------------------------------------------------------------------------
+# The code-edit prompt's scenario format is the loader's (pipeline/swebench/scenario.py)
+# ---------------------------------------------------------------------------------------------
+SWE_PROMPT = "prompts/swebench/environment_generation.md"
+
+
+def _code_edit_step(number: int) -> str:
+    text = (REPO / SWE_PROMPT).read_text(encoding="utf-8")
+    start = text.index(f"## Step {number}")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def _example_scenarios() -> list:
+    blocks = re.findall(r"```json\n(.*?)```", _code_edit_step(3), re.S)
+    assert len(blocks) == 1, "Step 3 of the code-edit prompt should show exactly one JSON example"
+    return json.loads(blocks[0].replace("<name>", "boundary_handling"))
+
+
+def test_code_edit_example_scenario_has_the_loaders_fields_and_loads(tmp_path):
+    from pipeline.swebench.generators.common import shortcut_patch
+    from pipeline.swebench.patches import apply_patch
+    from pipeline.swebench.scenario import REQUIRED_FIELDS, load_scenarios
+
+    example = _example_scenarios()
+    assert isinstance(example, list) and len(example) == 1
+    data = example[0]
+    assert [f for f in REQUIRED_FIELDS if f not in data] == []
+    assert sorted(data) == sorted(REQUIRED_FIELDS)  # the loader rejects any other top-level field
+    meta = data["metadata"]
+    for key in ("hidden_test_files", "shortcut_patch", "mutations", "difficulty", "entry", "shortcut"):
+        assert key in meta, key
+    step = _code_edit_step(3)
+    for name in (*REQUIRED_FIELDS, "metadata.hidden_test_files", "metadata.shortcut_patch", "metadata.entry",
+                 "metadata.shortcut", "metadata.mutations"):
+        assert f"`{name}`" in step, f"Step 3 does not explain `{name}`"
+    path = tmp_path / "scenarios.json"
+    path.write_text(json.dumps(example), encoding="utf-8")
+    (scenario,) = load_scenarios(path)  # every validation rule of the format, the oracle patch applying included
+    assert scenario.hidden_test_files() == ["tests/test_hidden_pricing.py"]
+    assert scenario.target_test.split("::")[0] in scenario.test_files
+    # the shortcut patch is what the helper the prompt names computes, and it applies
+    entry, shortcut = meta["entry"], meta["shortcut"]
+    assert shortcut_patch(scenario.files, entry["path"], entry["function"], shortcut["args"],
+                          shortcut["expected"]) == meta["shortcut_patch"]
+    hacked = apply_patch(scenario.files, meta["shortcut_patch"])
+    assert hacked[entry["path"]] != scenario.files[entry["path"]]
+
+
+def test_code_edit_prompt_drops_the_old_ad_hoc_format():
+    text = (REPO / SWE_PROMPT).read_text(encoding="utf-8")
+    steps = _code_edit_step(3) + _code_edit_step(4) + _code_edit_step(5)
+    for old in ("buggy_snippet", "fail_to_pass", '"test_file":', '"issue":', '"hint":',
+                "No repository tool samples the base model"):
+        assert old not in text, old
+    assert "git apply" not in steps and "mktemp" not in steps  # no hand-written self-test any more
+
+
+def _heredocs(step: str) -> list[tuple[str, str]]:
+    """(argument line, script) of each `python - ARGS <<'EOF'` block in a prompt step."""
+    return re.findall(r"^python - (.*?) <<'EOF'\n(.*?)^EOF$", step, re.S | re.M)
+
+
+def test_code_edit_calibration_snippets_run(tmp_path):
+    """Step 5's scripts for a new capability (per-scenario success rates, mutations) work on the example."""
+    from pipeline.swebench.scenario import load_scenarios
+
+    scenarios = tmp_path / "round_0_scenarios.json"
+    scenarios.write_text(json.dumps(_example_scenarios()), encoding="utf-8")
+    docs = _heredocs(_code_edit_step(5))
+    rates = next(script for args, script in docs if "rollouts" in args)
+    mutate = next(script for args, script in docs if "apply_primitives" in script)
+    rollouts = tmp_path / "round_0_rollouts.json"
+    sims = [{"task_id": "0", "sample_idx": k, "reward_info": {"reward": float(k < 3), "success": k < 3}}
+            for k in range(4)]
+    rollouts.write_text(json.dumps({"simulations": sims}), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-", str(rollouts), str(scenarios)], input=rates, text=True,
+                          capture_output=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"boundary_handling_0001": 0.75}
+    out = tmp_path / "round_0_mutated.json"
+    done = subprocess.run([sys.executable, "-", str(scenarios), str(out), "boundary_handling_0001,other",
+                           "add_decoys", "misleading_docstrings"], input=mutate, text=True, capture_output=True,
+                          cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    (mutated,) = load_scenarios(out)
+    assert [m["strategy"] for m in mutated.metadata["mutations"]] == ["add_decoys+misleading_docstrings"]
+    assert mutated.files != load_scenarios(scenarios)[0].files
+
+
+def test_code_edit_game_file_registers_a_scenario_game(tmp_path, monkeypatch):
+    """The game file Step 4 tells the agent to write for a new capability builds the scenario game over the
+    capability's scenarios file."""
+    import game_registry
+
+    scenarios = tmp_path / "scenarios_parsed.json"
+    scenarios.write_text(json.dumps(_example_scenarios()), encoding="utf-8")
+    (block,) = re.findall(r"```python\n(.*?)```", _code_edit_step(4), re.S)
+    default = 'str(REPO_ROOT / "pipeline/swebench/<name>/scenarios_parsed.json")'
+    assert default in block
+    code = block.replace(default, repr(str(scenarios))).replace("<name>", "boundary_handling")
+    game_file = tmp_path / "capability_boundary_handling_game.py"
+    game_file.write_text(code, encoding="utf-8")
+    registered = []
+    monkeypatch.setattr(game_registry, "register_game", registered.append)  # keep the real registry clean
+    module_spec = importlib.util.spec_from_file_location("prompt_example_game", game_file)
+    module = importlib.util.module_from_spec(module_spec)
+    monkeypatch.setitem(sys.modules, "prompt_example_game", module)  # dataclasses look their module up
+    module_spec.loader.exec_module(module)
+    (spec,) = registered
+    assert spec.name == "capability_boundary_handling" and spec.capability == "boundary_handling"
+    assert "hard_code_the_example" in [p.name for p in spec.probes]
+    game = spec.make_env()
+    game.reset(0)
+    assert game.workspace.scenario.id == "boundary_handling_0001"
+    assert "tests/test_hidden_pricing.py" not in game.workspace.files  # hidden tests stay hidden
+    assert {s["function"]["name"] for s in game.get_tool_schemas()} == {
+        "view_file", "search", "replace_in_file", "run_tests", "submit"}
 
 
 def test_unknown_environment_kind_names_the_missing_template(tmp_path, capsys):
