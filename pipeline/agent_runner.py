@@ -57,7 +57,6 @@ EXPORT_FIELDS: dict[str, tuple[type, ...]] = {
     "mean_delta": (int, float), "std_delta": (int, float), "n_runs_passed": (int,), "n_runs_total": (int,),
     "passes_consistency": (bool,), "example_failed_cases": (list,), "status": (str,),
 }
-SCENARIO_KEYS = ("id", "issue", "files", "test_file", "fail_to_pass", "oracle_patch")
 
 
 class AgentRunError(Exception):
@@ -340,21 +339,19 @@ def validate_game_file(game_file: Path, game: str, seeds: int, log_path: Path) -
 
 
 def check_scenarios(path: Path, name: str, snapshot: Snapshot) -> int:
-    """The code_edit artifact: a fresh JSON list of scenarios for `name`; returns how many."""
+    """The code_edit artifact: a fresh, valid scenarios file for `name` (pipeline/swebench/scenario.py's
+    format, checked by its loader); returns how many scenarios it holds."""
+    from pipeline.swebench.scenario import load_scenarios
+
     if not snapshot.changed(path):
-        raise AgentRunError(f"{path} was not written (the code_edit prompt's Step 3 writes it)")
+        raise AgentRunError(f"{path} was not written (the code_edit prompt's Step 4 self-test writes it)")
     try:
-        scenarios = load_json(path)
-    except InputError as err:
+        scenarios = load_scenarios(path)
+    except InputError as err:  # ScenarioError is an InputError: it names the scenario and the field
         raise AgentRunError(str(err)) from None
-    if not isinstance(scenarios, list) or not scenarios:
-        raise AgentRunError(f"{path}: expected a non-empty JSON list of scenarios")
     for index, scenario in enumerate(scenarios):
-        missing = [key for key in SCENARIO_KEYS if not isinstance(scenario, dict) or key not in scenario]
-        if missing:
-            raise AgentRunError(f"{path}: scenario {index} lacks {', '.join(missing)}")
-        if scenario.get("capability", name) != name:
-            raise AgentRunError(f"{path}: scenario {index} is for capability {scenario['capability']!r}, not {name!r}")
+        if scenario.capability != name:
+            raise AgentRunError(f"{path}: scenario {index} is for capability {scenario.capability!r}, not {name!r}")
     return len(scenarios)
 
 

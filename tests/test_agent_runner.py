@@ -218,18 +218,27 @@ def test_shipped_agents_file_parses_and_fills_placeholders():
 
 
 def test_code_edit_scenarios_check(tmp_path):
-    path = tmp_path / "pipeline" / "swebench" / "x" / "scenarios_parsed.json"
+    """The artifact is checked with the scenario loader (the format the code-edit prompt asks for)."""
+    from pipeline.swebench.generators import generate_many
+
+    name = "semantic_logic_precision"
+    path = tmp_path / "pipeline" / "swebench" / name / "scenarios_parsed.json"
     snapshot = agent_runner.Snapshot([path])
     with pytest.raises(agent_runner.AgentRunError, match="was not written"):
-        agent_runner.check_scenarios(path, "x", snapshot)
+        agent_runner.check_scenarios(path, name, snapshot)
     path.parent.mkdir(parents=True)
-    scenario = {key: "v" for key in agent_runner.SCENARIO_KEYS}
-    path.write_text(json.dumps([scenario, {**scenario, "oracle_patch": None}]), encoding="utf-8")
-    assert agent_runner.check_scenarios(path, "x", snapshot) == 2
-    del scenario["oracle_patch"]
-    path.write_text(json.dumps([scenario]), encoding="utf-8")
-    with pytest.raises(agent_runner.AgentRunError, match="scenario 0 lacks oracle_patch"):
-        agent_runner.check_scenarios(path, "x", snapshot)
+    scenarios = [s.to_dict() for s in generate_many(name, 2, seed=0)]
+    path.write_text(json.dumps(scenarios), encoding="utf-8")
+    assert agent_runner.check_scenarios(path, name, snapshot) == 2
+    with pytest.raises(agent_runner.AgentRunError, match="not 'other'"):
+        agent_runner.check_scenarios(path, "other", snapshot)
+    del scenarios[0]["oracle_patch"]
+    path.write_text(json.dumps(scenarios), encoding="utf-8")
+    with pytest.raises(agent_runner.AgentRunError, match="scenario 0.*oracle_patch"):
+        agent_runner.check_scenarios(path, name, snapshot)
+    path.write_text(json.dumps([{"id": "a", "issue": "old format", "fail_to_pass": []}]), encoding="utf-8")
+    with pytest.raises(agent_runner.AgentRunError, match="scenario 0"):
+        agent_runner.check_scenarios(path, name, snapshot)
 
 
 def test_launch_closes_the_output_pipe(tmp_path):
