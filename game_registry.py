@@ -141,6 +141,30 @@ def parse_hermes_action(text: str) -> Action:
     return Action(kind="tool_call", raw=text, content=content, tool_calls=calls)
 
 
+def render_tool_call(name: str, arguments: dict[str, Any] | str) -> str:
+    """The exact text an assistant turn contains for one tool call (same bytes the template writes).
+
+    `arguments` as a dict is serialised like the template's `tojson`; as a string it is kept verbatim.
+    It is the inverse of `parse_hermes_action`, and the tiny model's chat template (train/chat_template.py)
+    writes the same bytes. An assistant turn with text and calls is `text + "\n" + "\n".join(calls)` (no
+    separator before the first call when the text is empty).
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"tool-call name must be a non-empty string, got {name!r}")
+    if isinstance(arguments, str):
+        args_text = arguments
+    elif isinstance(arguments, dict):
+        args_text = json.dumps(arguments, ensure_ascii=False)
+    else:
+        raise ValueError(
+            f"tool-call arguments must be a dict or a JSON string, got {type(arguments).__name__}; "
+            "wrap positional values in a dict such as {'value': ...}"
+        )
+    call_json = '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": ' + args_text + "}"
+    return "<tool_call>\n" + call_json + "\n</tool_call>"
+
+
+
 # --------------------------------------------------------------------------------------------------
 # The game protocol
 # --------------------------------------------------------------------------------------------------

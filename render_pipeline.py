@@ -42,7 +42,7 @@ from typing import Any
 
 import jinja2
 
-from pipeline._io import InputError, atomic_write_text, check_output_path, load_yaml_mapping
+from common.io import InputError, atomic_write_text, check_output_path, load_yaml_mapping
 
 REPO_ROOT = Path(__file__).resolve().parent
 PROMPTS_DIR = REPO_ROOT / "prompts"

@@ -21,7 +21,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: make game_registry import
     sys.path.insert(0, str(REPO_ROOT))
 
 from game_registry import GameSpec, get_game, list_games  # noqa: E402
-from pipeline._io import InputError, check_number  # noqa: E402
+from common.io import InputError, check_number  # noqa: E402
 
 TARGET_BENCHMARK = "storefront"
 

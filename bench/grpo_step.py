@@ -42,7 +42,7 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from game_registry import GameImportError, GameSpec, get_game  # noqa: E402
-from pipeline._io import InputError  # noqa: E402
+from common.io import InputError  # noqa: E402
 
 DEFAULT_GAME = "capability_precondition_verification"
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

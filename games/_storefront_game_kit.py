@@ -47,7 +47,7 @@ from benchmarks.storefront.policy import POLICY
 from benchmarks.storefront.tools import StorefrontTools
 from benchmarks.storefront.user_sim import REQUEST_KINDS, Identity, UserRequest, UserSimulator, is_question
 from benchmarks.tooling import ToolCallRecord, ToolEnvGame
-from train.chat_template import render_tool_call
+from game_registry import render_tool_call
 
 TARGET_BENCHMARK = "storefront"
 # The target's expert asks exactly this (benchmarks/storefront/env.py); the same words keep the two aligned.

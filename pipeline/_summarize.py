@@ -51,7 +51,7 @@ from typing import Any, Iterable, Sequence
 
 from tqdm import tqdm
 
-from pipeline._io import InputError, atomic_write_jsonl, check_output_path, load_json, load_jsonl
+from common.io import InputError, atomic_write_jsonl, check_output_path, load_json, load_jsonl
 
 DEFAULT_MAX_CHARS = 1000
 DEFAULT_PASS_THRESHOLD = 1.0

@@ -40,7 +40,7 @@ from typing import Any, Callable
 import yaml
 
 from game_registry import game_dirs
-from pipeline._io import InputError, load_json
+from common.io import InputError, load_json
 from pipeline.capabilities import load_selected, next_pending
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -65,7 +65,7 @@ if __package__ in (None, ""):  # run as `python pipeline/aggregate_capabilities.
 
 import numpy as np
 
-from pipeline._io import InputError, atomic_write_json, check_output_path, load_json
+from common.io import InputError, atomic_write_json, check_output_path, load_json
 
 CATEGORIES = ("NA", "PRESENT", "LACKING")  # category code = position, used for Fleiss' κ
 FAILED_KEYS = ("na_failed", "present_failed", "lacking_failed")  # same order as CATEGORIES

@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline._io import InputError, atomic_write_json, load_json
+from common.io import InputError, atomic_write_json, load_json
 
 DEFAULT_FILE = "pipeline/selected_capabilities.json"
 FILE_VARIABLE = "TRACE_SELECTED"

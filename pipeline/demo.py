@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from pipeline import rule_labeler
-from pipeline._io import InputError, atomic_write_json, atomic_write_jsonl, load_json
+from common.io import InputError, atomic_write_json, atomic_write_jsonl, load_json
 from pipeline._summarize import summarize_paths
 from pipeline.aggregate_capabilities import aggregate, format_table, write_outputs
 from pipeline.labels_to_run import labels_to_run

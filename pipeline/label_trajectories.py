@@ -52,7 +52,7 @@ if __package__ in (None, ""):  # run as `python pipeline/label_trajectories.py`:
 
 from tqdm import tqdm
 
-from pipeline._io import InputError, atomic_write_json, load_jsonl
+from common.io import InputError, atomic_write_json, load_jsonl
 from pipeline._summarize import truncate_middle
 from pipeline.aggregate_capabilities import (CATEGORIES, aggregate, check_outputs, format_table, load_candidates,
                                              validate_run, write_outputs)

@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-from pipeline._io import InputError, atomic_write_json, check_output_path, load_jsonl
+from common.io import InputError, atomic_write_json, check_output_path, load_jsonl
 from pipeline.aggregate_capabilities import CATEGORIES, FAILED_KEYS, PASSED_KEYS, validate_run
 
 

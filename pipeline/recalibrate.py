@@ -28,7 +28,7 @@ import typing
 from typing import Any, Callable
 
 from game_registry import DifficultyKnob, Game, GameSpec, get_game
-from pipeline._io import InputError, atomic_write_json, check_number, check_output_path, load_json
+from common.io import InputError, atomic_write_json, check_number, check_output_path, load_json
 from pipeline.calibrate_environment import compute_metrics
 
 DEFAULT_BAND = (0.2, 0.6)

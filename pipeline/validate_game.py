@@ -30,7 +30,7 @@ from typing import Any, Callable
 from tqdm import tqdm
 
 from game_registry import REPO_ROOT, Action, Game, GameSpec, get_game
-from pipeline._io import InputError, atomic_write_json, check_number, check_output_path, load_json
+from common.io import InputError, atomic_write_json, check_number, check_output_path, load_json
 from pipeline.probes import DEFAULT_TOLERANCE, evaluate_probes, format_table, suite_problems, summarize, tool_facts
 
 PASS, FAIL, WARN = "PASS", "FAIL", "WARN"

@@ -22,7 +22,7 @@ from games._storefront_game_kit import (
     mentions_phrase,
 )
 from pipeline.validate_game import validate
-from train.chat_template import render_tool_call
+from game_registry import render_tool_call
 
 GAMES = (
     "capability_precondition_verification",

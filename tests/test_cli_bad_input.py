@@ -22,7 +22,7 @@ import game_registry
 import toy_games as toy
 from benchmarks.storefront import run as storefront_run
 from pipeline import calibrate_environment, recalibrate, validate_game
-from pipeline._io import InputError, check_number, check_output_path
+from common.io import InputError, check_number, check_output_path
 
 REPO = Path(__file__).resolve().parent.parent
 SUBPROCESS_TIMEOUT = 120
@@ -86,7 +86,7 @@ def expect_refused(code: int, capsys, flag: str, message: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# The helpers in pipeline/_io.py
+# The helpers in common/io.py
 # --------------------------------------------------------------------------------------------------
 def test_check_output_path_refuses_each_bad_kind(bad_outputs, tmp_path):
     before = _files(tmp_path)

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import pytest
 
 from game_registry import get_game, parse_hermes_action
-from train.chat_template import render_tool_call
+from game_registry import render_tool_call
 
 SEEDS = range(160)
 NOISE = 0.06  # allowed rise between neighbouring values (different instances per value, same seeds)

@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 import game_registry
-from pipeline._io import InputError
+from common.io import InputError
 from train.backends import HFBackend, SamplingParams
 from train.config import GRPOConfig, load_config
 from train.episodes import ChatTokenizer, EpisodeRequest, rescored_under_base_prompt, run_episodes

@@ -1,4 +1,4 @@
-"""pipeline/_io.py writers: the file mode of new artifacts and text UTF-8 cannot encode."""
+"""common/io.py writers: the file mode of new artifacts and text UTF-8 cannot encode."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from pipeline._io import InputError, atomic_write_json, atomic_write_jsonl, atomic_write_text
+from common.io import InputError, atomic_write_json, atomic_write_jsonl, atomic_write_text
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_text_writer_refuses_a_lone_surrogate_and_writes_nothing(tmp_path):
 
 
 def test_current_umask_reads_the_umask_without_changing_it(umask):
-    from pipeline._io import current_umask
+    from common.io import current_umask
 
     umask(0o027)
     assert current_umask() == 0o027 and current_umask() == 0o027

@@ -27,7 +27,7 @@ if str(REPO) not in sys.path:  # so the test also runs as `pytest` (not only `py
     sys.path.insert(0, str(REPO))
 
 import render_pipeline  # noqa: E402
-from pipeline._io import InputError  # noqa: E402
+from common.io import InputError  # noqa: E402
 
 # Filled-in prompt -> (config that renders it, stage). Each config's first line gives the command.
 FILLED_IN = {
@@ -213,7 +213,7 @@ def test_reference_extractor_finds_tools_and_skips_outputs():
     assert missing_reference("path", "configs/nope.yaml") == "configs/nope.yaml"
     assert missing_reference("module", "pytest") is None
     assert missing_reference("module", "pipeline.no_such_tool") == "python -m pipeline.no_such_tool -> pipeline/no_such_tool.py"
-    assert missing_reference("module", "pipeline._io") is None
+    assert missing_reference("module", "common.io") is None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import json
 import pytest
 
 import toy_games as toy
-from pipeline._io import InputError
+from common.io import InputError
 from pipeline.recalibrate import decide, main, parse_knob_value, policy_collector, search_knob
 
 

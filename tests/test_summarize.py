@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline._io import InputError
+from common.io import InputError
 from pipeline._summarize import (UnknownOutcomeWarning, main, render_messages, summarize_file, summarize_paths,
                                  truncate_middle)
 

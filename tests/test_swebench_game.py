@@ -16,7 +16,7 @@ from pipeline.swebench.game import ScenarioGameConfig, SemanticLogicGameConfig, 
 from pipeline.swebench.generators import generate_one
 from pipeline.swebench.scenario import Scenario, save_scenarios
 from pipeline.validate_game import probe_check, validate
-from train.chat_template import render_tool_call
+from game_registry import render_tool_call
 
 CAPABILITIES = ("semantic_logic_precision", "deep_call_graph_traversal")
 

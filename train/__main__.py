@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from game_registry import GameImportError, GameSpec, get_game
-from pipeline._io import InputError
+from common.io import InputError
 from train.backends import HFBackend
 from train.checkpoint import latest_checkpoint
 from train.config import load_config

@@ -18,8 +18,11 @@ Adding one more ``tool`` message right after a rendered ``tool`` message is NOT 
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+# The tool-call format lives with its parser in the game protocol (environments must not import train/);
+# the template below writes the same bytes, and tests check that it does.
+from game_registry import render_tool_call  # noqa: F401  (re-exported: the format's helpers live together)
 
 # Literal pieces of the format, shared with the tokenizer builder (these become single tokens).
 ENDOFTEXT = "<|endoftext|>"
@@ -139,28 +142,6 @@ CHAT_TEMPLATE = r"""
     {{- '<|im_start|>assistant\n' -}}
 {%- endif -%}
 """.strip()
-
-
-def render_tool_call(name: str, arguments: dict[str, Any] | str) -> str:
-    """The exact text an assistant turn contains for one tool call (same bytes the template writes).
-
-    `arguments` as a dict is serialised like the template's `tojson`; as a string it is kept verbatim.
-    An assistant turn with text and calls is `text + TOOL_CALL_SEPARATOR + TOOL_CALL_SEPARATOR.join(calls)`
-    (no separator before the first call when the text is empty).
-    """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"tool-call name must be a non-empty string, got {name!r}")
-    if isinstance(arguments, str):
-        args_text = arguments
-    elif isinstance(arguments, dict):
-        args_text = json.dumps(arguments, ensure_ascii=False)
-    else:
-        raise ValueError(
-            f"tool-call arguments must be a dict or a JSON string, got {type(arguments).__name__}; "
-            "wrap positional values in a dict such as {'value': ...}"
-        )
-    call_json = '{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": ' + args_text + "}"
-    return "<tool_call>\n" + call_json + "\n</tool_call>"
 
 
 def render_chat(

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 from safetensors.torch import load_file, save_file
 
-from pipeline._io import InputError
+from common.io import InputError
 
 CHECKPOINT_PREFIX = "iter_"
 

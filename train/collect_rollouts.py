@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from benchmarks.results import write_results
 from game_registry import GameImportError, GameSpec, get_game
-from pipeline._io import InputError
+from common.io import InputError
 from train.backends import HFBackend, RolloutBackend
 from train.episodes import ChatTokenizer, EpisodeRequest, episode_to_simulation, run_episodes
 from train.policy import load_base_model

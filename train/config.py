@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from pipeline._io import InputError, load_yaml_mapping
+from common.io import InputError, load_yaml_mapping
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -170,7 +170,7 @@ def load_config(path: str | Path | None, overrides: dict[str, str] | None = None
 
 
 def save_config(config: GRPOConfig, path: str | Path) -> None:
-    from pipeline._io import atomic_write_text
+    from common.io import atomic_write_text
 
     header = f"# Resolved GRPO config. Reproduce with: python -m train --config {path}\n"
     atomic_write_text(path, header + yaml.safe_dump(config.to_dict(), sort_keys=False))

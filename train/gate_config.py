@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from pipeline._io import InputError, atomic_write_text, load_yaml_mapping
+from common.io import InputError, atomic_write_text, load_yaml_mapping
 from train.config import GRPOConfig
 
 MODES = ("token", "trajectory", "global")

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from benchmarks.results import write_results
 from game_registry import GameSpec
-from pipeline._io import atomic_write_text
+from common.io import atomic_write_text
 from train.backends import RolloutBackend
 from train.checkpoint import load_checkpoint, save_checkpoint
 from train.config import GRPOConfig, save_config

@@ -28,7 +28,7 @@ import torch
 
 from game_registry import GameImportError, get_game
 from moe_gate import GateError, build_capability_model
-from pipeline._io import InputError
+from common.io import InputError
 from train.__main__ import _check_game_overrides
 from train.backends import HFBackend
 from train.checkpoint import latest_checkpoint

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import torch
 
-from pipeline._io import InputError
+from common.io import InputError
 from train.distributed import world
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}

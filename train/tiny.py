@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from jinja2.exceptions import TemplateError
 from tqdm import tqdm
 
-from pipeline._io import InputError, atomic_write_json, load_jsonl
+from common.io import InputError, atomic_write_json, load_jsonl
 from train.chat_template import (
     CHAT_TEMPLATE,
     ENDOFTEXT,

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from moe_gate import GateError, build_capability_model, load_balance_loss, save_gate
 from moe_gate.model_builder import CapabilityModel
-from pipeline._io import InputError
+from common.io import InputError
 from train.gate_config import MoEGateConfig, SFTConfig, load_gate_config, save_gate_config
 
 IGNORE = -100

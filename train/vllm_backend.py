@@ -41,7 +41,7 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
-from pipeline._io import InputError
+from common.io import InputError
 from train.backends import Completion, RolloutBackend, SamplingParams
 from train.distributed import world
 from train.policy import Policy

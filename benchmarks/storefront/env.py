@@ -30,7 +30,7 @@ from benchmarks.storefront.tasks import Step, SubRequest, Task, make_task
 from benchmarks.storefront.tools import StorefrontTools
 from benchmarks.storefront.user_sim import UserSimulator
 from benchmarks.tooling import ToolEnvGame
-from train.chat_template import render_tool_call
+from game_registry import render_tool_call
 
 __all__ = ["AUTH_QUESTION", "StorefrontConfig", "StorefrontGame", "tool_call_text"]
 

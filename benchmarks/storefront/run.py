@@ -29,7 +29,7 @@ from benchmarks.storefront.env import StorefrontConfig, StorefrontGame
 from benchmarks.storefront.flaws import FlawedExpertAgent
 from benchmarks.storefront.user_sim import REQUEST_KINDS
 from game_registry import parse_hermes_action
-from pipeline._io import InputError, check_number, check_output_path, load_yaml_mapping
+from common.io import InputError, check_number, check_output_path, load_yaml_mapping
 
 
 def task_seed(seed: int, index: int) -> int:

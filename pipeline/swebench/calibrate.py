@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from pipeline._io import InputError, atomic_write_json, atomic_write_text, check_output_path, load_json
+from common.io import InputError, atomic_write_json, atomic_write_text, check_output_path, load_json
 from pipeline.swebench.generators import GENERATORS, generate_one
 from pipeline.swebench.mutations import ROUND_ORDER, SCHEDULES, mutate_round
 from pipeline.swebench.sandbox import SandboxConfig, SandboxUnavailable

@@ -43,7 +43,7 @@ from pipeline.swebench.grading import Grade, GradeConfig, Grader
 from pipeline.swebench.patches import apply_patch, replacements
 from pipeline.swebench.sandbox import SandboxConfig
 from pipeline.swebench.scenario import Scenario, default_scenarios_path, load_scenarios
-from train.chat_template import render_tool_call
+from game_registry import render_tool_call
 
 MAX_SEARCH_HITS = 40
 MAX_FILE_CHARS = 200_000

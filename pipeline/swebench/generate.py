@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from pipeline._io import InputError, check_output_path
+from common.io import InputError, check_output_path
 from pipeline.swebench.generators import GENERATORS, generate_one
 from pipeline.swebench.generators.semantic_logic import TEMPLATES
 from pipeline.swebench.scenario import save_scenarios

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from pipeline._io import InputError, atomic_write_json, load_json
+from common.io import InputError, atomic_write_json, load_json
 from pipeline.swebench.patches import PatchError, apply_patch, parse_patch
 
 CAPABILITIES = ("deep_call_graph_traversal", "semantic_logic_precision")

@@ -26,7 +26,7 @@ from typing import Iterable
 
 from tqdm import tqdm
 
-from pipeline._io import InputError, atomic_write_json, check_output_path
+from common.io import InputError, atomic_write_json, check_output_path
 from pipeline.swebench.patches import PatchError, apply_patch
 from pipeline.swebench.sandbox import SandboxConfig, SandboxUnavailable, TestRun, run_pytest_batch
 from pipeline.swebench.scenario import Scenario, load_scenarios, save_scenarios

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR)
     args = parser.parse_args(argv)
 
-    from pipeline._io import InputError, atomic_write_json
+    from common.io import InputError, atomic_write_json
     from pipeline.swebench.game import CONFIG_CLASSES, ScenarioGame, make_spec
     from pipeline.swebench.sandbox import SandboxConfig
     from pipeline.swebench.scenario import load_scenarios

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from _common import SELECTED, mark, read_prompt, take_next_capability, write_game
 
-from pipeline._io import atomic_write_json
+from common.io import atomic_write_json
 from pipeline.aggregate_capabilities import aggregate, write_outputs
 from pipeline.labels_to_run import labels_to_run
 
