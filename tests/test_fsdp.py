@@ -31,9 +31,10 @@ def stub():
 
 def _torchrun(model_dir: Path, out: Path, stub_url: str, *extra: str) -> subprocess.CompletedProcess:
     # --standalone: torchrun binds a free port itself (no window for another process to take a probed one)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "train", "--game", GAME, "--model", str(model_dir),
-               "--output_dir", str(out), "--groups_per_iteration", "4", "--group_size", "4", "--lora_r", "4",
-               "--learning_rate", "3e-2", "--max_episode_tokens", "128", "--save_every", "1", *extra]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "train",
+               "--game", GAME, "--model", str(model_dir), "--output_dir", str(out), "--groups_per_iteration", "4",
+               "--group_size", "4", "--lora_r", "4", "--learning_rate", "3e-2", "--max_episode_tokens", "128",
+               "--save_every", "1", *extra]
     env = {**os.environ, "TRACE_GAMES_DIRS": str(REPO / "tests" / "games"), "PYTHONPATH": str(REPO),
            "VLLM_BASE_URLS": stub_url, "VLLM_MODEL": BASE}
     return subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -74,7 +74,8 @@ def stub_server(readme_tiny_model):
 def _runnable(command: str, model: Path, stub_url: str, out: Path) -> tuple[list[str], dict[str, str]]:
     """The README command as an argv + environment for this machine (see the module docstring)."""
     env = {**os.environ, "TRACE_GAMES_DIRS": str(REPO / "tests" / "games"), "PYTHONPATH": str(REPO)}
-    words = shlex.split(command.replace("capability_<name>", LETTER_GAME).replace("--game ...", f"--game {LETTER_GAME}"))
+    command = command.replace("capability_<name>", LETTER_GAME).replace("--game ...", f"--game {LETTER_GAME}")
+    words = shlex.split(command)
     while "=" in words[0] and not words[0].startswith("-"):  # leading VAR=value assignments
         name, value = words.pop(0).split("=", 1)
         env[name] = {"VLLM_BASE_URLS": stub_url, "VLLM_MODEL": BASE}.get(name, value)
