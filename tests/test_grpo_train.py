@@ -310,22 +310,26 @@ def test_logprobs_after_a_shared_prefix_equal_full_sequence_logprobs_and_grads(t
 
 
 def test_shared_prefix_update_equals_the_plain_update(tiny_model_dir, letter_game, tmp_path):
-    adapters = []
+    """Raw gradients before clipping and the optimizer: an Adam step from B = 0 is ~lr * sign(gradient) and
+    would hide a gradient off by a factor. Same rollouts on both paths (same seeds), hinted samples included."""
+    gradients = []
     for shared in (True, False):
         config = load_config(None, {"iterations": "1", "groups_per_iteration": "4", "group_size": "4",
                                     "lora_r": "4", "learning_rate": "3e-2", "micro_batch_size": "3",
-                                    "hint_fraction": "0.25", "max_episode_tokens": "128", "save_rollouts": "false"},
+                                    "hint_fraction": "0.25", "max_episode_tokens": "128", "save_rollouts": "false",
+                                    "grad_clip": "1e9"},
                              game=GAME, model=str(tiny_model_dir), output_dir=str(tmp_path / str(shared)),
                              shared_prefix=shared)
         torch.manual_seed(0)
         base, tokenizer = load_base_model(config.model)
         policy = LoraPolicy.create(base, r=4, alpha=8, dropout=0.0, target_modules=config.lora_target_modules)
         trainer = GRPOTrainer(config, letter_game, policy, tokenizer, HFBackend(policy.model, tokenizer.pad_token_id))
-        assert trainer.run()["skipped_update"] == 0.0
-        adapters.append(load_file(str(tmp_path / str(shared) / "adapter_model.safetensors")))
-    assert adapters[0].keys() == adapters[1].keys()
-    for key in adapters[0]:
-        assert torch.allclose(adapters[0][key], adapters[1][key], atol=1e-6), key
+        assert trainer.run()["skipped_update"] == 0.0  # the step leaves .grad as the update computed it
+        gradients.append({n: p.grad.clone() for n, p in policy.model.named_parameters() if p.requires_grad})
+    assert gradients[0].keys() == gradients[1].keys()
+    assert any(g.abs().max() > 1e-6 for g in gradients[1].values())
+    for key in gradients[0]:
+        torch.testing.assert_close(gradients[0][key], gradients[1][key], rtol=1e-4, atol=1e-7, msg=key)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -482,3 +486,474 @@ def test_fewer_groups_than_processes_exits_2(tiny_model_dir, tmp_path):
     assert result.returncode != 0
     assert "groups_per_iteration=1 is smaller than the 2 processes" in result.stderr
     assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# Multi-turn episodes: observations are never trained on
+# ------------------------------------------------------------------------------------------------
+class RecordingBackend(HFBackend):
+    """The in-process sampler, remembering every (prompt, completion) it produced."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.records: list[tuple[list[int], list[int]]] = []
+
+    def generate(self, prompts, params):
+        completions = super().generate(prompts, params)
+        self.records += [(list(p), list(c.token_ids)) for p, c in zip(prompts, completions)]
+        return completions
+
+
+def _sampled_positions(ep, records) -> list[int]:
+    """Positions of `ep.token_ids` that the sampler produced, found from the sampler's own records."""
+    positions: set[int] = set()
+    for prompt, completion in records:
+        end = len(prompt) + len(completion)
+        if ep.token_ids[: len(prompt)] == prompt and ep.token_ids[len(prompt) : end] == completion:
+            positions.update(range(len(prompt), end))
+    return sorted(positions)
+
+
+@pytest.fixture(scope="module")
+def multi_turn_spec():
+    """The vault game (tool observations and customer replies between turns), short turns for speed."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import toy_games
+
+    return toy_games.make_spec(max_turns=3, max_gen_tokens=12)
+
+
+def _multi_turn_episodes(model, tokenizer, spec, n_groups: int, group_size: int, seed: int = 0):
+    backend = RecordingBackend(model, tokenizer.pad_token_id, seed=seed)
+    requests = [EpisodeRequest(seed=g, sample_idx=k) for g in range(n_groups) for k in range(group_size)]
+    # A budget no episode reaches: every completion is kept whole, so the records locate every sampled token.
+    episodes = run_episodes(spec, requests, backend, ChatTokenizer(tokenizer), temperature=1.0,
+                            max_episode_tokens=4000)
+    return episodes, backend.records
+
+
+def test_multi_turn_episode_masks_exactly_the_sampled_tokens(tiny_model_dir, multi_turn_spec):
+    model, tokenizer = load_base_model(str(tiny_model_dir))
+    episodes, records = _multi_turn_episodes(model, tokenizer, multi_turn_spec, n_groups=2, group_size=2)
+    assert all(ep.n_turns > 1 for ep in episodes), "the test needs observations between turns"
+    for ep in episodes:
+        sampled = _sampled_positions(ep, records)
+        assert [i for i, m in enumerate(ep.loss_mask) if m] == sampled  # observations and prompt are 0
+        # every observation the game sent is in the masked tokens after the prompt, none in the sampled ones
+        masked_text = tokenizer.decode([t for i, t in enumerate(ep.token_ids[ep.prompt_len :], ep.prompt_len)
+                                        if not ep.loss_mask[i]])
+        observations = [m["content"] for m in ep.conversation[ep.n_prompt_messages:] if m["role"] != "assistant"]
+        assert observations and all(text in masked_text for text in observations)
+
+
+@pytest.mark.parametrize("loss_agg, kl_beta", [("grpo", 0.0), ("dapo", 0.0), ("dr_grpo", 0.0), ("grpo", 0.3)])
+def test_update_gradient_equals_a_hand_computed_one_on_multi_turn_episodes(tiny_model_dir, multi_turn_spec,
+                                                                          tmp_path, loss_agg, kl_beta):
+    """The trainer's raw gradient (before clipping and the optimizer) against the loss written out here from
+    its definition, on the sampled positions found independently of the episode's loss mask:
+
+        grpo:    -(1 / N_seq_with_tokens) sum_s A_s (1 / T_s) sum_t ratio_st     (+ beta k3 the same way)
+        dapo:    -(1 / N_tokens) sum_s A_s sum_t ratio_st
+        dr_grpo: -(1 / (N_seq x budget)) sum_s A_s sum_t ratio_st, budget = max_turns x max_gen_tokens (3 x 12)
+
+    with ratio_st = exp(logp_st - old_st) = 1 at step 0 (old = the trainer's own log-probs).
+    """
+    from train.grpo import Sequence
+    from train.logprobs import token_logprobs
+
+    config = load_config(None, {"groups_per_iteration": "2", "group_size": "2", "micro_batch_size": "3",
+                                "grad_clip": "1e9", "lora_target_modules": "[q_proj, v_proj, lm_head]",
+                                "max_episode_tokens": "4000"},
+                         game="toy_vault", model=str(tiny_model_dir), output_dir=str(tmp_path),
+                         loss_agg=loss_agg, kl_beta=kl_beta)
+    torch.manual_seed(0)
+    base, tokenizer = load_base_model(config.model)
+    policy = LoraPolicy.create(base, r=4, alpha=8, dropout=0.0, target_modules=config.lora_target_modules)
+    if kl_beta:  # a non-zero adapter, so the policy differs from the reference (adapter disabled)
+        for name, parameter in policy.model.named_parameters():
+            if "lora_B" in name:
+                torch.nn.init.normal_(parameter, std=0.3)
+    episodes, records = _multi_turn_episodes(policy.model, tokenizer, multi_turn_spec, n_groups=2, group_size=2)
+    trainer = GRPOTrainer(config, multi_turn_spec, policy, tokenizer, HFBackend(policy.model, tokenizer.pad_token_id))
+    advantages = [1.0, -0.5, 0.25, -1.25]
+
+    # by hand, first (the update's optimizer step moves the weights)
+    positions = [_sampled_positions(ep, records) for ep in episodes]
+    n_tokens = sum(len(p) for p in positions)
+    budget = multi_turn_spec.max_turns * multi_turn_spec.max_gen_tokens
+    policy.model.zero_grad()
+    total = torch.zeros(())
+    for ep, advantage, where in zip(episodes, advantages, positions):
+        ids = torch.tensor([ep.token_ids])
+        logp = token_logprobs(policy.model, ids, torch.ones_like(ids))[0, where]  # [T_s]
+        per_token = -advantage * torch.exp(logp - logp.detach())
+        if kl_beta:
+            with torch.no_grad(), policy.reference():
+                ref = token_logprobs(policy.model, ids, torch.ones_like(ids))[0, where]
+            per_token = per_token + kl_beta * (torch.exp(ref - logp) - (ref - logp) - 1.0)
+        if loss_agg == "grpo":
+            total = total + per_token.mean() / len(episodes)  # every sequence has sampled tokens
+        elif loss_agg == "dapo":
+            total = total + per_token.sum() / n_tokens
+        else:
+            total = total + per_token.sum() / (len(episodes) * budget)
+    total.backward()
+    expected = {n: p.grad.clone() for n, p in policy.model.named_parameters() if p.requires_grad}
+
+    policy.model.zero_grad()
+    sequences = [Sequence(list(ep.token_ids), list(ep.loss_mask), [0.0] * len(ep.token_ids), a, ep.prompt_len)
+                 for ep, a in zip(episodes, advantages)]
+    trainer._recompute_old_logprobs(sequences)
+    assert trainer.update(sequences)["skipped_update"] == 0.0  # .grad stays as computed before the step
+    got = {n: p.grad.clone() for n, p in policy.model.named_parameters() if p.requires_grad}
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=1e-4, atol=1e-7, msg=name)
+    assert any(g.abs().max() > 1e-6 for g in got.values())
+
+
+# ------------------------------------------------------------------------------------------------
+# Distributed runs where ranks have unequal work
+# ------------------------------------------------------------------------------------------------
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of `pid` (torchrun starts each worker in a session of its own, so killing
+    torchrun's session would leave hung workers behind)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended while we looked
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _run_session(command: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """Run `command`; past `timeout` kill it and all its descendants (torchrun's workers too) and fail, so a
+    hang fails the test instead of hanging the suite."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for pid in [*_descendants(process.pid), process.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        stdout, stderr = process.communicate()
+        pytest.fail(f"{' '.join(command[:6])} ... did not finish in {timeout} s (a hang):\n{stderr[-3000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def _torchrun(*args: str) -> list[str]:
+    # --standalone: torchrun binds a free port itself (no window for another process to take a probed one)
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args]
+
+
+# The letter game, except that odd seeds score 0.5 whatever the reply: under 2 ranks with 2 groups, rank 1
+# (group 1, an odd seed) has only constant groups and nothing to train on.
+_HALF_CONSTANT_SCRIPT = '''
+import dataclasses, sys
+from pathlib import Path
+import game_registry
+from train.__main__ import main
+
+game_path, *argv = sys.argv[1:]
+game_registry._import_game_file(Path(game_path))
+letter = game_registry.get_game("capability_letter_density")
+Letter = type(letter.make())
+
+class OddSeedsConstant(Letter):
+    def get_summary(self):
+        summary = super().get_summary()
+        if self.seed % 2:
+            summary["reward"] = 0.5
+        return summary
+
+game_registry.register_game(dataclasses.replace(
+    letter, name="capability_odd_seeds_constant", make_env=lambda config=None: OddSeedsConstant(config)))
+sys.exit(main(["--game", "capability_odd_seeds_constant", *argv]))
+'''
+
+
+@pytest.fixture(scope="module")
+def half_constant_ddp_run(tiny_model_dir, tmp_path_factory):
+    """One iteration under 2 gloo ranks in which rank 1 has only constant groups; returns (result, output dir)."""
+    tmp = tmp_path_factory.mktemp("half_constant")
+    script = tmp / "half_constant.py"
+    script.write_text(_HALF_CONSTANT_SCRIPT)
+    out = tmp / "ddp"
+    result = _run_session(
+        _torchrun(str(script), str(GAMES_DIR / f"{GAME}_game.py"), "--model", str(tiny_model_dir),
+                  "--output_dir", str(out), "--iterations", "1", "--groups_per_iteration", "2", "--group_size", "4",
+                  "--lora_r", "4", "--learning_rate", "3e-2", "--lora_target_modules", "[q_proj, v_proj, lm_head]",
+                  "--max_episode_tokens", "128"),
+        timeout=240, env=_env(), cwd=REPO)
+    return result, out
+
+
+def test_ddp_rank_with_only_constant_groups_takes_part_in_the_update(half_constant_ddp_run):
+    result, out = half_constant_ddp_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "all 2 ranks agree on the trainable weights" in result.stdout
+    (metrics,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert metrics["frac_constant_groups"] == 0.5 and metrics["skipped_update"] == 0.0 and metrics["grad_norm"] > 0
+
+
+def test_resuming_with_another_number_of_processes_says_what_to_do(half_constant_ddp_run, tiny_model_dir, tmp_path):
+    result, out = half_constant_ddp_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    single = subprocess.run([sys.executable, "-m", "train", "--game", GAME, "--model", str(tiny_model_dir),
+                             "--output_dir", str(tmp_path / "single"), "--resume", str(out)],
+                            env=_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert single.returncode == 2, single.stderr[-2000:]
+    assert "written by a run with 2 process(es); this run has 1" in single.stderr
+    assert "torchrun --nproc_per_node=2" in single.stderr and "Traceback" not in single.stderr
+
+
+def test_checkpoint_restores_each_ranks_own_random_state(tmp_path):
+    from train.checkpoint import load_checkpoint, rank_state, save_checkpoint
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))]), lambda _: 1)
+    states, draws = [], []
+    for rank in range(2):  # two ranks whose streams have diverged
+        torch.manual_seed(100 + rank)
+        states.append(rank_state({}))
+        draws.append(torch.rand(3))
+        if torch.cuda.is_available():
+            draws[-1] = torch.cat([draws[-1], torch.rand(3, device="cuda").cpu()])
+    saved = save_checkpoint(tmp_path, iteration=1, write_adapter=lambda path: path.mkdir(),
+                            optimizer_state={"state": {}, "param_groups": []}, scheduler=scheduler,
+                            rank_states=states)
+    for rank in (1, 0):
+        torch.manual_seed(0)
+        load_checkpoint(saved, scheduler=scheduler, rank=rank, world_size=2)
+        again = torch.rand(3)
+        if torch.cuda.is_available():
+            again = torch.cat([again, torch.rand(3, device="cuda").cpu()])
+        assert torch.equal(again, draws[rank]), f"rank {rank} did not get its own random state back"
+
+
+# FSDP, two ranks, kl_beta > 0: rank 0 gets 2 sequences (2 micro-batches), rank 1 gets 1 (1 micro-batch + 1
+# padding micro-batch). A padding micro-batch must run the same forwards as a real one (policy + reference).
+_FSDP_UNEVEN_SCRIPT = '''
+import json, sys
+from datetime import timedelta
+from pathlib import Path
+import torch, torch.distributed as dist
+import game_registry
+from train.backends import RolloutBackend
+from train.config import load_config
+from train.grpo import GRPOTrainer, Sequence
+from train.policy import LoraPolicy, load_base_model
+
+class NoSampling(RolloutBackend):
+    def generate(self, prompts, params):
+        raise AssertionError("update() does not sample")
+
+game_path, model_dir, out_dir = sys.argv[1:4]
+dist.init_process_group("gloo", timeout=timedelta(seconds=90))  # a hang raises instead of waiting 30 min
+game_registry._import_game_file(Path(game_path))
+spec = game_registry.get_game("capability_letter_density")
+config = load_config(None, {"groups_per_iteration": "2", "group_size": "2", "micro_batch_size": "1",
+                            "kl_beta": "0.1", "learning_rate": "1e-3"},
+                     game=spec.name, model=model_dir, output_dir=out_dir, fsdp=True)
+torch.manual_seed(0)
+base, tokenizer = load_base_model(model_dir)
+policy = LoraPolicy.create(base, r=4, alpha=8, dropout=0.0, target_modules=config.lora_target_modules)
+policy.shard()
+trainer = GRPOTrainer(config, spec, policy, tokenizer, NoSampling())
+texts = [["Say: apple and banana", "Say: kiwi"], ["Say: echo idea"]][dist.get_rank()]
+sequences = []
+for text, advantage in zip(texts, [1.0, -1.0]):
+    ids = tokenizer(text)["input_ids"]
+    sequences.append(Sequence(list(ids), [0] + [1] * (len(ids) - 1), [-5.0] * len(ids), advantage))
+stats = trainer.update(sequences)
+if dist.get_rank() == 0:
+    print("STATS " + json.dumps(stats))
+dist.destroy_process_group()
+'''
+
+
+def test_fsdp_with_kl_and_unequal_micro_batches_per_rank_finishes(tiny_model_dir, tmp_path):
+    script = tmp_path / "fsdp_uneven.py"
+    script.write_text(_FSDP_UNEVEN_SCRIPT)
+    result = _run_session(_torchrun(str(script), str(GAMES_DIR / f"{GAME}_game.py"), str(tiny_model_dir),
+                                    str(tmp_path / "o")), timeout=150, env=_env(), cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = [l for l in result.stdout.splitlines() if l.startswith("STATS ")]
+    stats = json.loads(line[len("STATS "):])
+    assert stats["skipped_update"] == 0.0 and stats["grad_norm"] > 0 and "kl_ref" in stats
+
+
+def _kill_when(process: subprocess.Popen, marker: Path, timeout: float = 240) -> None:
+    """SIGKILL torchrun and its workers once `marker` exists."""
+    deadline = time.time() + timeout
+    while not marker.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    for pid in [*_descendants(process.pid), process.pid]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.wait(timeout=60)
+
+
+# LoRA dropout makes each rank consume its own torch RNG stream (masks sized by its micro-batches): a resume
+# that gave every rank rank 0's stream would train a different adapter.
+DDP_RESUME = ["--iterations", "3", "--save_every", "1", "--lora_dropout", "0.1", "--groups_per_iteration", "4"]
+
+
+@pytest.mark.slow  # 20-45 s on 2 shared cores: three 2-rank runs
+def test_ddp_killed_and_resumed_run_equals_an_uninterrupted_one(tiny_model_dir, tmp_path):
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+
+    def command(out: Path, *extra: str) -> list[str]:
+        return _torchrun("-m", "train", "--game", GAME, "--model", str(tiny_model_dir), "--output_dir", str(out),
+                         *FAST, *DDP_RESUME, *extra)
+
+    done = _run_session(command(straight), timeout=300, env=_env(), cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    process = subprocess.Popen(command(killed), env=_env(), cwd=REPO, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    marker = killed / "checkpoints" / "iter_000001" / "trainer_state.json"
+    _kill_when(process, marker)
+    assert marker.exists()
+    resumed = _run_session(command(killed, "--resume", str(marker.parent)), timeout=300, env=_env(), cwd=REPO)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed at iteration 1" in resumed.stdout
+
+    a = load_file(str(straight / "adapter_model.safetensors"))
+    b = load_file(str(killed / "adapter_model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "resumed adapter differs"
+    assert _comparable(straight / "metrics.jsonl") == _comparable(killed / "metrics.jsonl")
+
+
+
+# ------------------------------------------------------------------------------------------------
+# Bookkeeping: metrics, schedule, token budget
+# ------------------------------------------------------------------------------------------------
+def _letter_trainer(tiny_model_dir: Path, out: Path, spec, **overrides: str) -> GRPOTrainer:
+    options = {"groups_per_iteration": "2", "group_size": "4", "lora_r": "4", "learning_rate": "3e-2",
+               "lora_target_modules": "[q_proj, v_proj, lm_head]", "max_episode_tokens": "128", **overrides}
+    config = load_config(None, options, game=spec.name, model=str(tiny_model_dir), output_dir=str(out))
+    torch.manual_seed(config.seed)
+    base, tokenizer = load_base_model(config.model)
+    policy = LoraPolicy.create(base, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
+                               target_modules=config.lora_target_modules)
+    return GRPOTrainer(config, spec, policy, tokenizer, HFBackend(policy.model, tokenizer.pad_token_id))
+
+
+def test_reward_metrics_are_over_base_prompt_episodes_and_all_episodes_separately(tiny_model_dir, letter_game,
+                                                                                    tmp_path):
+    trainer = _letter_trainer(tiny_model_dir, tmp_path, letter_game, hint_fraction="0.5", iterations="1")
+    metrics = trainer.run()
+    sims = json.loads((tmp_path / "rollouts" / "iter_000001.json").read_text())["simulations"]
+    base = [s["reward_info"]["reward"] for s in sims if not s["hinted"]]
+    every = [s["reward_info"]["reward"] for s in sims]
+    assert len(base) == len(every) // 2 and metrics["n_base_episodes"] == len(base)
+    assert metrics["mean_reward"] == pytest.approx(sum(base) / len(base))
+    assert metrics["mean_reward_all_episodes"] == pytest.approx(sum(every) / len(every))
+    assert metrics["mean_reward"] != pytest.approx(metrics["mean_reward_all_episodes"])  # the test can tell
+    assert "success_rate" in metrics and "success_rate_all_episodes" in metrics
+
+
+def test_logged_clip_ratio_and_kl_are_token_weighted_over_micro_batches(tiny_model_dir, letter_game, tmp_path):
+    from train.grpo import Sequence, pad_batch
+    from train.grpo_loss import grpo_loss
+
+    trainer = _letter_trainer(tiny_model_dir, tmp_path, letter_game, micro_batch_size="1", learning_rate="1e-12",
+                              shared_prefix="false")
+    tokenizer = trainer.chat.tokenizer
+    sequences = []  # a long and a short sequence in separate micro-batches; old log-probs far off, so ratios vary
+    for text, advantage, old in (("Say: apple and banana and cherry and a long list of fruit", 1.0, -6.0),
+                                 ("Say: kiwi", -1.0, -2.0)):
+        ids = tokenizer(text)["input_ids"]
+        sequences.append(Sequence(list(ids), [0] + [1] * (len(ids) - 1), [old] * len(ids), advantage))
+    whole = pad_batch(sequences, tokenizer.pad_token_id, trainer.device)
+    with torch.no_grad():
+        expected = grpo_loss(trainer._logprobs(type("M", (), {"batch": whole, "prefix": None})()), whole)[1]
+    stats = trainer.update(sequences)
+    for key in ("approx_kl", "ratio_mean", "clip_fraction"):
+        assert stats[key] == pytest.approx(expected[key], rel=1e-5), key
+
+
+def test_warmup_schedule_resumes_and_does_not_step_without_an_update(tiny_model_dir, letter_game, multi_turn_spec,
+                                                                   tmp_path):
+    straight = _letter_trainer(tiny_model_dir, tmp_path / "a", letter_game, warmup_iterations="4",
+                               iterations="3", save_every="1")
+    straight.run()
+    lrs = [json.loads(l)["lr"] for l in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    assert lrs == pytest.approx([3e-2 * k / 4 for k in (2, 3, 4)])  # the lr for the next update, after k updates
+
+    resumed = _letter_trainer(tiny_model_dir, tmp_path / "b", letter_game, warmup_iterations="4", iterations="3",
+                              save_every="1")
+    resumed.resume_from(tmp_path / "a" / "checkpoints" / "iter_000001")
+    assert resumed.scheduler.state_dict() == json.loads(
+        (tmp_path / "a" / "checkpoints" / "iter_000001" / "trainer_state.json").read_text())["scheduler"]
+    resumed.run()
+    lrs_b = [json.loads(l)["lr"] for l in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert lrs_b == pytest.approx(lrs[1:])
+    assert resumed.optimizer.param_groups[0]["lr"] == pytest.approx(straight.optimizer.param_groups[0]["lr"])
+
+    # The vault game with a random model: every reward is 0, every group constant, no optimizer step, so the
+    # warm-up must not advance either (and torch must not warn about a scheduler stepping first).
+    idle = _letter_trainer(tiny_model_dir, tmp_path / "c", multi_turn_spec, warmup_iterations="4",
+                           max_episode_tokens="600", group_size="2")
+    import warnings
+
+    (tmp_path / "c").mkdir()  # run() makes it; iteration() alone appends metrics there
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        metrics = idle.iteration(0)
+    assert metrics["skipped_update"] == 1.0 and metrics["frac_constant_groups"] == 1.0
+    assert idle.scheduler.last_epoch == 0 and metrics["lr"] == pytest.approx(3e-2 / 4)
+    assert "no update: every group's rewards were equal" in idle.summary_line(metrics)
+
+
+def test_a_prompt_longer_than_the_episode_budget_exits_2_before_training(tiny_model_dir, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "train", "--game", GAME, "--model", str(tiny_model_dir),
+                             "--output_dir", str(tmp_path / "o"), *FAST, "--max_episode_tokens", "16"],
+                            env=_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "max_episode_tokens is 16" in result.stderr and "Traceback" not in result.stderr
+    import re
+
+    (length,) = re.findall(r"opening prompt of \S+ is (\d+) tokens", result.stderr)
+    assert int(length) > 16
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_iteration_in_which_no_episode_generated_a_token_is_not_logged_as_a_normal_one(tiny_model_dir,
+                                                                                         letter_game, tmp_path):
+    # A later iteration whose prompts no longer fit (the start check only sees the first iteration's tasks).
+    trainer = _letter_trainer(tiny_model_dir, tmp_path, letter_game, max_episode_tokens="16")
+    with pytest.raises(InputError, match="no episode generated a token.*max_episode_tokens=16"):
+        trainer.iteration(0)
+    assert not (tmp_path / "metrics.jsonl").exists()
+    assert trainer.scheduler.last_epoch == 0
+
+
+def test_grpo_tiny_budget_fits_every_capability_games_opening_prompt(tiny_model_dir):
+    """configs/grpo_tiny.yaml must leave room for at least one full turn after every game's longest opening
+    prompt. Measured with the test tokenizer (vocabulary 400), which splits text into more tokens than the
+    README's tiny model (vocabulary 1,024), so a budget that passes here also fits that model."""
+    from transformers import AutoTokenizer
+
+    from game_registry import get_game, list_games, prompt_variant
+
+    budget = load_config(REPO / "configs" / "grpo_tiny.yaml").max_episode_tokens
+    chat = ChatTokenizer(AutoTokenizer.from_pretrained(str(tiny_model_dir)))
+    games = [name for name in list_games() if name.startswith("capability_") and name != GAME]
+    assert games
+    for name in games:
+        spec = get_game(name)
+        game = spec.make()
+        longest = max(len(chat.prompt_ids(prompt_variant(game.reset(seed), spec, hinted), game.get_tool_schemas()))
+                      for seed in range(1_000_000, 1_000_008) for hinted in (False, True))
+        assert longest + spec.max_gen_tokens <= budget, (name, longest, budget)

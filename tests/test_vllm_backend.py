@@ -41,6 +41,8 @@ class StubVLLM:
         self.choices = choices  # token ids the stub samples from (by seed)
         self.allow_runtime_lora = allow_runtime_lora
         self.echo_prompt_tail = False  # start every completion with the prompt's last id (to trace routing)
+        # (prompt ids, sampled ids, temperature) -> log-probs to report; None: LOGPROB for every token
+        self.logprob_fn: Any = None
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.loaded: dict[str, str] = {}  # adapter name -> path
         self.loaded_weights: dict[str, str] = {}  # adapter name -> sha256 of its safetensors at load time
@@ -123,10 +125,13 @@ class StubVLLM:
             ids = [prompt[-1], token, token, STOP] if self.echo_prompt_tail else [token, token, STOP]
             ids = ids[: body["max_tokens"]]
             finish = "stop" if ids[-1] in body.get("stop_token_ids", []) else "length"
+            values = (self.logprob_fn(prompt, ids, body["temperature"]) if self.logprob_fn is not None
+                      else [LOGPROB] * len(ids))
             choices.append({
                 "index": index, "text": "", "finish_reason": finish,
-                "logprobs": {"tokens": [f"token_id:{i}" for i in ids], "token_logprobs": [LOGPROB] * len(ids),
-                             "top_logprobs": [{f"token_id:{i}": LOGPROB} for i in ids], "text_offset": [0] * len(ids)},
+                "logprobs": {"tokens": [f"token_id:{i}" for i in ids], "token_logprobs": values,
+                             "top_logprobs": [{f"token_id:{i}": v} for i, v in zip(ids, values)],
+                             "text_offset": [0] * len(ids)},
             })
         return self._reply(handler, 200, {"id": "cmpl-stub", "object": "text_completion", "model": body["model"],
                                           "choices": choices})
@@ -420,3 +425,73 @@ def test_grpo_iterations_through_python_m_train_sample_from_the_stub(tmp_path, t
     final = hashlib.sha256((out / "adapter_model.safetensors").read_bytes()).hexdigest()
     assert server.loaded_weights[loads[-1]] == final
     assert [p.name for p in (out / "vllm_adapters").iterdir()] == [loads[-1]]
+
+
+# ------------------------------------------------------------------------------------------------
+# The trainer with a vLLM backend: old log-probs from one source, processed log-probs checked at start
+# ------------------------------------------------------------------------------------------------
+def _letter_trainer(tiny_model_dir: Path, tmp_path: Path, server: StubVLLM, **overrides: str):
+    """An in-process GRPOTrainer on the letter game whose rollouts come from `server`."""
+    import game_registry
+    from train.config import load_config
+    from train.grpo import GRPOTrainer
+    from train.policy import load_base_model
+
+    game_registry._import_game_file(REPO / "tests" / "games" / "capability_letter_density_game.py")
+    spec = game_registry.get_game("capability_letter_density")
+    config = load_config(None, {"iterations": "1", "groups_per_iteration": "2", "group_size": "4", "lora_r": "4",
+                                "learning_rate": "1e-2", "max_episode_tokens": "256", "save_rollouts": "false",
+                                **overrides},
+                         game=spec.name, model=str(tiny_model_dir), output_dir=str(tmp_path / "run"))
+    torch.manual_seed(0)
+    base, tokenizer = load_base_model(config.model)
+    policy = LoraPolicy.create(base, r=4, alpha=8, dropout=0.0, target_modules=config.lora_target_modules)
+    backend = _backend([server.url], tmp_path, seed=3)
+    return GRPOTrainer(config, spec, policy, tokenizer, backend), tokenizer
+
+
+def test_with_a_vllm_backend_every_old_logprob_is_the_trainers(tmp_path, tiny_model_dir):
+    # The stub reports -0.5 for every token, far from the tiny model's log-probs: kept as old log-probs (as
+    # they were for non-hinted samples), the step-0 ratio would not be 1 and clipping would act on the gap.
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    server = StubVLLM(choices=[tokenizer.convert_tokens_to_ids(t) for t in ("a", "e", "x", "t")])
+    try:
+        trainer, _ = _letter_trainer(tiny_model_dir, tmp_path, server)
+        metrics = trainer.run()
+    finally:
+        server.close()
+    assert metrics["skipped_update"] == 0.0
+    assert metrics["approx_kl"] < 1e-6 and metrics["clip_fraction"] == 0.0
+    assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert metrics["sampler_kl"] > 0.1  # the stub's numbers are logged as a diagnostic, not trained on
+
+
+@pytest.mark.parametrize("processed", [True, False])
+def test_a_server_that_returns_raw_logprobs_at_temperature_07_stops_the_run(tmp_path, tiny_model_dir, processed):
+    from train.logprobs import token_logprobs
+
+    server = StubVLLM(choices=[11, 12, 13])
+    try:
+        trainer, _ = _letter_trainer(tiny_model_dir, tmp_path, server, temperature="0.7")
+        model = trainer.policy.model
+
+        def logprobs(prompt: list[int], ids: list[int], temperature: float) -> list[float]:
+            # what vLLM reports: after temperature with processed_logprobs, of the raw logits by default
+            full = torch.tensor([prompt + ids])
+            with torch.no_grad():
+                values = token_logprobs(model, full, torch.ones_like(full),
+                                        temperature=temperature if processed else 1.0)
+            return values[0, len(prompt):].tolist()
+
+        server.logprob_fn = logprobs
+        if processed:
+            trainer.check_sampler_logprobs()
+        else:
+            with pytest.raises(InputError, match="--logprobs-mode processed_logprobs"):
+                trainer.run()
+            assert not (tmp_path / "run").exists()  # stopped before writing anything
+        assert len(server.completions()) == 1 and trainer.backend.generate_calls == 0  # seeds untouched
+    finally:
+        server.close()

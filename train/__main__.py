@@ -24,7 +24,7 @@ import torch.distributed as dist
 from game_registry import GameImportError, GameSpec, get_game
 from common.io import InputError
 from train.backends import HFBackend
-from train.checkpoint import latest_checkpoint
+from train.checkpoint import check_resumable, latest_checkpoint
 from train.config import load_config
 from train.distributed import world
 from train.grpo import GRPOTrainer
@@ -95,9 +95,11 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"groups_per_iteration={config.groups_per_iteration} is smaller than the {world_size} "
                              "processes: every rank needs at least one group; raise --groups_per_iteration or "
                              "start fewer processes")
+        checkpoint = latest_checkpoint(args.resume) if args.resume else None
+        if checkpoint:
+            check_resumable(checkpoint, world_size)  # before the model loads: a wrong process count fails fast
         torch.manual_seed(config.seed)  # same LoRA init on every rank
         base, tokenizer = load_base_model(config.model, config.dtype, device)
-        checkpoint = latest_checkpoint(args.resume) if args.resume else None
         policy = LoraPolicy.create(
             base, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
             target_modules=config.lora_target_modules,

@@ -12,7 +12,11 @@ The GRPO loop and the rollout collector talk only to `RolloutBackend`:
 - `VLLMBackend` (train/vllm_backend.py) sends the same token ids to a vLLM server's `/v1/completions`.
 
 Log-probs are those of the sampling distribution: log_softmax(logits / temperature). The trainer scores
-with the same temperature, so the PPO ratio starts at 1 on-policy.
+with the same temperature. Whether the trainer can use a backend's log-probs as the PPO "old" log-probs
+is the backend's `logprobs_match_trainer`: only the in-process sampler in fp32 runs the very model the
+trainer scores with (its log-probs agree with a full forward to ~5e-7); any other sampler (vLLM: bf16,
+other kernels; in-process bf16: KV-cached decoding rounds differently) has its sequences re-scored by the
+trainer, so that every old log-prob in a batch comes from one source and the step-0 ratio is exactly 1.
 """
 from __future__ import annotations
 
@@ -47,6 +51,10 @@ class Completion:
 class RolloutBackend(ABC):
     """Generates continuations of token-id prompts with the current policy."""
 
+    # True only when the sampling log-probs are the trainer's own numbers (same weights, same kernels, fp32),
+    # so the trainer may keep them as old log-probs; otherwise it re-scores every sequence.
+    logprobs_match_trainer: bool = False
+
     @abstractmethod
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
         """One completion per prompt, in order."""
@@ -54,6 +62,13 @@ class RolloutBackend(ABC):
     def sync_weights(self, policy: Any, version: int) -> None:
         """Make the backend sample from `policy`'s current weights (called after each update on every rank;
         `policy.save(dir)` is collective-safe). The in-process backend samples from the live model already."""
+
+    def probe(self, prompt: Sequence[int], params: SamplingParams) -> list[tuple[str, Completion]]:
+        """One completion of `prompt` from every server this backend samples from, as (server, completion),
+        without advancing the sampling seeds (a resumed run must ask for the same samples). Used at start to
+        check the log-probs a server returns; [] when there is nothing to check (in-process sampling)."""
+        del prompt, params
+        return []
 
     def close(self) -> None:
         """Release servers, adapters, memory."""
@@ -76,6 +91,11 @@ class HFBackend(RolloutBackend):
         device = next(model.parameters()).device
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
+
+    @property
+    def logprobs_match_trainer(self) -> bool:  # type: ignore[override]
+        """fp32: the sampler's log-probs equal the trainer's full forward (to ~5e-7); bf16 rounds differently."""
+        return next(self.model.parameters()).dtype == torch.float32
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
         out: list[Completion] = []

@@ -1,9 +1,14 @@
 """Checkpoints that make a killed run resume to the same result.
 
 A checkpoint folder `checkpoints/iter_000010/` holds the adapter (PEFT format), `trainer_state.safetensors`
-(optimizer moments, RNG states as tensors) and `trainer_state.json` (iteration, optimizer hyper-parameters,
-Python RNG state, scheduler state). It is written into a temporary folder and renamed into place, so a
+(optimizer moments; per rank: torch CPU and CUDA RNG states and the rollout backend's state, as tensors
+named `rank<R>.…`) and `trainer_state.json` (iteration, world size, optimizer hyper-parameters, scheduler
+state, each rank's Python RNG state). It is written into a temporary folder and renamed into place, so a
 crash leaves either the whole checkpoint or none. Nothing is loaded with pickle.
+
+Every rank keeps its own random streams (LoRA dropout masks depend on each rank's micro-batch shapes, and
+each rank samples with its own seed), so a checkpoint can only be resumed by the same number of processes:
+`check_resumable` says so, with the command to use, instead of resuming some ranks from another's state.
 """
 from __future__ import annotations
 
@@ -13,9 +18,10 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from common.io import InputError
@@ -49,6 +55,18 @@ def _unflatten_optimizer_state(tensors: dict[str, torch.Tensor], meta: dict[str,
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
+def rank_state(backend_state: dict[str, Any]) -> dict[str, Any]:
+    """What one rank contributes to a checkpoint: its RNG states and its rollout backend's state."""
+    tensors = {"rng.torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        tensors["rng.cuda"] = torch.cuda.get_rng_state()  # the current device's generator
+    for key, value in backend_state.items():
+        if not torch.is_tensor(value):
+            raise TypeError(f"backend state {key!r} must be a tensor to be checkpointed")
+        tensors[f"backend.{key}"] = value.detach().cpu()
+    return {"tensors": tensors, "python_random": _jsonable_random_state(random.getstate())}
+
+
 def save_checkpoint(
     directory: Path,
     *,
@@ -56,26 +74,27 @@ def save_checkpoint(
     write_adapter: Callable[[Path], None],
     optimizer_state: dict[str, Any],
     scheduler: torch.optim.lr_scheduler.LRScheduler,
-    backend_state: dict[str, Any],
+    rank_states: list[dict[str, Any]],
 ) -> Path:
-    """Write checkpoint `directory/iter_<iteration>` atomically (rank 0 only); returns its path."""
+    """Write checkpoint `directory/iter_<iteration>` atomically (rank 0 only); returns its path.
+
+    `rank_states[r]` is `rank_state(...)` of rank r (gathered from every rank; one entry without torchrun).
+    """
     final = directory / f"{CHECKPOINT_PREFIX}{iteration:06d}"
     directory.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".ckpt-", dir=directory))
     try:
         write_adapter(staging / "adapter")
         tensors, optimizer_meta = _flatten_optimizer_state(optimizer_state)
-        tensors["rng.torch"] = torch.get_rng_state()
-        for key, value in backend_state.items():
-            if not torch.is_tensor(value):
-                raise TypeError(f"backend state {key!r} must be a tensor to be checkpointed")
-            tensors[f"backend.{key}"] = value
+        for rank, state in enumerate(rank_states):
+            tensors.update({f"rank{rank}.{name}": value for name, value in state["tensors"].items()})
         save_file(tensors, str(staging / "trainer_state.safetensors"))
         meta = {
             "iteration": iteration,
+            "world_size": len(rank_states),
             "optimizer": optimizer_meta,
             "scheduler": scheduler.state_dict(),
-            "python_random": _jsonable_random_state(random.getstate()),
+            "python_random": [state["python_random"] for state in rank_states],
         }
         (staging / "trainer_state.json").write_text(json.dumps(meta, indent=1))
         if final.exists():
@@ -104,21 +123,58 @@ def latest_checkpoint(path: Path) -> Path:
     raise InputError(f"{path}: no checkpoint found (expected {CHECKPOINT_PREFIX}NNNNNN/trainer_state.json)")
 
 
+def checkpoint_world_size(meta: dict[str, Any], tensor_names: Iterable[str]) -> int:
+    """Processes that wrote the checkpoint (checkpoints from before `world_size` was recorded: counted from
+    their per-rank backend states, `backend.rank<R>.…`)."""
+    if "world_size" in meta:
+        return int(meta["world_size"])
+    ranks = {name.split(".")[1] for name in tensor_names if name.startswith("backend.rank")}
+    return max(1, len(ranks))
+
+
+def check_resumable(checkpoint: Path, world_size: int) -> None:
+    """Raise InputError, with the command to use, when `checkpoint` was written by another number of processes
+    (cheap: reads only the metadata, so `python -m train` can say so before loading the model)."""
+    meta = json.loads((checkpoint / "trainer_state.json").read_text())
+    with safe_open(str(checkpoint / "trainer_state.safetensors"), framework="pt") as handle:
+        saved_world = checkpoint_world_size(meta, list(handle.keys()))
+    if saved_world != world_size:
+        how = "plain `python -m train ...`" if saved_world == 1 else f"`torchrun --nproc_per_node={saved_world} ...`"
+        raise InputError(
+            f"{checkpoint} was written by a run with {saved_world} process(es); this run has {world_size}. "
+            f"Resume with the same number of processes ({how}): each rank's sampler and random states are saved "
+            "separately, and a run with another count would sample other groups on other streams. To train on "
+            "from this adapter with another count, start a new run with a new --output_dir instead."
+        )
+
+
 def load_checkpoint(
-    checkpoint: Path, *, scheduler: torch.optim.lr_scheduler.LRScheduler
+    checkpoint: Path, *, scheduler: torch.optim.lr_scheduler.LRScheduler, rank: int = 0, world_size: int = 1
 ) -> tuple[int, dict[str, Any], dict[str, torch.Tensor]]:
-    """Restore scheduler and RNG states; returns (iteration, optimizer state dict, backend state tensors).
+    """Restore scheduler and this rank's RNG states; returns (iteration, optimizer state dict, this rank's
+    backend state tensors). Raises InputError when the checkpoint was written by another number of processes.
 
     The adapter weights are loaded by the caller from `checkpoint / "adapter"` before the optimizer is
     built, so that the optimizer's parameters are the restored ones; the caller then loads the optimizer
     state (through the policy, which knows whether it is sharded).
     """
+    check_resumable(checkpoint, world_size)
     meta = json.loads((checkpoint / "trainer_state.json").read_text())
     tensors = load_file(str(checkpoint / "trainer_state.safetensors"))
     optimizer_state = _unflatten_optimizer_state(tensors, meta["optimizer"])
     scheduler.load_state_dict(meta["scheduler"])
-    torch.set_rng_state(tensors["rng.torch"])
-    version, internal, gauss = meta["python_random"]
+    prefix = f"rank{rank}."
+    if f"{prefix}rng.torch" in tensors:
+        torch.set_rng_state(tensors[f"{prefix}rng.torch"])
+        if torch.cuda.is_available() and f"{prefix}rng.cuda" in tensors:
+            torch.cuda.set_rng_state(tensors[f"{prefix}rng.cuda"])
+        version, internal, gauss = meta["python_random"][rank]
+        backend = {key.removeprefix(f"{prefix}backend."): v for key, v in tensors.items()
+                   if key.startswith(f"{prefix}backend.")}
+    else:  # written before per-rank states: rank 0's RNG only, backend states under `backend.rank<R>.`
+        torch.set_rng_state(tensors["rng.torch"])
+        version, internal, gauss = meta["python_random"]
+        old_prefix = f"backend.rank{rank}."
+        backend = {key.removeprefix(old_prefix): v for key, v in tensors.items() if key.startswith(old_prefix)}
     random.setstate((version, tuple(internal), gauss))
-    backend = {key.removeprefix("backend."): v for key, v in tensors.items() if key.startswith("backend.")}
     return int(meta["iteration"]), optimizer_state, backend

@@ -1,8 +1,29 @@
 """GRPO run configuration: one dataclass, loaded from YAML plus `--key value` overrides.
 
-Defaults follow the reference (configs/grpo.yaml restates them with comments); every value is checked in
-`__post_init__`, and a bad one raises ValueError saying how to fix it. The resolved config is saved as
-`config.yaml` next to every adapter the run writes.
+Every value is checked in `__post_init__`, and a bad one raises ValueError saying how to fix it. The
+resolved config is saved as `config.yaml` next to every adapter the run writes; configs/grpo.yaml restates
+the defaults with comments.
+
+Where the defaults come from. They follow the TRACE paper's training section where it gives a value, and
+the reference trainer (ScalingIntelligence/TRACE, train/train_grpo.py) only where the paper is silent:
+
+    paper:     LoRA r=16 on q, k, v, o, gate, up, down projections; AdamW, lr 1e-5; K=16 samples per group,
+               G=64 groups per iteration; advantage (r - group mean) / group std; constant groups dropped;
+               clipped surrogate averaged over each sequence's action tokens, then over sequences ("grpo").
+    reference: lora_alpha 16, grad_clip 1.0, temperature 1.0, kl_beta 0 (no KL). (micro_batch_size only
+               trades memory for speed here: the gradient does not depend on it.)
+    standard:  clip_eps 0.2 (DeepSeekMath GRPO and TRL's default; the paper's clip threshold is not
+               given a number in its training section).
+
+Where the reference code differs from these defaults (set the field to reproduce it):
+
+    clip_eps       0.28 there (DAPO's clip-higher value, applied on both sides), 0.2 here.
+    weight_decay   0.01 there (torch AdamW's default: the reference passes only lr), 0.0 here.
+    lora_target_modules  q, k, v, o only there; all seven projections here, as the paper.
+    groups_per_iteration 4 there (re-collected up to 3 times while fewer than half the groups vary), 64 here.
+    advantages     r - group mean there, then standardised over the whole batch; per-group std here.
+    also there     info-gathering turns dropped from training, old tool results cut to 200 characters, one
+                   importance ratio per turn (summed log-probs); none of these here.
 """
 from __future__ import annotations
 
@@ -36,7 +57,7 @@ class GRPOConfig:
     weight_decay: float = 0.0
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
-    warmup_iterations: int = 0
+    warmup_iterations: int = 0  # linear warm-up over this many updates (iterations without one do not count)
     grad_clip: float = 1.0
     iterations: int = 100
     ppo_epochs: int = 1  # optimizer steps over each iteration's batch (1 = on-policy, ratio starts at 1)
@@ -58,7 +79,9 @@ class GRPOConfig:
     clip_eps: float = 0.2
     loss_agg: str = "grpo"  # grpo | dapo | dr_grpo
     kl_beta: float = 0.0
-    max_tokens_norm: int = 0  # dr_grpo's constant; 0 = max_episode_tokens
+    # dr_grpo's constant; 0 = the completion budget, the most tokens the policy can generate in one episode:
+    # min(game max_turns x max_gen_tokens, max_episode_tokens) (TRL divides by max_completion_length)
+    max_tokens_norm: int = 0
 
     # Bookkeeping
     seed: int = 0
@@ -92,10 +115,11 @@ class GRPOConfig:
         need(self.max_episode_tokens >= 16, f"max_episode_tokens must be >= 16, got {self.max_episode_tokens}")
         need(self.train_seed_start >= 0, "train_seed_start must be >= 0")
         need(self.std_floor > 0, f"std_floor must be > 0 (reference 1e-3), got {self.std_floor}")
-        need(0 < self.clip_eps < 1, f"clip_eps must be in (0, 1) (reference 0.2), got {self.clip_eps}")
+        need(0 < self.clip_eps < 1, f"clip_eps must be in (0, 1) (default 0.2), got {self.clip_eps}")
         need(self.loss_agg in ("grpo", "dapo", "dr_grpo"), f"loss_agg must be grpo, dapo or dr_grpo, got {self.loss_agg!r}")
         need(self.kl_beta >= 0, f"kl_beta must be >= 0, got {self.kl_beta}")
-        need(self.max_tokens_norm >= 0, f"max_tokens_norm must be >= 0 (0 = max_episode_tokens), got {self.max_tokens_norm}")
+        need(self.max_tokens_norm >= 0,
+             f"max_tokens_norm must be >= 0 (0 = the completion budget), got {self.max_tokens_norm}")
         need(self.save_every >= 1, f"save_every must be >= 1, got {self.save_every}")
         need(self.dtype in ("float32", "bfloat16"), f"dtype must be float32 or bfloat16, got {self.dtype!r}")
         need(isinstance(self.game_overrides, dict), "game_overrides must be a mapping of config field -> value")

@@ -1,21 +1,39 @@
 """GRPO training of one capability adapter (Step 3).
 
+Before the first iteration (`run`): every opening prompt of the first iteration must fit
+`max_episode_tokens` (else the episodes could not generate a token: the run stops with InputError, exit 2,
+naming the prompt length and the budget), and a sampler that reports its own log-probs (vLLM) at a
+temperature other than 1 must report them after temperature (`--logprobs-mode processed_logprobs`).
+
 One iteration:
   1. Sample. `groups_per_iteration` task seeds (each rank takes every world_size-th group); `group_size`
      episodes per seed, the first `hint_fraction * group_size` of them with the game's hint prompt. All
      episodes of the rank are played together through the rollout backend (in-process HF or vLLM).
+     An episode that generated no token (its prompt filled the budget) drops its whole group; an iteration
+     in which no episode generated a token stops the run (InputError) instead of logging a normal line.
   2. Score. Reward = the game's summary reward at the end of the episode (done, max_turns or the token
      budget). Advantage = reward - group mean, divided by max(group std, std_floor) when
      `scale_advantages`; groups whose rewards are all equal are dropped (`filter_constant_groups`).
-  3. Re-score hinted samples. Their prompt is swapped for the base prompt, token for token otherwise,
-     and their old log-probs are recomputed under it, so the adapter learns the hinted behaviour without
-     the hint. Other samples keep their sampling log-probs as old log-probs.
+  3. Old log-probs from one source. Hinted samples get the base prompt in place of the hint prompt, token for
+     token otherwise, so the adapter learns the hinted behaviour without the hint; their old log-probs are
+     the trainer's under the new prompt. When the sampler is not the trainer's own fp32 model
+     (`backend.logprobs_match_trainer` False: vLLM, or bf16), every other sample is re-scored by the trainer
+     too (as the reference trainer does), so the step-0 ratio is exactly 1 for every token; the sampler's
+     own log-probs are kept only for the `sampler_kl` diagnostic. Chosen over keeping the sampler's
+     log-probs and refusing above an approx-KL tolerance: one extra no-grad forward per sequence buys a
+     batch in which clipping never reacts to numerical noise, with no tolerance to tune.
   4. Update. PPO clipped surrogate (clip_eps), aggregated per `loss_agg` (grpo: per-sequence mean; dapo:
-     global token mean; dr_grpo: constant normaliser) with denominators counted over the whole step on
-     all ranks, so micro-batching and data parallelism do not change the gradient. Optional k3 KL to the
-     reference policy (the adapter disabled). Gradients are averaged over ranks, clipped to `grad_clip`,
-     AdamW steps `ppo_epochs` times per iteration. Observation and prompt tokens are masked out.
+     global token mean; dr_grpo: a constant, the completion budget, as TRL's max_completion_length) with
+     denominators counted over the whole step on all ranks, so micro-batching and data parallelism do not
+     change the gradient. Optional k3 KL to the reference policy (the adapter disabled). Gradients are
+     averaged over ranks (one flat all-reduce; a rank without a loss token contributes zeros), clipped to
+     `grad_clip`, AdamW steps `ppo_epochs` times per iteration. Observation and prompt tokens are masked out.
+     The learning-rate schedule (linear warm-up over `warmup_iterations` updates) steps only after an
+     iteration whose optimizer stepped. Logged clip fraction, ratio and approx KL are token-weighted means.
   5. Sync. The backend is told about the new weights (vLLM loads the adapter under a fresh name).
+
+Metrics: `mean_reward` and `success_rate` are over base-prompt episodes only (the ones that show progress:
+hinted episodes are helped by the hint); `*_all_episodes` include the hinted ones.
 
 The update only sees `policy.model` and `policy.trainable_parameters()`: it trains a LoRA adapter here
 and router gates in Step 4 without knowing which.
@@ -35,9 +53,9 @@ from tqdm import tqdm
 
 from benchmarks.results import write_results
 from game_registry import GameSpec
-from common.io import atomic_write_text
-from train.backends import RolloutBackend
-from train.checkpoint import load_checkpoint, save_checkpoint
+from common.io import InputError, atomic_write_text
+from train.backends import RolloutBackend, SamplingParams
+from train.checkpoint import load_checkpoint, rank_state, save_checkpoint
 from train.config import GRPOConfig, save_config
 from train.distributed import world as world_info
 from train.episodes import (
@@ -47,6 +65,7 @@ from train.episodes import (
     episode_to_simulation,
     rescored_under_base_prompt,
     run_episodes,
+    start_episode,
 )
 from train.grpo_loss import RolloutBatch, group_advantages, grpo_loss, loss_normaliser
 from train.logprobs import token_logprobs, token_logprobs_after_prefix
@@ -125,6 +144,23 @@ def _all_sum(values: list[float]) -> list[float]:
     return tensor.tolist()
 
 
+def _all_max(value: int) -> int:
+    rank, world = world_info()
+    if world == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.long, device=_collective_device())
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return int(tensor)
+
+
+# Loss statistics that are means over loss tokens; logged as token-weighted means over the whole step.
+TOKEN_MEAN_STATS = ("clip_fraction", "clip_low_fraction", "clip_high_fraction", "ratio_mean", "approx_kl")
+# The start check calls a sampler's log-probs raw when they are this many times closer to the trainer's
+# temperature-1 log-probs than to its log-probs at the run's temperature (bf16 noise is far below that).
+RAW_LOGPROBS_RATIO = 2.0
+PROBE_TOKENS = 16
+
+
 class GRPOTrainer:
     def __init__(self, config: GRPOConfig, spec: GameSpec, policy: Policy, tokenizer: Any, backend: RolloutBackend):
         self.config, self.spec, self.policy, self.backend = config, spec, policy, backend
@@ -136,10 +172,16 @@ class GRPOTrainer:
         self.parameters = policy.trainable_parameters()
         if not self.parameters:
             raise ValueError("the policy has no trainable parameters")
+        # dr_grpo's constant: the most tokens the policy can generate in one episode (TRL divides by
+        # max_completion_length); a config value > 0 overrides it.
+        self.completion_budget = config.max_tokens_norm or min(spec.max_turns * spec.max_gen_tokens,
+                                                               config.max_episode_tokens)
         self.optimizer = torch.optim.AdamW(
             self.parameters, lr=config.learning_rate, weight_decay=config.weight_decay,
             betas=(config.adam_beta1, config.adam_beta2),
         )
+        # Linear warm-up over the first `warmup_iterations` updates (the schedule steps once per iteration in
+        # which the optimizer stepped), then constant.
         warmup = config.warmup_iterations
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda it: min(1.0, (it + 1) / warmup) if warmup else 1.0
@@ -148,10 +190,10 @@ class GRPOTrainer:
 
     # ---------------------------------------------------------------------------------------------
     def resume_from(self, checkpoint: Path) -> None:
-        iteration, optimizer_state, backend_state = load_checkpoint(checkpoint, scheduler=self.scheduler)
+        iteration, optimizer_state, backend_state = load_checkpoint(
+            checkpoint, scheduler=self.scheduler, rank=self.rank, world_size=self.world_size)
         self.policy.load_optimizer_state(self.optimizer, optimizer_state)
-        prefix = f"rank{self.rank}."
-        self.backend.load_state_dict({k.removeprefix(prefix): v for k, v in backend_state.items() if k.startswith(prefix)})
+        self.backend.load_state_dict(backend_state)
         self.backend.sync_weights(self.policy, iteration)
         self.start_iteration = iteration
         metrics = self.output_dir / "metrics.jsonl"
@@ -170,38 +212,121 @@ class GRPOTrainer:
         ]
 
     # ---------------------------------------------------------------------------------------------
+    def check_prompts_fit(self, iteration: int | None = None) -> None:
+        """Stop before training when an opening prompt (base or hinted) of the iteration's tasks leaves no room
+        in `max_episode_tokens`: such episodes generate nothing, every group is constant, and the run would
+        train nothing while looking normal. Collective: every rank checks its groups, all raise together."""
+        c = self.config
+        iteration = self.start_iteration if iteration is None else iteration
+        longest, where = 0, ""
+        for request in self.requests(iteration):
+            if request.sample_idx not in (0, c.n_hinted):  # one hinted and one base prompt per group
+                continue
+            episode = start_episode(self.spec, self.spec.make(**c.game_overrides), request, self.chat)
+            if episode.prompt_len > longest:
+                longest = episode.prompt_len
+                where = f"seed {request.seed}, {'hinted' if request.hinted else 'base'} prompt"
+        overall = _all_max(longest)
+        if overall < c.max_episode_tokens:
+            return
+        one_turn = overall + self.spec.max_gen_tokens
+        raise InputError(
+            f"the opening prompt of {c.game} is {overall} tokens" + (f" ({where})" if longest == overall else "")
+            + f", but max_episode_tokens is {c.max_episode_tokens}: no episode could generate a token and nothing "
+            f"would be trained. Raise --max_episode_tokens above the prompt (at least {one_turn} for one full turn "
+            f"of {self.spec.max_gen_tokens} tokens; {self.spec.max_turns} turns plus observations need more)."
+        )
+
+    @torch.no_grad()
+    def check_sampler_logprobs(self) -> None:
+        """A sampler that reports its own log-probs (vLLM) must report them after temperature.
+
+        vLLM returns log-probs of the raw logits unless the server runs with `--logprobs-mode
+        processed_logprobs`. Training does not use them (sequences are re-scored), but they are the
+        `sampler_kl` diagnostic and the only check that the server samples what the trainer scores, so a
+        server that returns raw ones stops the run. Test: one completion per server at the run's temperature,
+        scored by the trainer at that temperature and at 1; the server's numbers must not be clearly closer to
+        the temperature-1 ones. Skipped at temperatures near 1, where the two cannot be told apart.
+        """
+        c = self.config
+        if self.backend.logprobs_match_trainer or abs(c.temperature - 1.0) < 0.05:
+            return
+        request = self.requests(self.start_iteration)[-1]  # a base-prompt sample
+        prompt = start_episode(self.spec, self.spec.make(**c.game_overrides), request, self.chat).token_ids
+        probes = self.backend.probe(prompt, SamplingParams(max_new_tokens=PROBE_TOKENS, temperature=c.temperature))
+        was_training = self.policy.model.training
+        self.policy.model.eval()
+        raw: list[str] = []
+        try:
+            for server, completion in probes:  # the same servers on every rank: the same forwards under FSDP
+                ids = torch.tensor([prompt + completion.token_ids], device=self.device)  # [1, P + N]
+                mask = torch.ones_like(ids)
+                tail = slice(len(prompt), ids.shape[1])
+                at_temperature = token_logprobs(self.policy.model, ids, mask, temperature=c.temperature)[0, tail]
+                at_one = token_logprobs(self.policy.model, ids, mask)[0, tail]  # [N]
+                reported = torch.tensor(completion.logprobs, dtype=torch.float32, device=self.device)  # [N]
+                off_temperature = float((reported - at_temperature).abs().mean())
+                off_one = float((reported - at_one).abs().mean())
+                if off_one * RAW_LOGPROBS_RATIO < off_temperature:
+                    raw.append(f"{server} (mean |difference| to the trainer's log-probs: {off_one:.3g} at "
+                               f"temperature 1, {off_temperature:.3g} at {c.temperature})")
+        finally:
+            self.policy.model.train(was_training)
+        if _all_max(len(raw)):  # every rank stops, not only the one that saw it
+            raise InputError(
+                f"the vLLM server returns log-probs of the raw logits, not of the temperature-{c.temperature} "
+                f"distribution it samples: {'; '.join(raw) or 'seen by another rank'}. Restart the server with "
+                "`--logprobs-mode processed_logprobs` (vLLM >= 0.10.2), or train at --temperature 1."
+            )
+
+    # ---------------------------------------------------------------------------------------------
     def sequences(self, episodes: list[Episode]) -> tuple[list[Sequence], dict[str, float]]:
-        """Advantages per group; kept episodes as training sequences (hinted ones re-scored)."""
+        """Advantages per group; kept episodes as training sequences, with old log-probs from the trainer
+        where the sampler's cannot be used (hinted samples always; every sample unless
+        `backend.logprobs_match_trainer`). Groups with an episode that generated nothing are dropped."""
         c = self.config
         rewards = torch.tensor([ep.reward for ep in episodes], dtype=torch.float32).view(-1, c.group_size)  # [G, K]
         advantages, keep = group_advantages(
             rewards, scale=c.scale_advantages, std_floor=c.std_floor, filter_constant_groups=c.filter_constant_groups
         )
-        sequences = []
+        empty = torch.tensor([ep.n_generated == 0 for ep in episodes]).view(-1, c.group_size).any(dim=1)  # [G]
+        keep = keep & ~empty
+        rescore_all = not self.backend.logprobs_match_trainer
+        sequences: list[Sequence] = []
         rescore: list[int] = []
+        sampler_logprobs: dict[int, list[float]] = {}  # sequence index -> the sampler's own log-probs
         for index, ep in enumerate(episodes):
             group, k = divmod(index, c.group_size)
             if not bool(keep[group]):
                 continue
+            advantage = float(advantages[group, k])
             if ep.request.hinted:
                 ids, mask, prompt_len = rescored_under_base_prompt(ep, self.spec, self.chat)
                 rescore.append(len(sequences))
-                sequences.append(Sequence(ids, mask, [0.0] * len(ids), float(advantages[group, k]), prompt_len))
-            else:
-                sequences.append(Sequence(ep.token_ids, ep.loss_mask, ep.logprobs, float(advantages[group, k]),
-                                          ep.prompt_len))
-        if rescore or self.policy.sharded:
+                sequences.append(Sequence(ids, mask, [0.0] * len(ids), advantage, prompt_len))
+                continue
+            if rescore_all:
+                rescore.append(len(sequences))
+                sampler_logprobs[len(sequences)] = ep.logprobs
+            sequences.append(Sequence(ep.token_ids, ep.loss_mask, list(ep.logprobs), advantage, ep.prompt_len))
+        if rescore or self.policy.sharded:  # under FSDP every rank takes part in the forwards
             self._recompute_old_logprobs([sequences[i] for i in rescore])
         constant = (rewards.max(dim=1).values - rewards.min(dim=1).values).abs() <= 1e-8
-        return sequences, {"groups": float(len(constant)), "constant_groups": float(constant.sum())}
+        stats = {"groups": float(len(constant)), "constant_groups": float(constant.sum()),
+                 "groups_without_tokens": float(empty.sum()), "sampler_kl_sum": 0.0, "sampler_tokens": 0.0}
+        for index, sampled in sampler_logprobs.items():
+            mask = torch.tensor(sequences[index].loss_mask, dtype=torch.bool)  # [T]
+            log_ratio = (torch.tensor(sequences[index].old_logprobs) - torch.tensor(sampled))[mask]  # trainer - sampler
+            # k3 estimate of KL(sampler || trainer) from the sampler's own samples
+            stats["sampler_kl_sum"] += float((torch.exp(log_ratio) - 1.0 - log_ratio).sum())
+            stats["sampler_tokens"] += float(mask.sum())
+        return sequences, stats
 
     def _lockstep_count(self, local: int) -> int:
         """Under FSDP every rank must run the same number of forward passes (they are collectives)."""
         if not self.policy.sharded or self.world_size == 1:
             return local
-        count = torch.tensor([local], dtype=torch.long, device=_collective_device())
-        dist.all_reduce(count, op=dist.ReduceOp.MAX)
-        return int(count)
+        return _all_max(local)
 
     def _dummy_batch(self) -> RolloutBatch:
         """A two-token batch with nothing to learn from, for ranks that ran out of real micro-batches."""
@@ -241,76 +366,93 @@ class GRPOTrainer:
         return token_logprobs_after_prefix(self.policy.model, micro.prefix, batch.input_ids, batch.attention_mask,
                                            temperature=temperature)
 
-    def update(self, sequences: list[Sequence]) -> dict[str, float]:
-        """`ppo_epochs` optimizer steps on this iteration's sequences (all ranks take part)."""
+    def _micro_batches(self, sequences: list[Sequence]) -> list[MicroBatch]:
         c = self.config
         # Under FSDP every rank must run the same number of forwards; the shared-prefix path runs two per
         # micro-batch, so sharded runs keep the plain one.
         if c.shared_prefix and not self.policy.sharded and all(s.prompt_len > 1 for s in sequences):
-            micro_batches = shared_prefix_micro_batches(sequences, c.micro_batch_size, self.pad_token_id, self.device)
-        else:
-            micro_batches = [
-                MicroBatch(pad_batch(sequences[i : i + c.micro_batch_size], self.pad_token_id, self.device))
-                for i in range(0, len(sequences), c.micro_batch_size)
-            ]
+            return shared_prefix_micro_batches(sequences, c.micro_batch_size, self.pad_token_id, self.device)
+        return [MicroBatch(pad_batch(sequences[i : i + c.micro_batch_size], self.pad_token_id, self.device))
+                for i in range(0, len(sequences), c.micro_batch_size)]
+
+    def _micro_batch_loss(self, micro: MicroBatch, normaliser: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        """Policy forward (+ reference forward with kl_beta > 0) and the loss of one micro-batch. FSDP padding
+        micro-batches go through here too, so every rank runs the same forwards in the same order."""
+        c = self.config
+        new_logprobs = self._logprobs(micro)  # [B, T]
+        ref_logprobs = None
+        if c.kl_beta > 0:
+            with torch.no_grad(), self.policy.reference():
+                ref_logprobs = self._logprobs(micro)  # [B, T]
+        return grpo_loss(
+            new_logprobs, micro.batch, clip_eps=c.clip_eps, loss_agg=c.loss_agg, kl_beta=c.kl_beta,
+            ref_logprobs=ref_logprobs, max_tokens_norm=self.completion_budget, normaliser=normaliser,
+        )
+
+    def _all_reduce_gradients(self) -> None:
+        """DDP: average the trainable gradients over ranks in one flat all-reduce. A parameter whose gradient
+        was never created (a rank whose groups were all dropped runs no backward) contributes zeros."""
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.parameters]
+        flat = torch.cat([g.reshape(-1) for g in grads])  # [sum of numel]
+        dist.all_reduce(flat)
+        flat.div_(self.world_size)
+        offset = 0
+        for parameter in self.parameters:
+            chunk = flat[offset : offset + parameter.numel()].view_as(parameter)
+            offset += parameter.numel()
+            if parameter.grad is None:
+                parameter.grad = chunk.clone()
+            else:
+                parameter.grad.copy_(chunk)
+
+    def update(self, sequences: list[Sequence]) -> dict[str, float]:
+        """`ppo_epochs` optimizer steps on this iteration's sequences (all ranks take part, with or without
+        sequences of their own)."""
+        c = self.config
+        micro_batches = self._micro_batches(sequences)
         normaliser = loss_normaliser([mb.batch for mb in micro_batches])
         if self.world_size > 1:
             normaliser = normaliser.all_reduce()
-        stats_sum: dict[str, float] = {}
         if normaliser.tokens == 0:  # every group was constant on every rank: nothing to learn from
             return {"loss": 0.0, "grad_norm": 0.0, "skipped_update": 1.0}
         self.policy.model.train()
         grad_norm = torch.tensor(0.0)
         n_real = len(micro_batches)
         micro_batches += [MicroBatch(self._dummy_batch())] * (self._lockstep_count(n_real) - n_real)
+        loss_sum, token_count = 0.0, 0.0
+        weighted = dict.fromkeys(TOKEN_MEAN_STATS + (("kl_ref",) if c.kl_beta > 0 else ()), 0.0)
         for _ in range(c.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=False)
             for index, micro in enumerate(micro_batches):
-                batch = micro.batch
-                if index >= n_real:  # FSDP lockstep: a forward/backward that contributes zero gradient
-                    (token_logprobs(self.policy.model, batch.input_ids, batch.attention_mask).sum() * 0.0).backward()
+                loss, stats = self._micro_batch_loss(micro, normaliser)
+                loss.backward()  # a padding micro-batch has no loss token: zero loss, zero gradient
+                if index >= n_real:
                     continue
-                new_logprobs = self._logprobs(micro)  # [B, T]
-                ref_logprobs = None
-                if c.kl_beta > 0:
-                    with torch.no_grad(), self.policy.reference():
-                        ref_logprobs = self._logprobs(micro)
-                loss, stats = grpo_loss(
-                    new_logprobs, batch, clip_eps=c.clip_eps, loss_agg=c.loss_agg, kl_beta=c.kl_beta,
-                    ref_logprobs=ref_logprobs, max_tokens_norm=c.max_tokens_norm or c.max_episode_tokens,
-                    normaliser=normaliser,
-                )
-                loss.backward()
-                stats_sum["loss"] = stats_sum.get("loss", 0.0) + float(loss.detach()) / c.ppo_epochs
-                for key in ("clip_fraction", "ratio_mean", "approx_kl", "kl_ref"):
-                    if key in stats:
-                        stats_sum[key] = stats_sum.get(key, 0.0) + stats[key] / n_real / c.ppo_epochs
+                loss_sum += float(loss.detach())
+                token_count += stats["loss_tokens"]
+                for key in weighted:
+                    weighted[key] += stats[key] * stats["loss_tokens"]
             if self.world_size > 1 and not self.policy.sharded:  # FSDP averages in its reduce-scatter
-                for parameter in self.parameters:
-                    dist.all_reduce(parameter.grad)
-                    parameter.grad.div_(self.world_size)
+                self._all_reduce_gradients()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, c.grad_clip)
             self.optimizer.step()
-        if self.world_size > 1:  # rank 0 logs these, so make them about the whole step, not rank 0's share
-            self._average_stats_over_ranks(stats_sum, n_real)
+        # The whole step's figures on every rank (rank 0 logs them). Each rank's loss already uses the global
+        # denominator divided by world_size, so the step's loss is the sum over ranks / world_size.
+        totals = _all_sum([loss_sum, token_count, *weighted.values()])
+        out = {"loss": totals[0] / self.world_size / c.ppo_epochs}
+        for key, total in zip(weighted, totals[2:]):
+            out[key] = total / max(totals[1], 1.0)
         if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP
             grad_norm = grad_norm.full_tensor()
-        stats_sum["grad_norm"] = float(grad_norm)
-        stats_sum["skipped_update"] = 0.0
-        return stats_sum
-
-    def _average_stats_over_ranks(self, stats: dict[str, float], n_real: int) -> None:
-        """Each rank's loss already uses the global denominator, so the step's loss is the mean over ranks;
-        per-micro-batch means (clip fraction, ratio, KL) are weighted by each rank's micro-batch count."""
-        keys = ["clip_fraction", "ratio_mean", "approx_kl"] + (["kl_ref"] if self.config.kl_beta > 0 else [])
-        totals = _all_sum([stats.get("loss", 0.0), float(n_real)] + [stats.get(k, 0.0) * n_real for k in keys])
-        stats["loss"] = totals[0] / self.world_size
-        for key, total in zip(keys, totals[2:]):
-            stats[key] = total / max(totals[1], 1.0)
+        out["grad_norm"] = float(grad_norm)
+        out["skipped_update"] = 0.0
+        return out
 
     # ---------------------------------------------------------------------------------------------
     def run(self) -> dict[str, float]:
         c = self.config
+        self.check_prompts_fit()
+        self.check_sampler_logprobs()
         if self.rank == 0:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             save_config(c, self.output_dir / "config.yaml")
@@ -320,14 +462,22 @@ class GRPOTrainer:
         for iteration in bar:
             last = self.iteration(iteration)
             if self.rank == 0:
-                summary = (f"iter {iteration + 1}/{c.iterations}  reward {last['mean_reward']:.3f}  "
-                           f"success {last['success_rate']:.3f}  constant {last['frac_constant_groups']:.2f}  "
-                           f"gen {last['gen_tokens_per_s']:.0f} tok/s  train {last['train_tokens_per_s']:.0f} tok/s  "
-                           f"loss {last['loss']:+.4f}")
-                tqdm.write(summary)
+                tqdm.write(self.summary_line(last))
         if self.world_size > 1 and not self.policy.sharded:  # sharded weights are one copy by construction
             self.check_ranks_agree()
         return last
+
+    def summary_line(self, m: dict[str, float]) -> str:
+        """One console line per iteration; an iteration without an update says why instead of a loss."""
+        c = self.config
+        line = (f"iter {m['iteration']}/{c.iterations}  reward {m['mean_reward']:.3f}  success {m['success_rate']:.3f}"
+                f"  (all episodes {m['mean_reward_all_episodes']:.3f})  constant {m['frac_constant_groups']:.2f}  "
+                f"gen {m['gen_tokens_per_s']:.0f} tok/s  ")
+        if m["skipped_update"]:
+            why = ("every group's rewards were equal, nothing to learn from" if m["frac_constant_groups"] == 1.0
+                   else "no group had both a reward spread and generated tokens")
+            return line + f"no update: {why}"
+        return line + f"train {m['train_tokens_per_s']:.0f} tok/s  loss {m['loss']:+.4f}"
 
     def check_ranks_agree(self) -> None:
         """Raise if the trainable weights differ between ranks (they must: same init, averaged gradients)."""
@@ -349,26 +499,44 @@ class GRPOTrainer:
             temperature=c.temperature, max_episode_tokens=c.max_episode_tokens, game_overrides=c.game_overrides,
         )
         gen_seconds = time.perf_counter() - started
+        (empty,) = _all_sum([float(sum(ep.n_generated == 0 for ep in episodes))])
+        if empty == c.groups_per_iteration * c.group_size:
+            shortest = min(ep.prompt_len for ep in episodes)
+            raise InputError(
+                f"iteration {iteration + 1}: no episode generated a token: every opening prompt (from {shortest} "
+                f"tokens) fills max_episode_tokens={c.max_episode_tokens}. Raise --max_episode_tokens."
+            )
         sequences, group_stats = self.sequences(episodes)
         train_started = time.perf_counter()
         update_stats = self.update(sequences)
-        self.scheduler.step()
+        if not update_stats["skipped_update"]:  # the schedule counts updates, not iterations
+            self.scheduler.step()
         train_seconds = time.perf_counter() - train_started
         self.backend.sync_weights(self.policy, iteration + 1)
 
-        successes = sum(1 for ep in episodes if ep.summary.get("success", ep.reward >= 1.0))
+        def success(ep: Episode) -> bool:
+            return bool(ep.summary.get("success", ep.reward >= 1.0))
+
+        base = [ep for ep in episodes if not ep.request.hinted]
         totals = _all_sum([
-            sum(ep.reward for ep in episodes), float(successes), float(len(episodes)),
+            sum(ep.reward for ep in base), float(sum(success(ep) for ep in base)), float(len(base)),
+            sum(ep.reward for ep in episodes), float(sum(success(ep) for ep in episodes)), float(len(episodes)),
             float(sum(ep.n_generated for ep in episodes)), float(sum(len(s.token_ids) for s in sequences)),
-            group_stats["groups"], group_stats["constant_groups"], gen_seconds, train_seconds,
+            group_stats["groups"], group_stats["constant_groups"], group_stats["groups_without_tokens"],
+            group_stats["sampler_kl_sum"], group_stats["sampler_tokens"], gen_seconds, train_seconds,
         ])
-        reward_sum, success_sum, n_episodes, gen_tokens, train_tokens, groups, constant, gen_s, train_s = totals
+        (base_reward, base_success, n_base, reward_sum, success_sum, n_episodes, gen_tokens, train_tokens, groups,
+         constant, without_tokens, sampler_kl_sum, sampler_tokens, gen_s, train_s) = totals
         metrics = {
             "iteration": iteration + 1,
-            "mean_reward": reward_sum / n_episodes,
-            "success_rate": success_sum / n_episodes,
+            "mean_reward": base_reward / n_base,  # base-prompt episodes: the figure that shows progress
+            "success_rate": base_success / n_base,
+            "mean_reward_all_episodes": reward_sum / n_episodes,  # hinted episodes included
+            "success_rate_all_episodes": success_sum / n_episodes,
             "frac_constant_groups": constant / groups,
+            "groups_without_tokens": int(without_tokens),
             "n_episodes": int(n_episodes),
+            "n_base_episodes": int(n_base),
             "gen_tokens": int(gen_tokens),
             "gen_tokens_per_s": gen_tokens / max(gen_s / self.world_size, 1e-9),
             "train_tokens_per_s": train_tokens / max(train_s / self.world_size, 1e-9),
@@ -376,6 +544,8 @@ class GRPOTrainer:
             "seconds": time.perf_counter() - started,
             **update_stats,
         }
+        if sampler_tokens:  # how far the sampler's own log-probs were from the trainer's (re-scored runs)
+            metrics["sampler_kl"] = sampler_kl_sum / sampler_tokens
         self._write_artifacts(iteration + 1, episodes, metrics)
         return metrics
 
@@ -389,11 +559,12 @@ class GRPOTrainer:
             simulations = [s for part in gathered for s in part]
         final = done == c.iterations
         checkpoint_due = done % c.save_every == 0 or final
-        backend_state = {f"rank{self.rank}.{k}": v for k, v in self.backend.state_dict().items()}
-        if checkpoint_due and self.world_size > 1:  # every rank's sampler state, so a resume samples identically
-            states: list[Any] = [None] * self.world_size
-            dist.all_gather_object(states, backend_state)
-            backend_state = {k: v for part in states for k, v in part.items()}
+        rank_states: list[Any] = []
+        if checkpoint_due:  # every rank's sampler and RNG states, so a resume continues each rank's streams
+            rank_states = [rank_state(self.backend.state_dict())]
+            if self.world_size > 1:
+                rank_states = [None] * self.world_size
+                dist.all_gather_object(rank_states, rank_state(self.backend.state_dict()))
         adapter_state = optimizer_state = None
         if checkpoint_due:  # collectives under FSDP: every rank takes part, rank 0 gets full tensors
             adapter_state = self.policy.adapter_state()
@@ -409,7 +580,7 @@ class GRPOTrainer:
                 save_checkpoint(
                     self.output_dir / "checkpoints", iteration=done,
                     write_adapter=lambda path: self.policy.write_adapter(path, adapter_state),
-                    optimizer_state=optimizer_state, scheduler=self.scheduler, backend_state=backend_state,
+                    optimizer_state=optimizer_state, scheduler=self.scheduler, rank_states=rank_states,
                 )
         if self.world_size > 1:
             dist.barrier()

@@ -11,8 +11,15 @@
 - Every sampling knob is sent explicitly (top_p 1, top_k off, no penalties): otherwise vLLM fills them from
   the model's generation_config.json (Qwen3 ships top_k=20, top_p=0.95), and the sampled distribution
   would no longer be the softmax(logits / temperature) that the trainer scores.
+- The trainer re-scores every sequence sampled here (`logprobs_match_trainer` is False): vLLM computes in
+  bf16 with other kernels, so its log-probs differ from the trainer's by numerical noise, and a batch whose
+  old log-probs came from two sources (re-scored hinted samples, vLLM's for the rest) would clip on noise
+  and treat the two halves differently. The reference trainer re-scores every sample too. vLLM's log-probs
+  remain a diagnostic (`sampler_kl` in the metrics).
 - The server must run with `--logprobs-mode processed_logprobs` when temperature != 1: vLLM's default
-  returns log-probs of the raw logits, before temperature scaling.
+  returns log-probs of the raw logits, before temperature scaling. The trainer checks this at start
+  (`probe`: one completion per server, scored by the trainer at the temperature and at 1) and stops with
+  exit 2 when a server returns raw log-probs.
 - Before the first update the LoRA is zero (B = 0), so sampling uses the base model. After each update
   the adapter is saved and loaded with `/v1/load_lora_adapter` under a fresh name per version
   (`<prefix>-v<N>`, the prefix unique to this backend): reloading under one name can serve stale
@@ -200,6 +207,14 @@ class VLLMBackend(RolloutBackend):
                 for future in futures:  # a dead server: the prompts still queued are not sent
                     future.cancel()
                 raise
+
+    def probe(self, prompt: Sequence[int], params: SamplingParams) -> list[tuple[str, Completion]]:
+        """One completion of `prompt` from each server, with fixed seeds outside the sampling sequence (the
+        checkpointed `generate_calls` does not move, so a resumed run still asks for the same samples)."""
+        if not self._checked_servers:
+            self.check_servers()
+        return [(base_url, self._complete(base_url, list(prompt), params, request_seed(self.seed, -1, index)))
+                for index, base_url in enumerate(self.base_urls)]
 
     def sampling_payload(self, prompt: list[int], params: SamplingParams, seed: int) -> dict[str, Any]:
         """The `/v1/completions` body for one prompt."""
