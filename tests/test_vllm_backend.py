@@ -495,3 +495,32 @@ def test_a_server_that_returns_raw_logprobs_at_temperature_07_stops_the_run(tmp_
         assert len(server.completions()) == 1 and trainer.backend.generate_calls == 0  # seeds untouched
     finally:
         server.close()
+
+
+def test_collect_rollouts_with_a_server_loads_only_the_tokenizer(tmp_path, tiny_model_dir):
+    """With VLLM_BASE_URLS set, the calibration collector renders prompts here and samples on the server: a
+    model folder without weights (only the tokenizer) must be enough."""
+    import shutil
+
+    tokenizer_only = tmp_path / "tokenizer-only"
+    shutil.copytree(tiny_model_dir, tokenizer_only)
+    for weights in [*tokenizer_only.glob("*.safetensors"), *tokenizer_only.glob("*.bin")]:
+        weights.unlink()
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    server = StubVLLM(choices=[tokenizer.convert_tokens_to_ids(t) for t in ("a", "e", "x", "t")])
+    out = tmp_path / "rollouts.json"
+    env = {**os.environ, "TRACE_GAMES_DIRS": str(REPO / "tests" / "games"), "PYTHONPATH": str(REPO),
+           "VLLM_BASE_URLS": server.url, "VLLM_MODEL": BASE, "VLLM_RETRY_BACKOFF": "0.01"}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "train.collect_rollouts", "--game", "capability_letter_density", "--model",
+             str(tokenizer_only), "--seeds", "2", "--samples", "2", "--temperature", "1.0",
+             "--max-episode-tokens", "256", "--out", str(out)],
+            env=env, cwd=REPO, capture_output=True, text=True, timeout=240)
+    finally:
+        server.close()
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(json.loads(out.read_text())["simulations"]) == 4
+    assert len(server.completions()) == 4

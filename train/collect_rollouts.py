@@ -5,8 +5,9 @@
 
 Writes τ²-bench results format: one simulation per (seed, sample) with `task_id` = seed and `sample_idx`
 set, which is what `pipeline/calibrate_environment.py` reads. Rollouts go to vLLM when VLLM_BASE_URLS is
-set (then --adapter must name an adapter the server has loaded, or be omitted), else in process through
-the same backend interface the trainer uses.
+set (then --adapter must name an adapter the server has loaded, or be omitted, and only the tokenizer is
+loaded here: a 30B model's weights stay on the server), else in process through the same backend interface
+the trainer uses.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from game_registry import GameImportError, GameSpec, get_game
 from common.io import InputError
 from train.backends import HFBackend, RolloutBackend
 from train.episodes import ChatTokenizer, EpisodeRequest, episode_to_simulation, run_episodes
-from train.policy import load_base_model
+from train.policy import load_base_model, load_tokenizer
 from train.vllm_backend import backend_from_env
 
 
@@ -81,17 +82,19 @@ def main(argv: list[str] | None = None) -> int:
             spec.make(**overrides)  # fail early on bad overrides
         except TypeError as err:  # the game's config dataclass rejects an unknown field
             raise InputError(f"--game-overrides {overrides} do not fit game {args.game!r}: {err}") from None
-        model, tokenizer = load_base_model(args.model)
         backend = backend_from_env(args.out.parent / ".vllm_adapters", seed=args.sampling_seed)
         if backend is None:
+            model, tokenizer = load_base_model(args.model)
             if args.adapter:
                 from peft import PeftModel
 
                 model = PeftModel.from_pretrained(model, args.adapter)
             torch.manual_seed(args.sampling_seed)
             backend = HFBackend(model, tokenizer.pad_token_id, seed=args.sampling_seed)
-        elif args.adapter:
-            backend.served_model = args.adapter  # an adapter name the server already has loaded
+        else:  # the server samples: this process only renders prompts, so it loads no weights
+            tokenizer = load_tokenizer(args.model)
+            if args.adapter:
+                backend.served_model = args.adapter  # an adapter name the server already has loaded
         simulations = collect(
             spec, backend, ChatTokenizer(tokenizer), seeds=list(range(args.seed_start, args.seed_start + args.seeds)),
             samples=args.samples, temperature=args.temperature, max_episode_tokens=args.max_episode_tokens,

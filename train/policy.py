@@ -22,6 +22,21 @@ from train.distributed import world
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
+def load_tokenizer(model: str):
+    """The tokenizer of a local directory or hub id (pad token set), without the weights: what a process needs
+    that only renders prompts while a vLLM server samples."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model)
+    except OSError as err:
+        where = "this directory" if Path(model).is_dir() else "the Hugging Face hub (no network here?)"
+        raise InputError(f"cannot load the tokenizer of {model!r} from {where}: {err}") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def load_base_model(model: str, dtype: str = "float32", device: str | torch.device = "cpu"):
     """(model, tokenizer) from a local directory or hub id; offline hub ids fail with a clear message."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
