@@ -338,7 +338,10 @@ def run_pytest_batch(trees: list[dict[str, str]], config: SandboxConfig | None =
         if drop_to is not None:
             _chown_tree(workdir, *drop_to)
         os.chmod(workdir, 0o700)
-        runner = [sys.executable, "-s", str(RUNNER_SCRIPT), str(trace / "spec.json")]
+        # The runner runs from the sandbox's own folder: where the repository lives (under /tmp, say) may be
+        # hidden inside the sandbox, whose /tmp is a fresh tmpfs.
+        shutil.copyfile(RUNNER_SCRIPT, trace / "runner.py")
+        runner = [sys.executable, "-s", str(trace / "runner.py"), str(trace / "spec.json")]
         if isolation == "namespace":
             command = _boot_command(uid, gid, workdir, config.tmpfs_mb, runner)
             preexec = functools.partial(_limits, config)
