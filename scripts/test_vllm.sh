@@ -8,7 +8,7 @@
 #      --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True.
 #   3. Runs tests/vllm (TRACE_VLLM_URL set): two GRPO iterations through `python -m train` with rollouts
 #      from the server, a check that the served adapter changes the outputs (and matches PEFT's log-probs),
-#      and guided JSON decoding.
+#      guided JSON decoding, and moe_gate.serve routing requests to adapters loaded on the server.
 #   4. Stops the server, whatever happened (trap EXIT).
 #
 # Environment knobs: PYTHON (interpreter for a new venv, default python3), VLLM_VENV (default .venv-vllm),
