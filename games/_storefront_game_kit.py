@@ -333,7 +333,6 @@ class StorefrontCapabilityGame(ToolEnvGame):
         self.customer: UserSimulator | None = None
         self.start_db: StoreDB | None = None  # the database as generated (with `keeps_start_db`)
         self.expected_db: StoreDB | None = None  # the starting database after the oracle's writes
-        self.replies: list[str] = []  # every plain reply the agent sent the customer (texts, in order)
 
     # ---- for subclasses -------------------------------------------------------------------------
     @abstractmethod
@@ -355,10 +354,6 @@ class StorefrontCapabilityGame(ToolEnvGame):
         if self.toolkit is None:
             raise RuntimeError(f"{type(self).__name__}: call reset() first")
         return self.toolkit.db
-
-    def reply_text(self) -> str:
-        """All replies to the customer, one per line (what they have been told)."""
-        return "\n".join(self.replies)
 
     def successful_calls(self, name: str) -> list[ToolCallRecord]:
         """Calls of tool `name` that ran without error."""
@@ -434,14 +429,12 @@ class StorefrontCapabilityGame(ToolEnvGame):
                                       random.Random(f"{self.game_name}-user:{seed}"),
                                       max_turns=2 * len(instance.requests) + 4, identity_reply=instance.identity_reply,
                                       revealed_identity=self.config.identity_in_opening)
-        self.replies = []
         return self.start_episode(self.toolkit_class(instance.db), [{"role": "user", "content": instance.opening}])
 
     def get_system_prompt(self) -> str:
         return POLICY
 
     def respond_to_user(self, text: str) -> tuple[str | None, bool]:
-        self.replies.append(text)
         return self.customer.respond(text)
 
     def oracle_response(self) -> str:

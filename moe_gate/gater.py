@@ -65,7 +65,27 @@ def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
 
 
-class LayerCapabilityGater(nn.Module):
+class _ZeroInitGate(nn.Module):
+    """`Linear(hidden, S)` with bias, zero-initialised (uniform routing at start), read on detached inputs."""
+
+    def __init__(self, hidden_size: int, n_slots: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(hidden_size, n_slots, bias=True)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+
+    @property
+    def n_slots(self) -> int:
+        return self.proj.out_features
+
+    def pooled_logits(self, hidden: torch.Tensor, pool_mask: torch.Tensor | None) -> torch.Tensor:
+        """[B, T, H] (detached, + mask [B, T], default all ones) -> logits [B, S] of the masked mean."""
+        if pool_mask is None:
+            pool_mask = torch.ones(hidden.shape[:2], device=hidden.device)
+        return self.proj(masked_mean(hidden, pool_mask))  # [B, S]
+
+
+class LayerCapabilityGater(_ZeroInitGate):
     """One decoder layer's gate: `Linear(hidden, S)`, zero-initialised, on the detached layer input.
 
     `granularity="token"` routes every token from its own hidden state; `"trajectory"` routes the whole
@@ -75,36 +95,27 @@ class LayerCapabilityGater(nn.Module):
 
     def __init__(self, hidden_size: int, n_slots: int, *, granularity: str = "token",
                  estimator: str = "straight_through", tau: float = 1.0):
-        super().__init__()
         _check_choice("granularity", granularity, GRANULARITIES)
         _check_choice("estimator", estimator, ESTIMATORS)
         if n_slots < 2:
             from moe_gate.multi_lora import GateError
 
             raise GateError(f"a gate needs at least 2 slots to choose from, got {n_slots}")
+        super().__init__(hidden_size, n_slots)
         self.granularity, self.estimator, self.tau = granularity, estimator, tau
-        self.proj = nn.Linear(hidden_size, n_slots, bias=True)
-        nn.init.zeros_(self.proj.weight)
-        nn.init.zeros_(self.proj.bias)
-
-    @property
-    def n_slots(self) -> int:
-        return self.proj.out_features
 
     def forward(self, hidden: torch.Tensor, pool_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Gate logits: token granularity [B, T, H] -> [B, T, S]; trajectory [B, T, H] + mask [B, T] -> [B, S]."""
         hidden = hidden.detach().to(self.proj.weight.dtype)
         if self.granularity == "token":
             return self.proj(hidden)  # [B, T, S]
-        if pool_mask is None:
-            pool_mask = torch.ones(hidden.shape[:2], device=hidden.device)
-        return self.proj(masked_mean(hidden, pool_mask))  # [B, S]
+        return self.pooled_logits(hidden, pool_mask)
 
     def select(self, logits: torch.Tensor) -> Selection:
         return select(logits, training=self.training, estimator=self.estimator, tau=self.tau)
 
 
-class TrajectoryGlobalRouter(nn.Module):
+class TrajectoryGlobalRouter(_ZeroInitGate):
     """One router for the whole model: `Linear(hidden, S)` on the prompt's mean input embedding.
 
     The same decision (hard top-1, or soft weights with `soft=True`) applies to every layer and is kept
@@ -116,23 +127,13 @@ class TrajectoryGlobalRouter(nn.Module):
 
     def __init__(self, hidden_size: int, n_slots: int, *, soft: bool = False, estimator: str = "straight_through",
                  tau: float = 1.0):
-        super().__init__()
         _check_choice("estimator", estimator, ESTIMATORS)
+        super().__init__(hidden_size, n_slots)
         self.soft, self.estimator, self.tau = soft, estimator, tau
-        self.proj = nn.Linear(hidden_size, n_slots, bias=True)
-        nn.init.zeros_(self.proj.weight)
-        nn.init.zeros_(self.proj.bias)
-
-    @property
-    def n_slots(self) -> int:
-        return self.proj.out_features
 
     def forward(self, hidden: torch.Tensor, pool_mask: torch.Tensor | None = None) -> torch.Tensor:
         """[B, T, H] (+ mask [B, T]) -> logits [B, S]."""
-        hidden = hidden.detach().to(self.proj.weight.dtype)
-        if pool_mask is None:
-            pool_mask = torch.ones(hidden.shape[:2], device=hidden.device)
-        return self.proj(masked_mean(hidden, pool_mask))  # [B, S]
+        return self.pooled_logits(hidden.detach().to(self.proj.weight.dtype), pool_mask)
 
     def select(self, logits: torch.Tensor) -> Selection:
         return select(logits, training=self.training, estimator=self.estimator, tau=self.tau, soft=self.soft)

@@ -105,12 +105,6 @@ def reply_tells_status(reply: str, status: str) -> bool:
     return asserted_statuses(reply) == {status}
 
 
-def reply_tells_order_id(reply: str, order_id: str, known_ids: Iterable[str], allowed: Iterable[str] = ()) -> bool:
-    """The reply names `order_id` and no other known order id outside `allowed`."""
-    named = order_ids_in(reply, known_ids)
-    return order_id in named and named <= {order_id, *allowed}
-
-
 _STRING_VALUE = re.compile(r'(?<=[:\[,])"((?:[^"\\]|\\.)*)"(?!:)')  # a string after ':' '[' ',' and not a key
 _NUMBER_VALUE = re.compile(r'(?<=[:\[,])\s*(-?\d+(?:\.\d+)?)(?=\s*[,\]}])')
 
@@ -128,11 +122,6 @@ def copied_values(tool_outputs: Iterable[str]) -> set[str]:
 
 
 _TOKEN = re.compile(r"[A-Za-z0-9_#@.\-]+")
-
-
-def count_copied(text: str, values: set[str]) -> int:
-    """How many distinct `values` appear in `text` (single-token values as tokens, others as substrings)."""
-    return _CopiedValues(values).count(text)
 
 
 class _CopiedValues:

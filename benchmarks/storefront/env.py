@@ -16,7 +16,6 @@ Reward (τ²-bench's DB + COMMUNICATE basis, plus the policy's procedure) is 1 w
 """
 from __future__ import annotations
 
-import json
 import random
 import re
 from typing import Any
@@ -26,7 +25,7 @@ from benchmarks.storefront.compliance import just_confirmed, policy_violations
 from benchmarks.storefront.config import StorefrontConfig
 from benchmarks.storefront.db import StoreDB, db_hash
 from benchmarks.storefront.policy import policy_text
-from benchmarks.storefront.tasks import Step, SubRequest, Task, make_task
+from benchmarks.storefront.tasks import Step, SubRequest, Task, call_key, make_task
 from benchmarks.storefront.tools import StorefrontTools
 from benchmarks.storefront.user_sim import UserSimulator
 from benchmarks.tooling import ToolEnvGame
@@ -40,10 +39,6 @@ AUTH_QUESTION = "Please give me your email, or your name and zip code."
 def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
     """Hermes tool-call markup for one call, byte-identical to what the chat template renders."""
     return render_tool_call(name, arguments)
-
-
-def _canonical(arguments: dict[str, Any]) -> str:
-    return json.dumps(arguments, sort_keys=True, ensure_ascii=False)
 
 
 class StorefrontGame(ToolEnvGame):
@@ -121,7 +116,7 @@ class StorefrontGame(ToolEnvGame):
         calls = self.state.tool_calls
         for record in calls[self._ok_calls_seen:]:
             if record.ok:
-                self._ok_calls.add((record.name, _canonical(record.arguments)))
+                self._ok_calls.add(call_key(record.name, record.arguments))
         self._ok_calls_seen = len(calls)
         return self._ok_calls
 
@@ -174,7 +169,7 @@ class StorefrontGame(ToolEnvGame):
         communicate_ok = all(c["met"] for c in communicate)
         violations = self.policy_violations()
         done_ok = self.successful_calls()
-        actions = [{"action": a, "action_match": (a["name"], _canonical(a["arguments"])) in done_ok}
+        actions = [{"action": a, "action_match": call_key(a["name"], a["arguments"]) in done_ok}
                    for a in self.task.gold_actions]
         reward = 1.0 if db_match and communicate_ok and not violations else 0.0
         return {

@@ -40,6 +40,7 @@ from typing import Any
 from benchmarks.storefront.config import StorefrontConfig
 from benchmarks.storefront.db import (CITIES, Address, Order, StoreDB, User, add_order, add_payment_method,
                                       generate_db, random_address, set_order_status)
+from benchmarks.storefront.tools import StorefrontTools
 from benchmarks.storefront.user_sim import REQUEST_KINDS, Identity, UserRequest
 
 PRECONDITION = "precondition_verification"
@@ -83,6 +84,11 @@ def address_arguments(address: Address) -> dict[str, str]:
     return address.to_dict()
 
 
+def call_key(name: str, arguments: dict[str, Any]) -> tuple[str, str]:
+    """(name, canonical JSON of the arguments): equal for the same call however its keys were ordered."""
+    return name, json.dumps(arguments, sort_keys=True, ensure_ascii=False)
+
+
 @dataclass
 class Step:
     """One step of the expert's plan for a request: a tool call, or (name "confirm") a confirmation question."""
@@ -98,7 +104,7 @@ class Step:
     @functools.cached_property
     def key(self) -> tuple[str, str]:
         """(name, canonical JSON arguments): how the game recognises the call among those made."""
-        return self.name, json.dumps(self.arguments, sort_keys=True, ensure_ascii=False)
+        return call_key(self.name, self.arguments)
 
     def as_action(self) -> dict[str, Any]:
         return {"name": self.name, "arguments": self.arguments}
@@ -130,16 +136,13 @@ class SubRequest:
 
     @property
     def write(self) -> Step | None:
-        writes = [s for s in self.steps if not s.is_confirm and s.name not in _READ_TOOLS]
+        writes = [s for s in self.steps if not s.is_confirm and StorefrontTools.is_write(s.name)]
         return writes[0] if writes else None
 
     @property
     def gold(self) -> list[dict[str, Any]]:
         """The expert's tool calls for this request (look-ups then write), as {"name", "arguments"}."""
         return [s.as_action() for s in self.steps if not s.is_confirm]
-
-
-_READ_TOOLS = ("get_order_details", "get_user_details", "get_product_details")
 
 
 @dataclass
