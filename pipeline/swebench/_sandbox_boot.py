@@ -61,6 +61,7 @@ def isolate(workdir, exposes, uid, gid, tmpfs_mb):
         if os.path.isdir(folder):
             _mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=1777")
     for folder in sorted(masks):
+        os.makedirs(folder, exist_ok=True)  # a mask inside a scratch folder (a 0700 /tmp/tmp.X) is gone by now
         _mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
     for path in keep:
         if path == workdir or not os.path.isdir(path):
