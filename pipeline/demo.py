@@ -1,176 +1,238 @@
-"""The embedded CPU demo (`make demo`).
+"""The embedded CPU demo (`make demo`): TRACE's loop on a world whose ground truth is known.
 
-Today it runs Step 1, capability selection, on the bundled real τ²-bench results (gpt-4.1 agent on
-the airline and retail domains): compact the trajectories, write the candidate capabilities, let ten
-rule-based stand-in labelers (`pipeline/rule_labeler.py`; there is no LLM here) mark every
-(trajectory, capability) pair, convert their flat labels into run files, aggregate, and print the
-capability table. Everything lands in `runs/demo/select/` in the formats of docs/ARTIFACTS.md.
+    python -m pipeline.demo [--config configs/demo.yaml] [--run-dir runs/demo] [--fresh]
+    python -m pipeline.demo --profile fast        (configs/demo_fast.yaml: every step, small budgets)
 
-What it does NOT do, and says so when it runs:
-- Phase 1 proposes nothing: the candidates are the fixed list of `rule_labeler.CANDIDATES`. Each gets
-  example trajectories the way the Phase-1 prompt asks (failed ones where it was lacking, a passed one
-  where it was shown), and a candidate without a failed example is dropped, as the prompt's Phase-1
-  check would refuse it.
-- The labelers are rules, and the rules read each task's whole gold action list
-  (`evaluation_criteria.actions`), which the labelers of a real run never see: they read `summary.jsonl`,
-  which shows only the checks that failed.
-- Steps 2-4 (environments, GRPO training, the gate) are not run yet.
-Run files of an earlier demo with more labelers (`run_04.json` ... after `--runs 3`) are removed, so the
-README's `run_*.json` glob never mixes two demos.
+The target benchmark is the embedded storefront (`benchmarks/storefront`, sized by the config's storefront
+file). The base agent is the project's tiny model, taught the task by supervised fine-tuning on expert
+demonstrations in which some capabilities are planted as deficits (a share of the demonstrations comes
+from flawed experts, `benchmarks/storefront/flaws.py`). Because we planted them, we know which capabilities
+Step 1 should find, and the report scores it.
 
-    python -m pipeline.demo [--run-dir runs/demo] [--runs 10] [--k 8]
+Steps, each writing under `<run-dir>/<step>/` and skipped when its `step.json` says it completed with the
+same settings (its own config section and the steps it reads from), so an interrupted demo resumes:
+
+  base      demonstrations -> tokenizer + tiny model -> SFT (the base agent; cached across runs)
+  evaluate  the base agent on held-out storefront tasks: every evaluation seed, greedy and temperature 1
+            (pass^k over samples), τ²-bench-format results
+  select    Step 1 on the base agent's results on separate analysis tasks: compacted trajectories, a
+            FIXED candidate list (`pipeline/rule_labeler.CANDIDATES`, which holds capabilities that were
+            not planted), N rule-based labelers that see only the trajectory and the results' evaluation
+            details (never the planted flaws or a task's hidden capability record), aggregation with
+            rho, delta, K; precision and recall of the selection against the planted deficits
+  report    runs/demo/report.md and results.json; the table is printed
+
+Steps 2-4 (environment calibration, capability LoRAs, the gate) and the baselines are not part of this
+demo yet: the report lists them as not run, and never shows numbers for them.
 """
 from __future__ import annotations
 
 import argparse
-import re
+import dataclasses
+import hashlib
+import json
+import shutil
+import statistics
 import sys
+import time
 from pathlib import Path
+from typing import Any, Callable
 
-from pipeline import rule_labeler
 from common.io import InputError, atomic_write_json, atomic_write_jsonl, load_json
-from pipeline._summarize import summarize_paths
-from pipeline.aggregate_capabilities import aggregate, format_table, write_outputs
-from pipeline.labels_to_run import labels_to_run
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-TAU2_RESULTS = sorted((REPO_ROOT / "tests" / "fixtures" / "real" / "tau2-bench").glob("*.json"))
-BANNER = "=" * 78
+PROFILES = {"default": "configs/demo.yaml", "fast": "configs/demo_fast.yaml"}
+STEP_FILE = "step.json"
+NOT_RUN = ("environments (Step 2: validate + calibrate each selected capability's game against the base agent)",
+           "train (Step 3: one GRPO LoRA per selected capability)",
+           "gate (Step 4: router SFT warm-start + GRPO on the gate)",
+           "baselines (direct GRPO on the storefront; one adapter on all selected games mixed)")
 
 
-def rule_verdicts_for(result_files: list[Path], summary: list[dict]) -> dict[str, dict[str, str]]:
-    """Noiseless rule labels keyed by the summary's trajectory ids.
+def _device() -> str:
+    import torch
 
-    `summarize_paths` keeps file order and simulation order, so the i-th simulation across the files is
-    the i-th summary record (its id may carry a domain prefix).
-    """
-    pairs = []
-    for path in result_files:
-        data = load_json(path)
-        tasks = {str(task["id"]): task for task in data.get("tasks") or []}
-        pairs.extend((sim, tasks.get(str(sim["task_id"]))) for sim in data["simulations"])
-    if len(pairs) != len(summary):
-        raise InputError(f"summary has {len(summary)} records but the results files hold {len(pairs)} simulations")
-    return {
-        record["id"]: rule_labeler.rule_labels(rule_labeler.extract_evidence(sim, task))
-        for record, (sim, task) in zip(summary, pairs)
-    }
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-DEMO_FILES = re.compile(r"^(run_\d+\.json|labels_\d+\.jsonl)$")  # what run_selection writes into labels/
+class Demo:
+    """Runs the steps in order; each step's fingerprint covers its settings and the fingerprints it reads."""
+
+    def __init__(self, config: Any, run_dir: Path, fresh: bool, profile: str):
+        self.config = config
+        self.run_dir = run_dir
+        self.fresh = fresh
+        self.profile = profile
+        self.fingerprints: dict[str, str] = {}
+        self.records: dict[str, dict[str, Any]] = {}
+        self.storefront = config.storefront_config(REPO_ROOT)
+
+    def step(self, name: str, settings: dict[str, Any], reads: tuple[str, ...],
+             body: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+        fingerprint = hashlib.sha256(json.dumps(
+            {"settings": settings, "reads": [self.fingerprints[r] for r in reads]}, sort_keys=True, default=str
+        ).encode()).hexdigest()[:16]
+        folder = self.run_dir / name
+        marker = folder / STEP_FILE
+        if not self.fresh and marker.is_file():
+            record = load_json(marker)
+            if record.get("fingerprint") == fingerprint and record.get("complete"):
+                print(f"[{name}] up to date ({folder}); skipped — --fresh starts over", flush=True)
+                self.fingerprints[name], self.records[name] = fingerprint, record
+                return record["figures"]
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        print(f"[{name}] running -> {folder}", flush=True)
+        started = time.time()
+        figures = body(folder)
+        record = {"step": name, "fingerprint": fingerprint, "complete": True, "settings": settings,
+                  "seconds": round(time.time() - started, 1), "device": _device(), "figures": figures}
+        atomic_write_json(marker, record)  # written last: a step interrupted before this runs again
+        print(f"[{name}] done in {record['seconds']:.0f} s", flush=True)
+        self.fingerprints[name], self.records[name] = fingerprint, record
+        return figures
+
+    # ---- steps ------------------------------------------------------------------------------------------
+
+    def storefront_fields(self) -> dict[str, Any]:
+        fields = dataclasses.asdict(self.storefront)
+        fields["request_counts"] = tuple(fields["request_counts"])
+        return fields
+
+    def base(self, folder: Path) -> dict[str, Any]:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from benchmarks.storefront.demos import make_demonstrations
+        from train.sft import SFTConfig, tokenize_chats, train_sft
+        from train.tiny import build_tiny_model
+
+        s = self.config.base
+        demos = make_demonstrations(s.demonstrations, s.demo_seed, self.storefront, s.planted)
+        atomic_write_jsonl(folder / "demonstrations.jsonl", demos)
+        build_tiny_model(folder / "init", chats=demos[: s.tokenizer_chats], vocab_size=s.vocab_size,
+                         hidden_size=s.hidden_size, num_layers=s.num_layers, num_heads=s.num_heads, seed=s.seed,
+                         tools_view=s.tools_view, corpus_info={"source": "storefront demonstrations",
+                                                               "chats": min(s.tokenizer_chats, len(demos))})
+        tokenizer = AutoTokenizer.from_pretrained(str(folder / "init"), local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(str(folder / "init"), local_files_only=True,
+                                                     dtype=torch.float32).to(_device())
+        chats = tokenize_chats(tokenizer, demos)
+        log: list[dict[str, Any]] = []
+        sft = SFTConfig(epochs=s.epochs, lr=s.lr, warmup_steps=s.warmup_steps, batch_tokens=s.batch_tokens,
+                        seed=s.seed)
+        figures = train_sft(model, chats, sft, tokenizer.pad_token_id, log=log)
+        model.save_pretrained(folder / "model")
+        tokenizer.save_pretrained(folder / "model")
+        atomic_write_json(folder / "model" / "sft_info.json", {"config": dataclasses.asdict(sft), **figures,
+                                                               "log": log})
+        shown = sum(r["reward"] < 1 for r in demos)
+        return {**figures, "parameters": sum(p.numel() for p in model.parameters()),
+                "demonstrations": len(demos), "demonstrations_failing_by_plant": shown,
+                "mean_tokens": sum(len(c.input_ids) for c in chats) / len(chats), "log": log}
+
+    def _evaluate(self, model_dir: Path, adapter: Path | None, folder: Path, seeds: list[int], n_tasks: int,
+                  samples: int, label: str) -> dict[str, Any]:
+        from benchmarks.results import write_results
+        from train.evaluate import evaluate_model, load_policy_model
+
+        model, tokenizer = load_policy_model(model_dir, adapter)
+        model.to(_device())
+        runs: dict[str, Any] = {}
+        for seed in seeds:
+            for mode, temperature, k in (("greedy", 0.0, 1), ("sampled", self.config.evaluate.temperature, samples)):
+                started = time.time()
+                simulations, hat = evaluate_model(
+                    model, tokenizer, "storefront", n_tasks=n_tasks, seed=seed, samples=k, temperature=temperature,
+                    game_overrides=self.storefront_fields(), max_episode_tokens=self.config.evaluate.max_episode_tokens)
+                path = folder / f"{label}_seed{seed}_{mode}.json"
+                write_results(path, simulations, None, {"model": str(model_dir), "adapter": str(adapter or ""),
+                                                        "seed": seed, "temperature": temperature, "samples": k})
+                runs[f"{seed}/{mode}"] = {"path": str(path.relative_to(self.run_dir)), "pass_hat_k": {
+                    g: {"n_tasks": v["n_tasks"], **{str(kk): p for kk, p in v["pass_hat_k"].items()}}
+                    for g, v in hat.items()}, "seconds": round(time.time() - started, 1)}
+                print(f"  {label} seed {seed} {mode}: pass^1 {hat['all']['pass_hat_k'][1]:.3f} "
+                      f"({time.time() - started:.0f} s)", flush=True)
+        return runs
+
+    def evaluate(self, folder: Path) -> dict[str, Any]:
+        e = self.config.evaluate
+        return {"base": self._evaluate(self.run_dir / "base" / "model", None, folder, e.seeds, e.tasks, e.samples,
+                                       "base")}
+
+    def select(self, folder: Path) -> dict[str, Any]:
+        from pipeline.demo_select import select_on_results
+
+        s = self.config.select
+        runs = self._evaluate(self.run_dir / "base" / "model", None, folder, [s.seed], s.tasks, s.samples,
+                              "analysis")
+        results = self.run_dir / runs[f"{s.seed}/sampled"]["path"]
+        return select_on_results(results, folder, self.config.base.planted, s)
 
 
-def candidates_with_examples(verdicts: dict[str, dict[str, str]], summary: list[dict]) -> tuple[dict, list[str]]:
-    """Phase 1 output from the fixed candidates: ({"candidates": [...]}, names dropped).
-
-    Each candidate gets up to two failed trajectories where the rules say LACKING and one passed trajectory
-    where they say PRESENT. A candidate with no failed LACKING example is dropped: the Phase-1 check of
-    prompts/*/capability_selection.md refuses a candidate without a failed example.
-    """
-    by_id = {record["id"]: record for record in summary}
-    candidates, dropped = [], []
-    for candidate in rule_labeler.CANDIDATES:
-        name = candidate["name"]
-        failed = [tid for tid in sorted(verdicts) if by_id[tid]["passed"] is False and verdicts[tid][name] == "LACKING"]
-        passed = [tid for tid in sorted(verdicts) if by_id[tid]["passed"] is True and verdicts[tid][name] == "PRESENT"]
-        if not failed:
-            dropped.append(name)
-            continue
-        examples = [{"task_id": tid, "reward": by_id[tid]["reward"], "note": "rule verdict LACKING"}
-                    for tid in failed[:2]]
-        examples += [{"task_id": tid, "reward": by_id[tid]["reward"], "note": "rule verdict PRESENT"}
-                     for tid in passed[:1]]
-        candidates.append({**candidate, "example_trajectories": examples})
-    return {"candidates": candidates}, dropped
+def summarize_runs(runs: dict[str, Any], mode: str) -> dict[str, Any]:
+    """mean ± std over evaluation seeds of pass^1 (and pass^k) per group, for one mode (greedy / sampled)."""
+    chosen = [run for key, run in runs.items() if key.endswith("/" + mode)]
+    groups = sorted({g for run in chosen for g in run["pass_hat_k"]})
+    table = {}
+    for group in groups:
+        per_seed = [run["pass_hat_k"][group] for run in chosen if group in run["pass_hat_k"]]
+        ks = sorted({k for row in per_seed for k in row if k != "n_tasks"}, key=int)
+        table[group] = {"n_tasks": sum(row["n_tasks"] for row in per_seed)}
+        for k in ks:
+            values = [row[k] for row in per_seed if k in row]
+            table[group][f"pass^{k}"] = {"mean": statistics.fmean(values),
+                                         "std": statistics.stdev(values) if len(values) > 1 else 0.0}
+    return table
 
 
-def remove_stale_label_files(labels_dir: Path, n_runs: int) -> list[Path]:
-    """Delete run_NN.json / labels_NN.jsonl files of an earlier demo beyond this one's `n_runs`."""
-    if not labels_dir.is_dir():
-        return []
-    keep = {f"run_{run:02d}.json" for run in range(1, n_runs + 1)} | {f"labels_{run:02d}.jsonl"
-                                                                     for run in range(1, n_runs + 1)}
-    stale = sorted(path for path in labels_dir.iterdir()
-                   if path.is_file() and DEMO_FILES.match(path.name) and path.name not in keep)
-    for path in stale:
-        path.unlink()
-    return stale
+def write_report(demo: Demo) -> str:
+    """report.md + results.json under the run folder; returns the printed table."""
+    from pipeline.demo_report import render_report
 
-
-def run_selection(run_dir: Path, n_runs: int, k: int, rho: float, delta: float) -> dict:
-    select_dir = run_dir / "select"
-    summary = summarize_paths(TAU2_RESULTS, max_chars=1500)
-    atomic_write_jsonl(select_dir / "summary.jsonl", summary)
-    n_failed = sum(1 for r in summary if r["passed"] is False)
-    print(f"[1/4] summarized {len(summary)} trajectories from {len(TAU2_RESULTS)} τ²-bench results files "
-          f"({len(summary) - n_failed} passed, {n_failed} failed) -> {select_dir / 'summary.jsonl'}")
-
-    verdicts = rule_verdicts_for(TAU2_RESULTS, summary)
-    candidates, dropped = candidates_with_examples(verdicts, summary)
-    kept = [candidate["name"] for candidate in candidates["candidates"]]
-    verdicts = {tid: {name: labels[name] for name in kept} for tid, labels in verdicts.items()}
-    atomic_write_json(select_dir / "candidates.json", candidates)
-    print(f"[2/4] Phase 1 is NOT run: {len(rule_labeler.CANDIDATES)} FIXED candidate capabilities from "
-          f"pipeline/rule_labeler.py (a real run has an agent propose them from the failed trajectories); "
-          f"{len(kept)} kept with failed examples" + (f", dropped for having none: {', '.join(dropped)}" if dropped
-                                                      else "") + f" -> {select_dir / 'candidates.json'}")
-
-    stale = remove_stale_label_files(select_dir / "labels", n_runs)
-    if stale:
-        print(f"      removed {len(stale)} label files of an earlier demo with more labelers: "
-              f"{', '.join(path.name for path in stale)}")
-    run_paths = []
-    for run in range(1, n_runs + 1):
-        records = rule_labeler.noisy_labeler(verdicts, run)
-        atomic_write_jsonl(select_dir / "labels" / f"labels_{run:02d}.jsonl", records)
-        run_file = labels_to_run(records, summary, attempt=run)
-        run_paths.append(atomic_write_json(select_dir / "labels" / f"run_{run:02d}.json", run_file))
-    print(f"[3/4] {n_runs} stand-in labelers, NOT an LLM: rules + seeded per-labeler noise. The rules read each "
-          f"task's whole gold action list, which real labelers never see (their summary shows only the failed "
-          f"checks) -> {select_dir / 'labels'}/run_*.json")
-
-    report = aggregate(run_paths, candidates=candidates, rho=rho, delta=delta, k=k)
-    for warning in report["warnings"]:
-        print(f"warning: {warning}", file=sys.stderr)
-    export, report_path = write_outputs(report, select_dir / "selected_capabilities.json")
-    print(f"[4/4] aggregated (rho={rho}, delta={delta}, K={k} of N={n_runs}) -> {export}, {report_path}")
-    return report
+    text, results, table = render_report(demo.run_dir, demo.records, demo.config, summarize_runs, NOT_RUN,
+                                         demo.profile)
+    (demo.run_dir / "report.md").write_text(text, encoding="utf-8")
+    atomic_write_json(demo.run_dir / "results.json", results)
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run-dir", type=Path, default=REPO_ROOT / "runs" / "demo")
-    parser.add_argument("--runs", type=int, default=10, help="number of stand-in labelers (default 10)")
-    parser.add_argument("--k", type=int, default=8, help="runs a capability must pass (default 8)")
-    parser.add_argument("--rho", type=float, default=0.10)
-    parser.add_argument("--delta", type=float, default=0.20)
-    args = parser.parse_args(argv)
-    if args.runs < 1:
-        parser.error("--runs must be at least 1")
-    if not TAU2_RESULTS:
-        print(f"error: no τ²-bench results found under {REPO_ROOT / 'tests/fixtures/real/tau2-bench'}", file=sys.stderr)
-        return 2
+    from pipeline.demo_config import SECTIONS, load_demo_config
 
-    print(BANNER)
-    print("TRACE demo, Step 1: capability selection on real τ²-bench results (gpt-4.1, airline + retail)")
-    print("Candidates are FIXED and labels come from a documented RULE-BASED STAND-IN for LLM labelers")
-    print("(pipeline/rule_labeler.py) that reads the tasks' gold actions; no model is called.")
-    print(BANNER)
+    parser = argparse.ArgumentParser(prog="python -m pipeline.demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="default",
+                        help="default (configs/demo.yaml) or fast (configs/demo_fast.yaml)")
+    parser.add_argument("--config", help="a demo config file instead of the profile's")
+    parser.add_argument("--run-dir", type=Path, help="where the steps write (default runs/demo, runs/demo_fast)")
+    parser.add_argument("--fresh", action="store_true", help="re-run every step, even complete ones")
+    args = parser.parse_args(argv)
+    config_path = Path(args.config) if args.config else REPO_ROOT / PROFILES[args.profile]
+    run_dir = args.run_dir or REPO_ROOT / "runs" / ("demo" if args.profile == "default" else f"demo_{args.profile}")
     try:
-        report = run_selection(args.run_dir, args.runs, args.k, args.rho, args.delta)
-    except (InputError, ValueError) as err:
+        config = load_demo_config(config_path)
+        demo = Demo(config, run_dir, args.fresh, args.profile)
+    except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    run_dir.mkdir(parents=True, exist_ok=True)
+    print(f"TRACE CPU demo ({args.profile} profile, {config_path.relative_to(REPO_ROOT) if config_path.is_relative_to(REPO_ROOT) else config_path}) "
+          f"on {_device()} -> {run_dir}", flush=True)
+    sections = {name: dataclasses.asdict(getattr(config, name)) for name in SECTIONS}
+    storefront = {"storefront": demo.storefront_fields()}
+    try:
+        demo.step("base", {**sections["base"], **storefront}, (), demo.base)
+        demo.step("evaluate", {**sections["evaluate"], **storefront}, ("base",), demo.evaluate)
+        demo.step("select", {**sections["select"], **storefront, "evaluate": sections["evaluate"]}, ("base",),
+                  demo.select)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    table = write_report(demo)
     print()
-    print(format_table(report))
-    print()
-    selected = report["selected"]
-    print(f"selected capabilities ({len(selected)}): {', '.join(selected) if selected else 'none'}")
-    print(f"next for Step 2: python -m pipeline.capabilities next --file {args.run_dir / 'select' / 'selected_capabilities.json'}")
-    print()
-    print("Not run by this demo yet: Phase 1 proposal by an agent and LLM labelers (python -m "
-          "pipeline.label_trajectories does both against any OpenAI-compatible server), Step 2 environment "
-          "generation, Step 3 GRPO training, Step 4 the gate.")
+    print(table)
+    print(f"\nreport: {run_dir / 'report.md'}; numbers: {run_dir / 'results.json'}")
     return 0
 
 

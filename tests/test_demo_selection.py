@@ -69,7 +69,7 @@ def test_noisy_labelers_are_seeded_and_independent():
 
 
 def _demo(run_dir: Path, *flags: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "pipeline.demo", "--run-dir", str(run_dir), *flags],
+    result = subprocess.run([sys.executable, "-m", "pipeline.demo_tau2", "--run-dir", str(run_dir), *flags],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return result

@@ -40,7 +40,7 @@ GENERATION_PROMPT = IM_START + "assistant\n"
 # Jinja notes: transformers compiles templates with trim_blocks/lstrip_blocks, and every tag below also uses
 # `-` whitespace control, so the only text emitted is what the `{{ '...' }}` expressions write. That keeps
 # the output byte-exact and independent of how this file is indented.
-CHAT_TEMPLATE = r"""
+_TEMPLATE_SKELETON = r"""
 {#- TRACE tiny-model chat template (Qwen3-style, no think blocks, append-only). -#}
 {%- macro render_content(content) -%}
     {%- if content is none or content is undefined -%}
@@ -72,17 +72,7 @@ CHAT_TEMPLATE = r"""
             {{- '\n\n' -}}
         {%- endif -%}
     {%- endif -%}
-    {%- if tools -%}
-        {{- '# Tools\n\nYou may call one or more functions to assist with the user query.\n\n' -}}
-        {{- 'You are provided with function signatures within <tools></tools> XML tags:\n<tools>' -}}
-        {%- for tool in tools -%}
-            {{- '\n' -}}
-            {{- tool | tojson -}}
-        {%- endfor -%}
-        {{- '\n</tools>\n\nFor each function call, return a json object with function name and arguments ' -}}
-        {{- 'within <tool_call></tool_call> XML tags:\n<tool_call>\n' -}}
-        {{- '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>' -}}
-    {%- endif -%}
+@@TOOLS_BLOCK@@    {%- endif -%}
     {{- '<|im_end|>\n' -}}
 {%- endif -%}
 {%- for message in messages[ns.first:] -%}
@@ -143,14 +133,65 @@ CHAT_TEMPLATE = r"""
 {%- endif -%}
 """.strip()
 
+# How the system turn lists the tools. "full": every JSON schema (Qwen3's wording); "compact": one line per
+# tool, `name(arg, ...)`, required arguments first, descriptions and types dropped. (Each block opens the
+# `if tools` that the skeleton closes.) The tiny CPU-demo model
+# sees the same tools and calls either way; compact saves ~1,300 of a storefront episode's ~1,900 tokens.
+_FULL_TOOLS_BLOCK = r"""
+    {%- if tools -%}
+        {{- '# Tools\n\nYou may call one or more functions to assist with the user query.\n\n' -}}
+        {{- 'You are provided with function signatures within <tools></tools> XML tags:\n<tools>' -}}
+        {%- for tool in tools -%}
+            {{- '\n' -}}
+            {{- tool | tojson -}}
+        {%- endfor -%}
+        {{- '\n</tools>\n\nFor each function call, return a json object with function name and arguments ' -}}
+        {{- 'within <tool_call></tool_call> XML tags:\n<tool_call>\n' -}}
+        {{- '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>' -}}
+""".strip("\n")
+_COMPACT_TOOLS_BLOCK = r"""
+    {%- if tools -%}
+        {{- '# Tools\n<tools>' -}}
+        {%- for tool in tools -%}
+            {%- set fn = tool.function if tool.function is defined and tool.function is mapping else tool -%}
+            {%- set params = fn.parameters if fn.parameters is defined and fn.parameters is mapping else {} -%}
+            {%- set props = params.properties if params.properties is defined and params.properties is mapping else {} -%}
+            {%- set required = params.required if params.required is defined and params.required is iterable else [] -%}
+            {{- '\n' + fn.name + '(' -}}
+            {%- set ns2 = namespace(names=[]) -%}
+            {%- for name in required if name in props -%}
+                {%- set ns2.names = ns2.names + [name] -%}
+            {%- endfor -%}
+            {%- for name in props if name not in required -%}
+                {%- set ns2.names = ns2.names + [name] -%}
+            {%- endfor -%}
+            {{- ns2.names | join(', ') -}}
+            {{- ')' -}}
+        {%- endfor -%}
+        {{- '\n</tools>\nCall a tool with <tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>' -}}
+""".strip("\n")
+TOOLS_VIEWS = ("full", "compact")
+
+
+def chat_template(tools_view: str = "full") -> str:
+    """The template with the tools listed `tools_view`-style (see TOOLS_VIEWS)."""
+    if tools_view not in TOOLS_VIEWS:
+        raise ValueError(f"tools_view must be one of {', '.join(TOOLS_VIEWS)}, got {tools_view!r}")
+    block = _FULL_TOOLS_BLOCK if tools_view == "full" else _COMPACT_TOOLS_BLOCK
+    return _TEMPLATE_SKELETON.replace("@@TOOLS_BLOCK@@", block + "\n")
+
+
+CHAT_TEMPLATE = chat_template("full")
+
 
 def render_chat(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None = None,
     *,
     add_generation_prompt: bool = False,
+    tools_view: str = "full",
 ) -> str:
-    """Render `messages` (and optional tool schemas) to text with CHAT_TEMPLATE, without needing a tokenizer.
+    """Render `messages` (and optional tool schemas) with `chat_template(tools_view)`, without a tokenizer.
 
     Gives the same string as `tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)` for a
     tokenizer carrying CHAT_TEMPLATE (keys whose value is None are dropped first, as transformers does).
@@ -164,7 +205,7 @@ def render_chat(
     rendered, _ = render_jinja_template(
         conversations=[cleaned],
         tools=tools or None,
-        chat_template=CHAT_TEMPLATE,
+        chat_template=chat_template(tools_view),
         add_generation_prompt=add_generation_prompt,
     )
     return rendered[0]

@@ -35,7 +35,8 @@ from tqdm import tqdm
 
 from common.io import InputError, atomic_write_json, load_jsonl
 from train.chat_template import (
-    CHAT_TEMPLATE,
+    TOOLS_VIEWS,
+    chat_template,
     ENDOFTEXT,
     IM_END,
     SPECIAL_TOKENS,
@@ -590,10 +591,10 @@ def _training_pieces(texts: Iterable[str]) -> Iterable[str]:
                 yield piece
 
 
-def _render_corpus_chats(chats: list[dict[str, Any]]) -> list[str]:
+def _render_corpus_chats(chats: list[dict[str, Any]], tools_view: str = "full") -> list[str]:
     rendered = []
     for chat in tqdm(chats, desc="render chats", unit="chat", file=sys.stderr, disable=len(chats) < 500):
-        rendered.append(render_chat(chat["messages"], chat.get("tools") or None))
+        rendered.append(render_chat(chat["messages"], chat.get("tools") or None, tools_view=tools_view))
     return rendered
 
 
@@ -604,11 +605,14 @@ def train_tokenizer(
     vocab_size: int = 1024,
     min_frequency: int = 2,
     max_length: int = 4096,
+    tools_view: str = "full",
 ) -> "PreTrainedTokenizerFast":
     """Train a byte-level BPE tokenizer and wrap it as a transformers fast tokenizer with CHAT_TEMPLATE.
 
     `corpus_texts` are plain strings; `chats` are records `{"messages": [...], "tools": [...]}` rendered with
-    the chat template first. With neither, the built-in corpus is used. `vocab_size` counts everything
+    the chat template first. With neither, the built-in corpus is used. `tools_view` picks how the template
+    lists tool schemas (`train.chat_template.TOOLS_VIEWS`: "full" JSON schemas, or "compact" one-line
+    signatures for a model too small to spend ~1,300 prompt tokens on them). `vocab_size` counts everything
     (256 byte symbols, merges, chat tokens); BPE stops earlier when the corpus runs out of pairs seen
     `min_frequency` times. Returns a `PreTrainedTokenizerFast` (eos `<|im_end|>`, pad `<|endoftext|>`).
     """
@@ -621,7 +625,8 @@ def train_tokenizer(
         raise ValueError(f"min_frequency must be >= 1, got {min_frequency}")
     if corpus_texts is None and chats is None:
         corpus_texts, chats = builtin_corpus()
-    texts = list(corpus_texts or []) + _render_corpus_chats(list(chats or []))
+    template = chat_template(tools_view)  # raises on an unknown view before any work
+    texts = list(corpus_texts or []) + _render_corpus_chats(list(chats or []), tools_view)
     if not any(text.strip() for text in texts):
         raise ValueError("the tokenizer corpus is empty: pass some text or chats, or neither for the built-in corpus")
 
@@ -652,7 +657,7 @@ def train_tokenizer(
         clean_up_tokenization_spaces=False,  # byte-level: decode must give back the exact text
         model_max_length=max_length,
     )
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.chat_template = template
     return tokenizer
 
 
@@ -732,6 +737,7 @@ def build_tiny_model(
     intermediate_size: int | None = None,
     seed: int = 0,
     corpus_info: dict[str, Any] | None = None,
+    tools_view: str = "full",
 ) -> Path:
     """Train the tokenizer, build a random-init Qwen3ForCausalLM and save both to `out_dir`.
 
@@ -752,7 +758,8 @@ def build_tiny_model(
     _prepare_out_dir(out_dir)
     builtin = corpus_texts is None and chats is None
     tokenizer = train_tokenizer(
-        corpus_texts, chats, vocab_size=config.vocab_size, max_length=config.max_position_embeddings
+        corpus_texts, chats, vocab_size=config.vocab_size, max_length=config.max_position_embeddings,
+        tools_view=tools_view,
     )
     model = _make_model(config, tokenizer)
 
@@ -765,6 +772,7 @@ def build_tiny_model(
             "format": BUILD_INFO_FORMAT,
             "config": asdict(config),
             "tokenizer_vocab_size": len(tokenizer),
+            "tools_view": tools_view,
             "num_parameters": sum(p.numel() for p in model.parameters()),
             "corpus": corpus_info or {"source": "builtin" if builtin else "api"},
         }
@@ -860,6 +868,8 @@ def main(argv: list[str] | None = None) -> int:
         help="tokenizer corpus: .jsonl chat records or plain text (default: built-in corpus)",
     )
     parser.add_argument("--seed", type=int, default=0, help="weight-initialisation seed")
+    parser.add_argument("--tools-view", choices=TOOLS_VIEWS, default="full",
+                        help="how the chat template lists tool schemas: full JSON (default) or compact signatures")
     args = parser.parse_args(argv)
 
     try:
@@ -894,6 +904,7 @@ def main(argv: list[str] | None = None) -> int:
         intermediate_size=args.ffn,
         seed=args.seed,
         corpus_info=corpus_info,
+        tools_view=args.tools_view,
     )
     info = json.loads((out / BUILD_INFO_FILE).read_text(encoding="utf-8"))
     print(

@@ -104,27 +104,34 @@ _FLAWS = {"skip_status_check": _skip_status_check, "forget_requests": _forget_re
 FLAWS = tuple(_FLAWS)
 
 
-def flawed_response(game: StorefrontGame, flaw: str) -> str:
-    """The flawed expert's next message in `game` (the expert's wherever the flaw does not apply)."""
-    if flaw not in _FLAWS:
-        raise ValueError(f"unknown flaw {flaw!r}; choose from {', '.join(_FLAWS)}")
+def flawed_response(game: StorefrontGame, flaw: str | tuple[str, ...]) -> str:
+    """The flawed expert's next message in `game` (the expert's wherever the flaw does not apply).
+
+    `flaw` may name several flaws: the first one that applies to the current step decides (an agent that
+    lacks several capabilities)."""
+    flaws = (flaw,) if isinstance(flaw, str) else tuple(flaw)
+    unknown = [f for f in flaws if f not in _FLAWS]
+    if unknown or not flaws:
+        raise ValueError(f"unknown flaw {', '.join(unknown) or '(none given)'}; choose from {', '.join(_FLAWS)}")
     if game.task is None or game.done:
         raise RuntimeError("flawed_response() needs a running episode")
     sub = game.current
     if sub is not None and game.authenticated():
-        text = _FLAWS[flaw](game, sub)
-        if text is not None:
-            return text
+        for name in flaws:
+            text = _FLAWS[name](game, sub)
+            if text is not None:
+                return text
     return game.oracle_response()
 
 
 class FlawedExpertAgent(Agent):
-    """An agent playing `flawed_response(game, flaw)`."""
+    """An agent playing `flawed_response(game, flaw)` (`flaw`: one flaw's name or a tuple of them)."""
 
-    def __init__(self, flaw: str) -> None:
-        if flaw not in _FLAWS:
+    def __init__(self, flaw: str | tuple[str, ...]) -> None:
+        names = (flaw,) if isinstance(flaw, str) else tuple(flaw)
+        if not names or any(f not in _FLAWS for f in names):
             raise ValueError(f"unknown flaw {flaw!r}; choose from {', '.join(_FLAWS)}")
-        self.flaw = flaw
+        self.flaw = flaw if isinstance(flaw, str) else names
         self._game: StorefrontGame | None = None
 
     def begin_episode(self, game: Game, seed: int | None = None) -> None:
@@ -138,4 +145,5 @@ class FlawedExpertAgent(Agent):
         return flawed_response(self._game, self.flaw)
 
     def describe(self) -> dict[str, Any]:
-        return {"implementation": "FlawedExpertAgent", "flaw": self.flaw}
+        return {"implementation": "FlawedExpertAgent",
+                "flaw": self.flaw if isinstance(self.flaw, str) else list(self.flaw)}

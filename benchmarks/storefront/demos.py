@@ -1,0 +1,117 @@
+"""Storefront demonstrations for supervised fine-tuning, with planted deficits.
+
+    python -m benchmarks.storefront.demos --n 4000 --seed 0 --config configs/storefront/cpu_demo.yaml \\
+        --plant skip_status_check=0.8,wrong_refund_method=0.8 --out runs/x/demos.jsonl
+
+Each demonstration is one task played to the end by the expert, or by a flawed expert
+(`benchmarks/storefront/flaws.py`) that lacks some capabilities. `planted` gives, per flaw, the share of
+demonstrations whose agent has it; a flaw only changes the steps where its mistake applies, so among the
+tasks a flaw can touch, that share of demonstrations shows the mistake and the rest show the right way.
+A model trained on them learns the mistake about that often: a base agent with known, recurrent failures.
+
+Task seeds come from their own salted hash ("storefront-demo"), so they never line up with the evaluation
+seeds of `benchmarks.storefront.run` ("storefront-run"); the customer's wording trial is drawn per
+demonstration. Records are chat records for `train.sft` / `train.tiny --corpus`: {"messages", "tools"} plus
+what was planted ("flaws"), the task seed, request kinds and the reward the episode got.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import random
+import sys
+from typing import Any
+
+from tqdm import tqdm
+
+from benchmarks.agents import Agent, ExpertAgent
+from benchmarks.storefront.config import StorefrontConfig
+from benchmarks.storefront.env import StorefrontGame
+from benchmarks.storefront.flaws import FLAWS, FlawedExpertAgent
+from benchmarks.storefront.run import load_config, play_episode
+from common.io import InputError, atomic_write_jsonl, check_output_path
+
+TRIALS = 4  # customer wordings a demonstration draws from
+
+
+def demonstration_seed(seed: int, index: int) -> int:
+    """Task seed of demonstration `index` (disjoint in practice from benchmarks.storefront.run.task_seed)."""
+    digest = hashlib.sha256(f"storefront-demo:{seed}:{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def check_planted(planted: dict[str, float], owner: str = "planted") -> dict[str, float]:
+    """{flaw: share} with known flaws and shares in [0, 1] (raises ValueError naming the fix)."""
+    if not isinstance(planted, dict):
+        raise ValueError(f"{owner} must be a {{flaw: share}} mapping, got {planted!r}")
+    unknown = [f for f in planted if f not in FLAWS]
+    if unknown:
+        raise ValueError(f"{owner}: unknown flaw {', '.join(map(str, unknown))}; choose from {', '.join(FLAWS)}")
+    for flaw, share in planted.items():
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
+            raise ValueError(f"{owner}.{flaw} must be a share in [0, 1], got {share!r}")
+    return {f: float(s) for f, s in planted.items()}
+
+
+def parse_planted(text: str) -> dict[str, float]:
+    """'skip_status_check=0.8,drop_hash=0.5' -> {flaw: share} (empty text: nothing planted)."""
+    planted = {}
+    for pair in filter(None, (p.strip() for p in text.split(","))):
+        flaw, sep, share = pair.partition("=")
+        try:
+            planted[flaw.strip()] = float(share) if sep else float("nan")
+        except ValueError:
+            raise ValueError(f"--plant: write FLAW=SHARE pairs, got {pair!r}") from None
+        if not sep:
+            raise ValueError(f"--plant: write FLAW=SHARE pairs, got {pair!r}")
+    return check_planted(planted, "--plant")
+
+
+def make_demonstrations(n: int, seed: int, config: StorefrontConfig, planted: dict[str, float],
+                        progress: bool = True) -> list[dict[str, Any]]:
+    """`n` demonstration records (see the module docstring), reproducible from `seed`."""
+    planted = check_planted(planted)
+    rng = random.Random(f"storefront-demos:{seed}")
+    game = StorefrontGame(config)
+    tools = game.get_tool_schemas()
+    expert = ExpertAgent()
+    records = []
+    for index in tqdm(range(n), desc="demonstrations", unit="demo", file=sys.stderr, disable=not progress):
+        flaws = tuple(flaw for flaw, share in planted.items() if rng.random() < share)
+        trial = rng.randrange(TRIALS)
+        agent: Agent = FlawedExpertAgent(flaws) if flaws else expert
+        task_seed = demonstration_seed(seed, index)
+        messages, summary = play_episode(game, agent, task_seed, trial=trial)
+        records.append({"messages": messages, "tools": tools, "flaws": list(flaws), "task_seed": task_seed,
+                        "trial": trial, "request_kinds": list(game.task.request_kinds),
+                        "reward": summary["reward"]})
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.storefront.demos",
+                                     description="Storefront demonstrations (expert, some with planted flaws).")
+    parser.add_argument("--n", type=int, required=True, help="number of demonstrations")
+    parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    parser.add_argument("--config", help="YAML of StorefrontConfig fields, e.g. configs/storefront/cpu_demo.yaml")
+    parser.add_argument("--plant", default="", help=f"FLAW=SHARE pairs, flaws from {', '.join(FLAWS)}")
+    parser.add_argument("--out", required=True, help="JSONL file to write")
+    args = parser.parse_args(argv)
+    try:
+        if args.n < 1:
+            raise InputError(f"--n must be >= 1, got {args.n}")
+        check_output_path(args.out, "--out")
+        planted = parse_planted(args.plant)
+        config = load_config(args.config)
+    except (InputError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    records = make_demonstrations(args.n, args.seed, config, planted)
+    atomic_write_jsonl(args.out, records)
+    shown = sum(r["reward"] < 1 for r in records)
+    print(f"wrote {len(records)} demonstrations to {args.out} ({shown} show a planted mistake that costs the task)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

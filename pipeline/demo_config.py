@@ -1,0 +1,154 @@
+"""Settings of the closed-loop CPU demo (`configs/demo.yaml`, `configs/demo_fast.yaml`).
+
+Each section configures one step of `pipeline/demo.py`; a step is re-run only when its own section, or a
+step it reads from, changed. Unknown keys and invalid values raise with the fix spelled out.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.storefront.demos import check_planted
+from common.io import InputError, load_yaml_mapping
+from train.chat_template import TOOLS_VIEWS
+
+
+def _positive_int(owner: str, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{owner}.{name} must be an int >= 1, got {value!r}")
+
+
+def _number(owner: str, name: str, value: Any, low: float, high: float = math.inf) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ValueError(f"{owner}.{name} must be a number in [{low}, {high}], got {value!r}")
+
+
+@dataclass
+class BaseAgentSettings:
+    """Step 0: the base agent (tokenizer + tiny model built on demonstrations, then SFT)."""
+
+    demonstrations: int = 5000
+    demo_seed: int = 0
+    planted: dict[str, float] = field(default_factory=lambda: {"skip_status_check": 0.7,
+                                                               "wrong_refund_method": 0.7})
+    tokenizer_chats: int = 2000  # demonstrations the BPE is trained on
+    vocab_size: int = 2048
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 8
+    tools_view: str = "compact"
+    epochs: float = 1.0
+    lr: float = 2e-3
+    warmup_steps: int = 50
+    batch_tokens: int = 8192
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        owner = "base"
+        for name in ("demonstrations", "tokenizer_chats", "vocab_size", "hidden_size", "num_layers", "num_heads",
+                     "batch_tokens"):
+            _positive_int(owner, name, getattr(self, name))
+        self.planted = check_planted(self.planted, "base.planted")
+        if self.tools_view not in TOOLS_VIEWS:
+            raise ValueError(f"base.tools_view must be one of {', '.join(TOOLS_VIEWS)}, got {self.tools_view!r}")
+        _number(owner, "epochs", self.epochs, 1e-6)
+        _number(owner, "lr", self.lr, 1e-9, 1.0)
+
+
+@dataclass
+class EvaluateSettings:
+    """Held-out storefront tasks: greedy and temperature-1 runs on every seed (the same for every model)."""
+
+    tasks: int = 100
+    seeds: list[int] = field(default_factory=lambda: [1000, 2000, 3000])
+    samples: int = 4  # temperature-1 samples per task (pass^k for k = 1..samples)
+    temperature: float = 1.0
+    max_episode_tokens: int = 4096
+
+    def __post_init__(self) -> None:
+        for name in ("tasks", "samples", "max_episode_tokens"):
+            _positive_int("evaluate", name, getattr(self, name))
+        if not isinstance(self.seeds, list) or not self.seeds or not all(
+                isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
+            raise ValueError(f"evaluate.seeds must be a non-empty list of ints, got {self.seeds!r}")
+        _number("evaluate", "temperature", self.temperature, 1e-6, 10.0)
+
+
+@dataclass
+class SelectSettings:
+    """Step 1 on the base agent's results on its own analysis tasks (never the evaluation seeds)."""
+
+    tasks: int = 100
+    seed: int = 500
+    samples: int = 2
+    runs: int = 10
+    k: int = 8
+    rho: float = 0.10
+    delta: float = 0.20
+    miss_rate: float = 0.15
+    false_alarm_rate: float = 0.05
+
+    def __post_init__(self) -> None:
+        for name in ("tasks", "samples", "runs", "k"):
+            _positive_int("select", name, getattr(self, name))
+        if self.k > self.runs:
+            raise ValueError(f"select.k={self.k} is more than select.runs={self.runs}; use k <= runs (default 8 of 10)")
+        for name in ("rho", "delta", "miss_rate", "false_alarm_rate"):
+            _number("select", name, getattr(self, name), -1.0 if name == "delta" else 0.0, 1.0)
+
+
+@dataclass
+class DemoConfig:
+    storefront: str = "configs/storefront/cpu_demo.yaml"  # StorefrontConfig fields of the target benchmark
+    storefront_overrides: dict[str, Any] = field(default_factory=dict)
+    base: BaseAgentSettings = field(default_factory=BaseAgentSettings)
+    evaluate: EvaluateSettings = field(default_factory=EvaluateSettings)
+    select: SelectSettings = field(default_factory=SelectSettings)
+
+    def storefront_config(self, root: Path) -> Any:
+        """The StorefrontConfig of the demo's target (file + overrides), validated."""
+        from benchmarks.storefront.run import load_config
+
+        config = load_config(str(root / self.storefront))
+        fields = dataclasses.asdict(config)
+        unknown = sorted(set(self.storefront_overrides) - set(fields))
+        if unknown:
+            raise InputError(f"storefront_overrides: {', '.join(unknown)} not a StorefrontConfig field")
+        overrides = dict(self.storefront_overrides)
+        if isinstance(overrides.get("request_counts"), list):
+            overrides["request_counts"] = tuple(overrides["request_counts"])
+        try:
+            return dataclasses.replace(config, **overrides)
+        except ValueError as err:
+            raise InputError(f"storefront_overrides: {err}") from None
+
+
+SECTIONS = {"base": BaseAgentSettings, "evaluate": EvaluateSettings, "select": SelectSettings}
+
+
+def load_demo_config(path: str | Path) -> DemoConfig:
+    """DemoConfig from YAML; left-out keys keep their defaults. Raises InputError naming the file."""
+    data = load_yaml_mapping(path)
+    known = {f.name for f in dataclasses.fields(DemoConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise InputError(f"{path}: unknown section(s) {', '.join(unknown)}; sections: {', '.join(sorted(known))}")
+    kwargs: dict[str, Any] = {}
+    try:
+        for name, value in data.items():
+            if name in SECTIONS:
+                if not isinstance(value, dict):
+                    raise ValueError(f"section {name} must be a mapping of its settings")
+                allowed = {f.name for f in dataclasses.fields(SECTIONS[name])}
+                bad = sorted(set(value) - allowed)
+                if bad:
+                    raise ValueError(f"{name}: unknown key(s) {', '.join(bad)}; keys: {', '.join(sorted(allowed))}")
+                kwargs[name] = SECTIONS[name](**value)
+            else:
+                kwargs[name] = value
+        return DemoConfig(**kwargs)
+    except (ValueError, TypeError) as err:
+        raise InputError(f"{path}: {err}") from None

@@ -1,0 +1,152 @@
+"""Batched evaluation of a local model (optionally with a LoRA adapter or a routed Step-4 model) on a game.
+
+    python -m train.evaluate --model DIR [--adapter DIR] --game storefront --tasks 100 --seed 1000 \\
+        [--samples 4] [--temperature 1.0] [--config configs/storefront/cpu_demo.yaml] --out results.json
+
+Every episode of a run is played at once through the in-process rollout backend (`train.episodes`), so 100
+storefront tasks take seconds on the tiny model, where `benchmarks.storefront.run --agent hf:...` plays them
+one by one (it stays the reference path for any agent). Task i gets the seed `benchmarks.storefront.run.
+task_seed(seed, i)`, so two runs with the same `--seed` play the same tasks. `--samples K` plays each task K
+times with independent samples (sample_idx 0..K-1, written as trials): pass^k is then the chance that K
+samples of the agent all pass; at temperature 0 the samples are identical, so use K = 1 there.
+
+Writes τ²-bench-format results (`benchmarks.results`), with `info["pass_hat_k"]` per request kind for games
+whose episodes report `request_kinds` (the storefront does), and prints the table.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.results import pass_hat_k, write_results
+from benchmarks.storefront.run import task_seed
+from common.io import InputError, check_number, check_output_path
+from game_registry import get_game
+from train.backends import HFBackend
+from train.episodes import ChatTokenizer, EpisodeRequest, episode_to_simulation, run_episodes
+
+
+def request_kinds(sim: dict[str, Any]) -> list[str]:
+    """The request kinds a simulation's episode reported (empty for games without kinds)."""
+    return list(dict.fromkeys((sim.get("reward_info") or {}).get("request_kinds") or []))
+
+
+def evaluate_model(model: torch.nn.Module, tokenizer: Any, game: str, *, n_tasks: int, seed: int, samples: int = 1,
+                   temperature: float = 0.0, game_overrides: dict[str, Any] | None = None,
+                   max_episode_tokens: int = 4096, sampler_seed: int = 0, batch_size: int = 128
+                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Play `n_tasks` × `samples` episodes; returns (simulations, pass^k by request kind and "all")."""
+    if n_tasks < 1 or samples < 1:
+        raise ValueError(f"n_tasks and samples must be >= 1, got {n_tasks} and {samples}")
+    spec = get_game(game)
+    chat = ChatTokenizer(tokenizer)
+    backend = HFBackend(model, tokenizer.pad_token_id, seed=sampler_seed)
+    requests = [EpisodeRequest(task_seed(seed, i), s) for i in range(n_tasks) for s in range(samples)]
+    simulations = []
+    for start in range(0, len(requests), batch_size):
+        episodes = run_episodes(spec, requests[start : start + batch_size], backend, chat, temperature=temperature,
+                                max_episode_tokens=max_episode_tokens, game_overrides=game_overrides)
+        for ep in episodes:
+            sim = episode_to_simulation(ep, sim_id=f"{ep.request.seed}-s{ep.request.sample_idx}")
+            sim["trial"] = ep.request.sample_idx  # pass^k groups a task's samples as its trials
+            simulations.append(sim)
+    hat = {**pass_hat_k(simulations, samples), **pass_hat_k(simulations, samples, groups=request_kinds)}
+    return simulations, hat
+
+
+def format_pass_table(hat: dict[str, Any]) -> str:
+    """One row per group ("all" last): tasks and pass^k for each k."""
+    groups = sorted(g for g in hat if g != "all") + ["all"]
+    ks = sorted({k for g in groups for k in hat[g]["pass_hat_k"]})
+    width = max([12, *map(len, groups)])
+    lines = [f"{'kind':{width}s} {'tasks':>6s}" + "".join(f" {f'pass^{k}':>7s}" for k in ks)]
+    for group in groups:
+        row = hat[group]["pass_hat_k"]
+        lines.append(f"{group:{width}s} {hat[group]['n_tasks']:6d}"
+                     + "".join(f" {row[k]:7.3f}" if k in row else f" {'-':>7s}" for k in ks))
+    return "\n".join(lines)
+
+
+def load_policy_model(model_dir: str | Path, adapter_dir: str | Path | None = None) -> tuple[torch.nn.Module, Any]:
+    """(model in eval mode, tokenizer): a transformers folder, with a PEFT adapter or a routed gate folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from moe_gate import load_capability_model
+
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise InputError(f"{model_dir}: model folder not found")
+    if adapter_dir is not None and (Path(adapter_dir) / "gate_config.json").is_file():  # a Step-4 routed model
+        model, tokenizer = load_capability_model(adapter_dir, base_model=str(model_dir))
+        return model.eval(), tokenizer
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
+    if adapter_dir is not None:
+        from peft import PeftModel
+
+        if not Path(adapter_dir).is_dir():
+            raise InputError(f"{adapter_dir}: adapter folder not found")
+        model = PeftModel.from_pretrained(model, str(adapter_dir))
+    return model.eval(), tokenizer
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m train.evaluate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="base model folder")
+    parser.add_argument("--adapter", help="PEFT adapter folder or a moe_gate gate folder")
+    parser.add_argument("--game", default="storefront", help="registered game (default storefront)")
+    parser.add_argument("--tasks", type=int, required=True)
+    parser.add_argument("--seed", type=int, default=1000, help="base task seed (default 1000)")
+    parser.add_argument("--samples", type=int, default=1, help="episodes per task (pass^k over samples)")
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--config", help="YAML of the game's config fields (storefront: StorefrontConfig)")
+    parser.add_argument("--max-episode-tokens", type=int, default=4096)
+    parser.add_argument("--out", required=True, help="results JSON to write")
+    args = parser.parse_args(argv)
+    try:
+        if args.tasks < 1 or args.samples < 1:
+            raise InputError("--tasks and --samples must be >= 1")
+        check_number(args.temperature, "--temperature", 0.0)
+        check_output_path(args.out, "--out")
+        overrides = game_config_overrides(args.game, args.config)
+        model, tokenizer = load_policy_model(args.model, args.adapter)
+    except (InputError, ValueError, KeyError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    started = time.time()
+    simulations, hat = evaluate_model(model, tokenizer, args.game, n_tasks=args.tasks, seed=args.seed,
+                                      samples=args.samples, temperature=args.temperature, game_overrides=overrides,
+                                      max_episode_tokens=args.max_episode_tokens)
+    info = {"game": args.game, "model": str(args.model), "adapter": args.adapter, "num_tasks": args.tasks,
+            "samples": args.samples, "seed": args.seed, "temperature": args.temperature, "config": overrides,
+            "seconds": round(time.time() - started, 1),
+            "pass_hat_k": {g: {"n_tasks": v["n_tasks"], **{str(k): p for k, p in v["pass_hat_k"].items()}}
+                           for g, v in hat.items()}}
+    write_results(args.out, simulations, None, info)
+    print(format_pass_table(hat))
+    print(f"wrote {args.out} ({info['seconds']} s)")
+    return 0
+
+
+def game_config_overrides(game: str, config_path: str | None) -> dict[str, Any] | None:
+    """The game's config fields from a YAML file (validated by building the config), or None."""
+    if not config_path:
+        return None
+    if game != "storefront":
+        raise InputError("--config is supported for the storefront game (its StorefrontConfig fields)")
+    from benchmarks.storefront.run import load_config
+
+    config = load_config(config_path)
+    fields = dataclasses.asdict(config)
+    fields["request_counts"] = tuple(fields["request_counts"])
+    return fields
+
+
+if __name__ == "__main__":
+    sys.exit(main())
