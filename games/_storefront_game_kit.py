@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 
 from benchmarks.storefront.communication import LegitValues, Replies
 from benchmarks.storefront.compliance import just_confirmed, policy_violations
-from benchmarks.storefront.db import CITIES, Address, Order, StoreDB, User, random_address
+from benchmarks.storefront.db import CITIES, Address, IdFormat, Order, StoreDB, User, random_address
 from benchmarks.storefront.policy import POLICY
 from benchmarks.storefront.tools import StorefrontTools
 from benchmarks.storefront.user_sim import REQUEST_KINDS, Identity, UserRequest, UserSimulator, is_question
@@ -223,13 +223,25 @@ class StorefrontGameConfig:
     max_steps: int = 8  # assistant turns before the episode is cut off
     max_errors: int = 3  # malformed outputs tolerated; one more ends the episode
     identity_in_opening: bool = False  # True: the customer says who they are up front (one turn shorter)
+    # True: ids and emails as in configs/storefront/cpu_demo.yaml (3-digit ids, emails like mia9@x.io), so a
+    # game trains the skill on the same id format as a CPU-demo target.
+    short_ids: bool = False
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
         check_int(owner, "max_steps", self.max_steps, 1, 64)
         check_int(owner, "max_errors", self.max_errors, 0, 64)
-        if not isinstance(self.identity_in_opening, bool):
-            raise ValueError(f"{owner}.identity_in_opening must be True or False, got {self.identity_in_opening!r}")
+        for name in ("identity_in_opening", "short_ids"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{owner}.{name} must be True or False, got {getattr(self, name)!r}")
+
+    @property
+    def ids(self) -> IdFormat:
+        """How the game's database makes ids (`short_ids`)."""
+        if not self.short_ids:
+            return IdFormat()
+        return IdFormat(order_digits=3, item_digits=3, product_digits=3, user_digits=3, payment_digits=3,
+                        short_emails=True)
 
     def check_room(self, oracle_turns: int, what: str) -> None:
         """Raise ValueError when `max_steps` leaves the oracle no room for `oracle_turns` turns."""

@@ -105,7 +105,7 @@ class MultiStepTaskCompletionGame(StorefrontCapabilityGame):
 
     def build_instance(self, rng: random.Random) -> Instance:
         config = self.config
-        db = generate_db(rng, n_users=2, n_products=4, min_orders=1, max_orders=1)
+        db = generate_db(rng, n_users=2, n_products=4, min_orders=1, max_orders=1, ids=config.ids)
         user = next(iter(db.users.values()))
         auth = "email" if rng.random() < config.email_auth_rate else "name_zip"
         kinds: list[str] = []

@@ -110,7 +110,7 @@ class StructuredDataReasoningGame(StorefrontCapabilityGame):
         kind = rng.choice(config.task_kinds)
         n_named = rng.randint(1, config.max_return_items) if kind != "exchange" else 1
         n_items = n_named + config.n_distractor_items
-        db = generate_db(rng, n_users=2, n_products=max(n_items, 3), min_orders=1, max_orders=1)
+        db = generate_db(rng, n_users=2, n_products=max(n_items, 3), min_orders=1, max_orders=1, ids=config.ids)
         user = next(iter(db.users.values()))
         auth = "email" if rng.random() < config.email_auth_rate else "name_zip"
         while len(user.payment_methods) < config.min_payment_methods:

@@ -135,7 +135,7 @@ class ToolCallingPrecisionGame(StorefrontCapabilityGame):
         config = self.config
         level = config.looseness
         zero_zips = level >= 1  # zips with a leading zero: a number instead of a string loses it
-        db = generate_db(rng, n_users=2, n_products=4, min_orders=1, max_orders=1)
+        db = generate_db(rng, n_users=2, n_products=4, min_orders=1, max_orders=1, ids=config.ids)
         user = next(iter(db.users.values()))
         auth = "name_zip" if rng.random() < config.name_zip_rate else "email"
         if auth == "name_zip" and zero_zips and not user.address.zip.startswith("0"):

@@ -20,10 +20,17 @@ same settings (its own config section and the steps it reads from), so an interr
             not planted), N rule-based labelers that see only the trajectory and the results' evaluation
             details (never the planted flaws or a task's hidden capability record), aggregation with
             rho, delta, K; precision and recall of the selection against the planted deficits
+  environments  Step 2: each selected capability's game (ids shaped like the demo's storefront) is
+            validated, probes included, and its declared difficulty knob bisected against the base agent
+  train     Step 3: one GRPO LoRA per calibrated capability
+  gate      Step 4: router SFT warm start on the capability rollouts, then GRPO on the gates only
+  baselines direct GRPO on the storefront itself, and one LoRA on the selected games mixed, each with the
+            episodes TRACE's Steps 3-4 used
+  final     every model on the evaluation tasks and seeds of `evaluate`
   report    runs/demo/report.md and results.json; the table is printed
 
-Steps 2-4 (environment calibration, capability LoRAs, the gate) and the baselines are not part of this
-demo yet: the report lists them as not run, and never shows numbers for them.
+A step with nothing to do (no capability selected, no game in band) says why and leaves its models out of
+the table; no number is ever filled in for a model that was not trained.
 """
 from __future__ import annotations
 
@@ -43,10 +50,6 @@ from common.io import InputError, atomic_write_json, atomic_write_jsonl, load_js
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROFILES = {"default": "configs/demo.yaml", "fast": "configs/demo_fast.yaml"}
 STEP_FILE = "step.json"
-NOT_RUN = ("environments (Step 2: validate + calibrate each selected capability's game against the base agent)",
-           "train (Step 3: one GRPO LoRA per selected capability)",
-           "gate (Step 4: router SFT warm-start + GRPO on the gate)",
-           "baselines (direct GRPO on the storefront; one adapter on all selected games mixed)")
 
 
 def _device() -> str:
@@ -170,6 +173,130 @@ class Demo:
         results = self.run_dir / runs[f"{s.seed}/sampled"]["path"]
         return select_on_results(results, folder, self.config.base.planted, s)
 
+    def _base_model(self) -> tuple[Any, Any]:
+        from train.evaluate import load_policy_model
+
+        model, tokenizer = load_policy_model(self.run_dir / "base" / "model")
+        return model.to(_device()), tokenizer
+
+    def environments(self, folder: Path) -> dict[str, Any]:
+        from pipeline.demo_loop import calibrate_capability
+
+        selected = self.records["select"]["figures"]["selected"]
+        forced = self.config.loop.capabilities
+        if forced:
+            print(f"  loop.capabilities in the config: training {', '.join(forced)} whatever Step 1 selected "
+                  f"({', '.join(selected) or 'nothing'})", flush=True)
+            selected = list(forced)
+        if not selected:
+            print("  nothing selected in Step 1: no environment to build", flush=True)
+            return {"capabilities": {}, "forced": False}
+        model, tokenizer = self._base_model()
+        out = {}
+        for capability in selected:
+            result = calibrate_capability(capability, model, tokenizer, {"short_ids": self.short_ids()},
+                                          self.config.loop)
+            out[capability] = result
+            print(f"  {capability}: {result['status']}"
+                  + (f" ({result['knob']}={result['value']!r}, success {result['success_rate']:.2f})"
+                     if result.get("knob") and result.get("success_rate") is not None else "")
+                  + (f" — {result['detail']}" if result.get("detail") else ""), flush=True)
+        atomic_write_json(folder / "environments.json", out)
+        return {"capabilities": out, "forced": bool(forced)}
+
+    def short_ids(self) -> bool:
+        """The capability games use the demo storefront's short ids when it has them."""
+        return self.storefront.order_id_digits == 3 and self.storefront.short_emails
+
+    def trainable(self) -> dict[str, dict[str, Any]]:
+        """Capabilities with a valid game, and the game overrides calibration chose for them."""
+        envs = self.records["environments"]["figures"]["capabilities"]
+        return {c: e["game_overrides"] for c, e in envs.items() if e["status"] not in ("no_game", "invalid")}
+
+    def train(self, folder: Path) -> dict[str, Any]:
+        from pipeline.demo_loop import game_for, train_lora
+
+        loop = self.config.loop
+        runs = {}
+        for capability, overrides in self.trainable().items():
+            print(f"  GRPO LoRA for {capability} ({loop.iterations} iterations)", flush=True)
+            runs[capability] = train_lora(game_for(capability), self.run_dir / "base" / "model", folder / capability,
+                                          overrides, loop, loop.iterations)
+        if not runs:
+            print("  no capability has a valid game: no adapter trained", flush=True)
+        return {"adapters": runs}
+
+    def gate(self, folder: Path) -> dict[str, Any]:
+        from pipeline.demo_loop import train_gate
+
+        adapters = {c: run["adapter"] for c, run in self.records["train"]["figures"]["adapters"].items()}
+        if not adapters:
+            print("  no adapters: no gate", flush=True)
+            return {}
+        return train_gate(self.run_dir / "base" / "model", adapters, self.trainable(), folder, self.config.loop)
+
+    def trace_episodes(self) -> int:
+        adapters = self.records["train"]["figures"]["adapters"]
+        return sum(run["episodes"] for run in adapters.values()) + self.records["gate"]["figures"].get("episodes", 0)
+
+    def baselines(self, folder: Path) -> dict[str, Any]:
+        from game_registry import get_game
+        from pipeline.demo_loop import game_for, register_mix, train_lora
+
+        loop = self.config.loop
+        budget = self.trace_episodes()
+        per_iteration = loop.groups_per_iteration * loop.group_size
+        iterations = budget // per_iteration
+        if not loop.baselines or iterations < 1:
+            print("  no baselines: " + ("loop.baselines is false" if not loop.baselines else
+                                        "TRACE trained nothing, so there is no budget to match"), flush=True)
+            return {}
+        out = {"budget_episodes": budget}
+        print(f"  direct GRPO on the storefront: {iterations} iterations ({iterations * per_iteration} episodes)",
+              flush=True)
+        out["direct"] = train_lora(get_game("storefront"), self.run_dir / "base" / "model", folder / "direct",
+                                   self.storefront_fields(), dataclasses.replace(loop, hint_fraction=0.0), iterations)
+        games = self.trainable()
+        specs = [game_for(c) for c in games]
+        print(f"  one LoRA on the selected games mixed: {iterations} iterations", flush=True)
+        if len(specs) > 1:
+            mix = register_mix(specs, {game_for(c).name: o for c, o in games.items()})
+            out["mixed"] = train_lora(mix, self.run_dir / "base" / "model", folder / "mixed", {},
+                                      dataclasses.replace(loop, hint_fraction=0.0), iterations)
+        else:
+            capability, overrides = next(iter(games.items()))
+            out["mixed"] = train_lora(specs[0], self.run_dir / "base" / "model", folder / "mixed", overrides, loop,
+                                      iterations)
+        return out
+
+    def final(self, folder: Path) -> dict[str, Any]:
+        e = self.config.evaluate
+        models: dict[str, Path] = {}
+        for capability, run in self.records["train"]["figures"]["adapters"].items():
+            models[f"lora:{capability}"] = Path(run["adapter"])
+        gate = self.records["gate"]["figures"].get("gate")
+        if gate:
+            models["TRACE"] = Path(gate)
+        for name in ("direct", "mixed"):
+            run = self.records["baselines"]["figures"].get(name)
+            if run:
+                models[{"direct": "direct GRPO", "mixed": "single-adapter GRPO"}[name]] = Path(run["adapter"])
+        out: dict[str, Any] = {}
+        for label, adapter in models.items():
+            out[label] = self._evaluate(self.run_dir / "base" / "model", adapter, folder, e.seeds, e.tasks, e.samples,
+                                        label.replace(":", "_").replace(" ", "_"))
+        routing: dict[str, Any] = {}
+        if "TRACE" in out:
+            from benchmarks.results import load_results
+            from pipeline.demo_loop import plot_routing
+
+            run = out["TRACE"][f"{e.seeds[0]}/greedy"]
+            simulation = load_results(self.run_dir / run["path"])["simulations"][0]
+            routing["caption"] = plot_routing(self.run_dir / "base" / "model", models["TRACE"],
+                                              simulation["messages"], self.run_dir / "routing.png")
+            routing["png"] = "routing.png"
+        return {"models": out, "routing": routing}
+
 
 def summarize_runs(runs: dict[str, Any], mode: str) -> dict[str, Any]:
     """mean ± std over evaluation seeds of pass^1 (and pass^k) per group, for one mode (greedy / sampled)."""
@@ -191,8 +318,7 @@ def write_report(demo: Demo) -> str:
     """report.md + results.json under the run folder; returns the printed table."""
     from pipeline.demo_report import render_report
 
-    text, results, table = render_report(demo.run_dir, demo.records, demo.config, summarize_runs, NOT_RUN,
-                                         demo.profile)
+    text, results, table = render_report(demo.run_dir, demo.records, demo.config, summarize_runs, demo.profile)
     (demo.run_dir / "report.md").write_text(text, encoding="utf-8")
     atomic_write_json(demo.run_dir / "results.json", results)
     return table
@@ -226,6 +352,12 @@ def main(argv: list[str] | None = None) -> int:
         demo.step("evaluate", {**sections["evaluate"], **storefront}, ("base",), demo.evaluate)
         demo.step("select", {**sections["select"], **storefront, "evaluate": sections["evaluate"]}, ("base",),
                   demo.select)
+        loop = sections["loop"]
+        demo.step("environments", loop, ("base", "select"), demo.environments)
+        demo.step("train", loop, ("environments",), demo.train)
+        demo.step("gate", loop, ("train",), demo.gate)
+        demo.step("baselines", {**loop, **storefront}, ("train", "gate"), demo.baselines)
+        demo.step("final", sections["evaluate"], ("evaluate", "train", "gate", "baselines"), demo.final)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

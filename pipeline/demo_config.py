@@ -101,12 +101,59 @@ class SelectSettings:
 
 
 @dataclass
+class LoopSettings:
+    """Steps 2-4 and the baselines (one GRPO budget: groups x group size per iteration for every run)."""
+
+    validate_seeds: int = 60  # seeds pipeline.validate_game plays per check
+    fuzz_actions: int = 200
+    calibration_tasks: int = 24
+    calibration_samples: int = 4
+    band: list[float] = field(default_factory=lambda: [0.2, 0.6])
+    max_rounds: int = 3
+    iterations: int = 10  # GRPO iterations per capability adapter
+    gate_sft_epochs: int = 2
+    gate_iterations: int = 4  # GRPO iterations on the gate (0: router SFT only)
+    groups_per_iteration: int = 8
+    group_size: int = 8
+    learning_rate: float = 1e-3
+    hint_fraction: float = 0.25
+    max_episode_tokens: int = 2048
+    baselines: bool = True  # direct GRPO on the storefront and one adapter on the games mixed, same budget
+    # Train these capabilities whatever Step 1 selected ([] = Step 1's selection). For runs that must exercise
+    # every step even when the base agent is too weak for Step 1 (the fast profile); the report says so.
+    capabilities: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for name in ("validate_seeds", "calibration_tasks", "calibration_samples", "max_rounds", "iterations",
+                     "groups_per_iteration", "group_size", "max_episode_tokens"):
+            _positive_int("loop", name, getattr(self, name))
+        for name in ("fuzz_actions", "gate_sft_epochs", "gate_iterations"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"loop.{name} must be an int >= 0, got {value!r}")
+        if (not isinstance(self.band, list) or len(self.band) != 2
+                or not all(isinstance(b, (int, float)) for b in self.band) or not 0 <= self.band[0] <= self.band[1] <= 1):
+            raise ValueError(f"loop.band must be [low, high] with 0 <= low <= high <= 1, got {self.band!r}")
+        _number("loop", "learning_rate", self.learning_rate, 1e-9, 1.0)
+        _number("loop", "hint_fraction", self.hint_fraction, 0.0, 1.0)
+        if not isinstance(self.baselines, bool):
+            raise ValueError(f"loop.baselines must be true or false, got {self.baselines!r}")
+        from pipeline.rule_labeler import candidate_names
+
+        known = list(candidate_names())
+        if not isinstance(self.capabilities, list) or any(c not in known for c in self.capabilities):
+            raise ValueError(f"loop.capabilities must list candidate capabilities ({', '.join(known)}), "
+                             f"got {self.capabilities!r}")
+
+
+@dataclass
 class DemoConfig:
     storefront: str = "configs/storefront/cpu_demo.yaml"  # StorefrontConfig fields of the target benchmark
     storefront_overrides: dict[str, Any] = field(default_factory=dict)
     base: BaseAgentSettings = field(default_factory=BaseAgentSettings)
     evaluate: EvaluateSettings = field(default_factory=EvaluateSettings)
     select: SelectSettings = field(default_factory=SelectSettings)
+    loop: LoopSettings = field(default_factory=LoopSettings)
 
     def storefront_config(self, root: Path) -> Any:
         """The StorefrontConfig of the demo's target (file + overrides), validated."""
@@ -126,7 +173,8 @@ class DemoConfig:
             raise InputError(f"storefront_overrides: {err}") from None
 
 
-SECTIONS = {"base": BaseAgentSettings, "evaluate": EvaluateSettings, "select": SelectSettings}
+SECTIONS = {"base": BaseAgentSettings, "evaluate": EvaluateSettings, "select": SelectSettings,
+            "loop": LoopSettings}
 
 
 def load_demo_config(path: str | Path) -> DemoConfig:

@@ -39,6 +39,55 @@ def plot_sft_curve(log: list[dict[str, Any]], path: Path) -> Path | None:
     return path
 
 
+def plot_training_curves(curves: dict[str, list[dict[str, Any]]], episodes_per_iteration: int, path: Path
+                         ) -> Path | None:
+    """Success rate on each run's own training game against the episodes it used (PNG)."""
+    curves = {name: curve for name, curve in curves.items() if curve}
+    if not curves:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 3.8))
+    for name, curve in curves.items():
+        axis.plot([(row["iteration"] + 1) * episodes_per_iteration for row in curve],
+                  [row["success_rate"] for row in curve], marker="o", markersize=3, label=name)
+    axis.set_xlabel("episodes (rollouts) used")
+    axis.set_ylabel("success rate on its training game")
+    axis.set_ylim(-0.02, 1.02)
+    axis.legend(fontsize=7)
+    axis.set_title("GRPO runs: success rate of the training episodes")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def plot_pass_vs_rollouts(points: dict[str, tuple[int, float, float]], path: Path) -> Path | None:
+    """Held-out storefront pass^1 (mean ± std over seeds, temperature 1) against rollouts used (PNG)."""
+    if len(points) < 2:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6, 3.6))
+    for name, (episodes, mean, std) in points.items():
+        axis.errorbar([episodes], [mean], yerr=[std], fmt="o", capsize=4, label=name)
+    axis.set_xlabel("training episodes (rollouts) used after SFT")
+    axis.set_ylabel("storefront pass^1 (T=1)")
+    axis.set_ylim(0, 1)
+    axis.legend(fontsize=7)
+    axis.set_title("Held-out storefront tasks against rollouts used")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
 def results_rows(evaluate: dict[str, Any], summarize: Callable[[dict[str, Any], str], dict[str, Any]]
                  ) -> dict[str, dict[str, Any]]:
     """{model: {"greedy": table, "sampled": table}} with table = {group: {"pass^k": {mean, std}}}."""
@@ -46,8 +95,8 @@ def results_rows(evaluate: dict[str, Any], summarize: Callable[[dict[str, Any], 
 
 
 def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any,
-                  summarize: Callable[[dict[str, Any], str], dict[str, Any]], not_run: tuple[str, ...],
-                  profile: str) -> tuple[str, dict[str, Any], str]:
+                  summarize: Callable[[dict[str, Any], str], dict[str, Any]], profile: str
+                  ) -> tuple[str, dict[str, Any], str]:
     """(report markdown, results.json object, the table printed at the end)."""
     lines = ["# TRACE CPU demo report", "",
              f"Profile `{profile}`; device {records.get('base', {}).get('device', '?')}. Every number below was "
@@ -70,7 +119,8 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
             lines += ["![SFT curve](sft_curve.png)", ""]
 
     table_text = ""
-    evaluate = records.get("evaluate", {}).get("figures", {})
+    evaluate = {**records.get("evaluate", {}).get("figures", {}),
+                **records.get("final", {}).get("figures", {}).get("models", {})}
     if evaluate:
         rows = results_rows(evaluate, summarize)
         results["evaluation"] = rows
@@ -82,7 +132,9 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
                   f"{e.tasks} tasks per evaluation seed, seeds {e.seeds}; mean ± std over seeds. pass^k: the chance "
                   f"that {k} samples of a task all pass (τ²-bench's pass^k over samples).", "", header,
                   "|---|---|---|---|---|---|"]
-        plain = [f"{'model':8s} {'kind':22s} {'greedy pass^1':>16s} {'T=1 pass^1':>16s} {f'T=1 pass^{k}':>16s}"]
+        width = max(len(m) for m in rows) + 2
+        plain = [f"{'model':{width}s} {'greedy pass^1':>16s} {f'T={e.temperature:g} pass^1':>16s} "
+                 f"{f'T={e.temperature:g} pass^{k}':>16s}"]
         for model, modes in rows.items():
             groups = sorted(g for g in modes["sampled"] if g != "all") + ["all"]
             for group in groups:
@@ -90,7 +142,15 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
                 sampled = modes["sampled"].get(group, {})
                 cells = (_fmt(greedy.get("pass^1")), _fmt(sampled.get("pass^1")), _fmt(sampled.get(f"pass^{k}")))
                 lines.append(f"| {model} | {group} | {sampled.get('n_tasks', 0)} | " + " | ".join(cells) + " |")
-                plain.append(f"{model:8s} {group:22s} " + " ".join(f"{c:>16s}" for c in cells))
+                if group == "all":
+                    plain.append(f"{model:{width}s} " + " ".join(f"{c:>16s}" for c in cells))
+        kinds = sorted({g for modes in rows.values() for g in modes["sampled"] if g != "all"})
+        plain += ["", f"T={e.temperature:g} pass^1 per request kind (mean over seeds):",
+                  f"{'kind':22s}" + "".join(f" {m[:14]:>14s}" for m in rows)]
+        for kind in kinds:
+            cells = [rows[m]["sampled"].get(kind, {}).get("pass^1") for m in rows]
+            plain.append(f"{kind:22s}" + "".join(f" {'-' if c is None else format(c['mean'], '.3f'):>14s}"
+                                                 for c in cells))
         lines.append("")
         table_text = "\n".join(plain)
 
@@ -108,8 +168,66 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
                        f"(planted: {', '.join(select['planted_capabilities'])}; precision {pr(select['precision'])}, "
                        f"recall {pr(select['recall'])})")
 
+    lines += _loop_sections(run_dir, records, config, results, summarize)
     lines += ["## Time per step", "", "| step | seconds | device |", "|---|---|---|"]
     lines += [f"| {name} | {r['seconds']:.0f} | {r['device']} |" for name, r in records.items()]
-    lines += ["", "## Not run by this demo yet", ""] + [f"- {item}" for item in not_run] + [""]
-    results["not_run"] = list(not_run)
+    lines.append("")
     return "\n".join(lines), results, table_text
+
+
+def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: Any, results: dict[str, Any],
+                   summarize: Callable[[dict[str, Any], str], dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    envs = records.get("environments", {}).get("figures", {}).get("capabilities")
+    if envs is not None:
+        results["environments"] = envs
+        lines += ["## Step 2: environments", ""]
+        if records["environments"]["figures"].get("forced"):
+            lines += ["**The capabilities below were set in the config (`loop.capabilities`), not selected by Step 1.**",
+                      ""]
+        if not envs:
+            lines += ["Nothing was selected in Step 1, so no environment was built.", ""]
+        else:
+            lines += ["| capability | game | validated | knob | value | base success | status |", "|---|---|---|---|---|---|---|"]
+            for capability, e in envs.items():
+                rate = e.get("success_rate")
+                lines.append(f"| {capability} | {e.get('game', '-')} | {e.get('validated', '-')} | {e.get('knob', '-')} | "
+                             f"{e.get('value', '-')!r} | {'-' if rate is None else f'{rate:.2f}'} | {e['status']} |")
+            lines.append("")
+    loop = config.loop
+    per_iteration = loop.groups_per_iteration * loop.group_size
+    curves = {f"LoRA {c}": run["curve"] for c, run in records.get("train", {}).get("figures", {}).get("adapters", {}).items()}
+    gate = records.get("gate", {}).get("figures", {})
+    if gate.get("curve"):
+        curves["TRACE gate"] = gate["curve"]
+    baselines = records.get("baselines", {}).get("figures", {})
+    for name in ("direct", "mixed"):
+        if baselines.get(name):
+            curves[{"direct": "direct GRPO", "mixed": "single-adapter GRPO"}[name]] = baselines[name]["curve"]
+    if curves:
+        results["training_curves"] = curves
+        png = plot_training_curves(curves, per_iteration, run_dir / "training_curves.png")
+        lines += ["## Steps 3-4 and baselines: training", "",
+                  f"Every run: {loop.groups_per_iteration} groups × {loop.group_size} episodes per iteration, "
+                  f"lr {loop.learning_rate:g}. Baselines get the episodes TRACE's Steps 3-4 used "
+                  f"({baselines.get('budget_episodes', '-')}).", ""]
+        if png:
+            lines += ["![training curves](training_curves.png)", ""]
+    final = records.get("final", {}).get("figures", {}).get("models", {})
+    base_runs = records.get("evaluate", {}).get("figures", {}).get("base")
+    if final and base_runs:
+        budget = baselines.get("budget_episodes", 0)
+        points = {}
+        for label, runs in {"base": base_runs, **final}.items():
+            row = summarize(runs, "sampled").get("all", {}).get("pass^1")
+            episodes = 0 if label == "base" else (budget if label in ("TRACE", "direct GRPO", "single-adapter GRPO")
+                                                  else records["train"]["figures"]["adapters"][label.split(":", 1)[1]]["episodes"])
+            if row:
+                points[label] = (episodes, row["mean"], row["std"])
+        png = plot_pass_vs_rollouts(points, run_dir / "pass_vs_rollouts.png")
+        if png:
+            lines += ["![pass rate against rollouts](pass_vs_rollouts.png)", ""]
+    routing = records.get("final", {}).get("figures", {}).get("routing", {})
+    if routing.get("png"):
+        lines += ["## Routing", "", routing["caption"], "", f"![routing]({routing['png']})", ""]
+    return lines

@@ -4,9 +4,9 @@ learn to route across capabilities, so they train on all of them at once).
 Seed s plays game `s % n` (in the order given) with instance seed s: GRPO groups share a seed, so every
 group is one game, and consecutive groups cycle through the games. Each game keeps its own base prompt
 (added when the episode starts) and its own turn limit (the mix ends an episode when its game's
-`max_turns` is reached); the mix's per-turn token limit is the largest of the games'. Hint prompts and
-game overrides are per game, so the mix takes neither (use hint_fraction 0). The summary of each episode
-names its game under "game".
+`max_turns` is reached); the mix's per-turn token limit is the largest of the games'. Hint prompts are per
+game, so the mix takes none (use hint_fraction 0); config overrides are given per game name (`overrides`).
+The summary of each episode names its game under "game".
 """
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from game_registry import Action, Game, GameSpec, StepResult, prompt_variant
 
 
 class MixedGame(Game):
-    def __init__(self, specs: list[GameSpec]):
+    def __init__(self, specs: list[GameSpec], overrides: dict[str, dict[str, Any]] | None = None):
         self.specs = specs
+        self.overrides = overrides or {}
         self.spec: GameSpec | None = None
         self.inner: Game | None = None
         self.turns = 0
@@ -29,7 +30,7 @@ class MixedGame(Game):
 
     def reset(self, seed: int) -> list[dict[str, Any]]:
         self.spec = self.specs[seed % len(self.specs)]
-        self.inner = self.spec.make()
+        self.inner = self.spec.make(**self.overrides.get(self.spec.name, {}))
         self.turns = 0
         return prompt_variant(self.inner.reset(seed), self.spec, hinted=False)
 
@@ -64,10 +65,21 @@ class MixedGame(Game):
         return self._game().auth_tool_names()
 
 
-def mixed_spec(specs: list[GameSpec]) -> GameSpec:
-    """One spec that plays `specs` in turn by seed (see the module docstring)."""
+def mixed_spec(specs: list[GameSpec], overrides: dict[str, dict[str, Any]] | None = None) -> GameSpec:
+    """One spec that plays `specs` in turn by seed (see the module docstring); `overrides` maps a game's name
+    to fields of its config (each is checked by building that game once)."""
     if len(specs) < 2:
         raise ValueError("a game mix needs at least two games")
+    overrides = dict(overrides or {})
+    names = {spec.name for spec in specs}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise ValueError(f"overrides name games outside the mix: {', '.join(unknown)}; the mix: {', '.join(sorted(names))}")
+    for spec in specs:
+        try:
+            spec.make(**overrides.get(spec.name, {}))
+        except TypeError as err:
+            raise ValueError(f"overrides {overrides.get(spec.name)} do not fit game {spec.name!r}: {err}") from None
     actions = {spec.extract_action for spec in specs}
     if len(actions) != 1:
         names = [f"{s.name}: {getattr(s.extract_action, '__name__', s.extract_action)}" for s in specs]
@@ -75,7 +87,7 @@ def mixed_spec(specs: list[GameSpec]) -> GameSpec:
                          "train them in separate runs")
     return GameSpec(
         name="mix_" + "_".join(spec.name.removeprefix("capability_") for spec in specs),
-        make_env=lambda: MixedGame(specs),
+        make_env=lambda: MixedGame(specs, overrides),
         extract_action=actions.pop(),
         max_gen_tokens=max(spec.max_gen_tokens for spec in specs),
         max_turns=max(spec.max_turns for spec in specs),

@@ -80,6 +80,7 @@ class MoEGateConfig:
     sft: SFTConfig = field(default_factory=SFTConfig)
     grpo: dict[str, Any] = field(default_factory=dict)  # GRPOConfig fields (train/config.py)
     grpo_games: list[str] = field(default_factory=list)  # >= 2 games: grpo_gater trains on their mix (not grpo.game)
+    grpo_game_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # game -> config fields, in the mix
 
     def __post_init__(self) -> None:
         if isinstance(self.sft, dict):
@@ -94,6 +95,13 @@ class MoEGateConfig:
         _need(isinstance(self.grpo, dict), "grpo must be a mapping of GRPOConfig fields (see train/config.py)")
         lora = sorted(k for k in self.grpo if k.startswith("lora_"))
         _need(not lora, f"grpo: {lora} configure a LoRA; grpo_gater trains only the gates, remove them")
+        _need(isinstance(self.grpo_game_overrides, dict) and all(
+            isinstance(v, dict) for v in self.grpo_game_overrides.values()),
+              f"grpo_game_overrides must map a game name to a mapping of its config fields, got "
+              f"{self.grpo_game_overrides!r}")
+        _need(set(self.grpo_game_overrides) <= set(self.grpo_games),
+              f"grpo_game_overrides names games outside grpo_games: "
+              f"{sorted(set(self.grpo_game_overrides) - set(self.grpo_games))}")
         _need(isinstance(self.grpo_games, list) and len(self.grpo_games) != 1,
               f"grpo_games must list at least two games to mix (or none; one game goes in grpo.game), "
               f"got {self.grpo_games!r}")

@@ -51,11 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_gate_config(args.config, model=args.model, output_dir=args.output_dir, init_gate=args.init_gate)
         games = [args.game] if args.game else config.grpo_games
-        spec = mixed_spec([get_game(name) for name in games]) if len(games) > 1 else None
+        spec = (mixed_spec([get_game(name) for name in games], overrides=config.grpo_game_overrides)
+                if len(games) > 1 else None)
         grpo = config.grpo_config(game=spec.name if spec else args.game)
         if spec and (grpo.hint_fraction > 0 or grpo.game_overrides):
-            raise InputError("a game mix (grpo_games) takes no hint prompts or game overrides, which are per game: "
-                             "set grpo.hint_fraction: 0 and no grpo.game_overrides")
+            raise InputError("a game mix (grpo_games) takes no hint prompts, and its game overrides are per game: "
+                             "set grpo.hint_fraction: 0 and give overrides in grpo_game_overrides")
         if config.mode != "token":
             raise InputError(f"grpo_gater trains token routing only (mode: token), not mode {config.mode!r}: "
                              "train trajectory/global routers with python -m train.train_router_sft")

@@ -1,0 +1,220 @@
+"""Steps 2-4 of the CPU demo and its baselines, in process, on the base agent the demo built.
+
+- `calibrate_capability`: Step 2 for one selected capability: its registered game (`capability_<name>`,
+  with ids shaped like the demo's storefront) is validated (`pipeline.validate_game.validate`, probes
+  included), then its first declared difficulty knob is bisected (`pipeline.recalibrate.search_knob`)
+  with rollouts of the base agent itself until its success rate is in the band.
+- `train_lora`: one GRPO LoRA run (`train.grpo.GRPOTrainer`, the code of `python -m train`) on any game
+  spec: a capability game (Step 3), the storefront itself (the direct-GRPO baseline) or a mix of the
+  selected games (the single-adapter baseline). The GRPO loop is the same in all three.
+- `train_gate`: Step 4: router SFT warm start on the capability runs' successful rollouts, then GRPO over
+  the gates only, on the mix of the selected games (`train.train_router_sft`, `train.grpo_gater`).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.results import load_results, make_simulation
+from game_registry import GameSpec, get_game
+from train.backends import HFBackend
+from train.episodes import ChatTokenizer, EpisodeRequest, run_episodes
+
+GRPO_TINY = Path(__file__).resolve().parent.parent / "configs" / "grpo_tiny.yaml"
+
+
+def game_for(capability: str) -> GameSpec | None:
+    """The registered game that trains `capability`, or None when there is none."""
+    try:
+        return get_game(f"capability_{capability}")
+    except KeyError:
+        return None
+
+
+def model_collector(model: Any, tokenizer: Any, base_overrides: dict[str, Any], n_tasks: int, n_samples: int,
+                    temperature: float = 1.0, max_episode_tokens: int = 2048, first_seed: int = 10_000):
+    """A `search_knob` collector: the model plays seeds first_seed.. (n_samples each) with the knob set."""
+    chat = ChatTokenizer(tokenizer)
+
+    def collect(spec: GameSpec, overrides: dict[str, Any]) -> list[dict[str, Any]]:
+        backend = HFBackend(model, tokenizer.pad_token_id, seed=0)  # the same draws for every knob value
+        requests = [EpisodeRequest(first_seed + i, s) for i in range(n_tasks) for s in range(n_samples)]
+        episodes = run_episodes(spec, requests, backend, chat, temperature=temperature,
+                                max_episode_tokens=max_episode_tokens, game_overrides={**base_overrides, **overrides})
+        return [make_simulation(task_id=str(ep.request.seed), messages=ep.conversation,
+                                reward_info={"reward": ep.reward}, termination_reason=ep.termination_reason,
+                                sample_idx=ep.request.sample_idx, seed=ep.request.seed) for ep in episodes]
+
+    return collect
+
+
+def calibrate_capability(capability: str, model: Any, tokenizer: Any, game_overrides: dict[str, Any],
+                         settings: Any) -> dict[str, Any]:
+    """Validate the capability's game and move its declared difficulty knob into the band."""
+    from pipeline.recalibrate import search_knob
+    from pipeline.validate_game import validate
+
+    spec = game_for(capability)
+    if spec is None:
+        return {"status": "no_game", "detail": f"no registered game capability_{capability}: not trained"}
+    report = validate(spec, seeds=settings.validate_seeds, fuzz_actions=settings.fuzz_actions, probes=True)
+    result: dict[str, Any] = {"game": spec.name, "validated": report["passed"], "validation_failures": report["failures"],
+                              "validation_seconds": report["seconds"]}
+    if not report["passed"]:
+        return {**result, "status": "invalid", "detail": "; ".join(report["failures"])}
+    if not spec.difficulty_knobs:
+        return {**result, "status": "no_knob", "value": None, "game_overrides": dict(game_overrides)}
+    knob = spec.difficulty_knobs[0]
+    collect = model_collector(model, tokenizer, game_overrides, settings.calibration_tasks,
+                              settings.calibration_samples)
+    search = search_knob(spec, knob.name, list(knob.values), collect, band=tuple(settings.band),
+                         max_rounds=settings.max_rounds)
+    overrides = dict(game_overrides)
+    if search["value"] is not None:
+        overrides[knob.name] = search["value"]
+    return {**result, "status": search["status"], "knob": knob.name, "value": search["value"],
+            "success_rate": search["success_rate"], "history": [
+                {"value": h["value"], "success_rate": h["success_rate"]} for h in search["history"]],
+            "game_overrides": overrides}
+
+
+def grpo_config(game: str, model_dir: Path, output_dir: Path, game_overrides: dict[str, Any], settings: Any,
+                iterations: int) -> Any:
+    """The GRPO config of one demo run: configs/grpo_tiny.yaml with the demo's budget."""
+    from train.config import load_config
+
+    return load_config(str(GRPO_TINY), game=game, model=str(model_dir), output_dir=str(output_dir),
+                       game_overrides=dict(game_overrides), iterations=iterations,
+                       groups_per_iteration=settings.groups_per_iteration, group_size=settings.group_size,
+                       learning_rate=settings.learning_rate, max_episode_tokens=settings.max_episode_tokens,
+                       hint_fraction=settings.hint_fraction, save_every=max(1, iterations), micro_batch_size=8)
+
+
+def train_lora(spec: GameSpec, model_dir: Path, output_dir: Path, game_overrides: dict[str, Any], settings: Any,
+               iterations: int) -> dict[str, Any]:
+    """One GRPO LoRA run; returns its per-iteration metrics (reward curve) and the episodes it used."""
+    import torch
+
+    from train.grpo import GRPOTrainer
+    from train.policy import LoraPolicy, load_base_model
+
+    config = grpo_config(spec.name, model_dir, output_dir, game_overrides, settings, iterations)
+    torch.manual_seed(config.seed)
+    base, tokenizer = load_base_model(config.model, config.dtype, torch.device("cuda" if torch.cuda.is_available()
+                                                                                  else "cpu"))
+    policy = LoraPolicy.create(base, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
+                               target_modules=config.lora_target_modules)
+    backend = HFBackend(policy.model, tokenizer.pad_token_id, seed=config.seed)
+    trainer = GRPOTrainer(config, spec, policy, tokenizer, backend)
+    trainer.run()
+    backend.close()
+    metrics = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {"adapter": str(output_dir), "iterations": iterations,
+            "episodes": iterations * settings.groups_per_iteration * settings.group_size,
+            "curve": [{"iteration": m["iteration"], "mean_reward": m["mean_reward_all_episodes"],
+                       "success_rate": m["success_rate"]} for m in metrics]}
+
+
+def register_mix(specs: list[GameSpec], overrides: dict[str, dict[str, Any]]) -> GameSpec:
+    """A mix of the games (train/game_mix.py) with per-game overrides, for in-process training."""
+    from train.game_mix import mixed_spec
+
+    return mixed_spec(specs, overrides=overrides)
+
+
+def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[str, Any]], folder: Path,
+               settings: Any) -> dict[str, Any]:
+    """Router SFT warm start, then GRPO over the gates; returns the gate folder and the GRPO curve."""
+    from train import grpo_gater, train_router_sft
+
+    data = []
+    for capability, adapter in adapters.items():
+        rollouts = sorted((Path(adapter) / "rollouts").glob("iter_*.json"))
+        data += [{"path": str(path), "label": capability, "game": f"capability_{capability}"} for path in rollouts]
+    config = {
+        "model": str(model_dir), "adapters": adapters, "mode": "token", "include_base_slot": True,
+        "output_dir": str(folder / "gate_sft"), "init_gate": "", "dtype": "float32", "seed": 0,
+        "sft": {"data": data, "min_reward": 1.0, "epochs": settings.gate_sft_epochs, "learning_rate": 1e-3,
+                "batch_size": 8, "load_balance_weight": 0.01, "max_tokens": settings.max_episode_tokens,
+                "validation_fraction": 0.1},
+        "grpo_games": [f"capability_{c}" for c in adapters] if len(adapters) > 1 else [],
+        "grpo_game_overrides": {f"capability_{c}": games[c] for c in adapters},
+        "grpo": {"game": "" if len(adapters) > 1 else f"capability_{next(iter(adapters))}",
+                 "game_overrides": {} if len(adapters) > 1 else games[next(iter(adapters))],
+                 "learning_rate": settings.learning_rate, "iterations": settings.gate_iterations,
+                 "groups_per_iteration": settings.groups_per_iteration, "group_size": settings.group_size,
+                 "temperature": 1.0, "hint_fraction": 0.0, "max_episode_tokens": settings.max_episode_tokens,
+                 "micro_batch_size": 8, "save_every": max(1, settings.gate_iterations)},
+    }
+    path = folder / "moe_gate.yaml"
+    path.write_text("# Written by pipeline/demo.py (Step 4 of the CPU demo).\n"
+                    + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    figures: dict[str, Any] = {"config": str(path)}
+    successes = sum(1 for d in data for sim in load_results(d["path"])["simulations"]
+                    if sim["reward_info"]["reward"] >= 1.0)
+    init_gate: list[str] = []
+    if successes:
+        code = train_router_sft.main(["--config", str(path)])
+        if code != 0:
+            raise RuntimeError(f"router SFT exited with {code}")
+        figures["sft_gate"] = str(folder / "gate_sft")
+        init_gate = ["--init_gate", str(folder / "gate_sft")]
+    else:
+        print("  no successful capability rollout to warm-start the gate on: router SFT skipped, the gate starts "
+              "from zero (uniform logits: every token goes to the base slot)", flush=True)
+        if settings.gate_iterations == 0:
+            print("  loop.gate_iterations is 0 too: no gate, so no TRACE model", flush=True)
+            return {**figures, "gate": None, "curve": [], "episodes": 0}
+    if settings.gate_iterations > 0:
+        code = grpo_gater.main(["--config", str(path), *init_gate, "--output_dir", str(folder / "gate")])
+        if code != 0:
+            raise RuntimeError(f"gate GRPO exited with {code}")
+        metrics = [json.loads(line) for line in (folder / "gate" / "metrics.jsonl").read_text().splitlines()
+                   if line.strip()]
+        figures["gate"] = str(folder / "gate")
+        figures["curve"] = [{"iteration": m["iteration"], "mean_reward": m["mean_reward_all_episodes"],
+                             "success_rate": m["success_rate"]} for m in metrics]
+        figures["episodes"] = settings.gate_iterations * settings.groups_per_iteration * settings.group_size
+    else:
+        figures["gate"] = str(folder / "gate_sft")
+        figures["curve"], figures["episodes"] = [], 0
+    return figures
+
+
+def plot_routing(base_dir: Path, gate_dir: Path, messages: list[dict[str, Any]], path: Path) -> str:
+    """Which slot handled each assistant token of one conversation, per layer (PNG); returns a caption."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+
+    from moe_gate import load_capability_model
+
+    model, tokenizer = load_capability_model(gate_dir, base_model=str(base_dir))
+    encoded = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    ids = torch.tensor([encoded["input_ids"]])  # [1, T]
+    assistant = torch.tensor(encoded["assistant_masks"], dtype=torch.bool)  # [T]
+    with torch.no_grad(), model.record_routing() as record:
+        model(input_ids=ids)
+    slots = record.slots()  # {layer: [1, T]}
+    grid = torch.stack([slots[layer][0] for layer in sorted(slots)])[:, assistant]  # [L, A]
+    names = list(model.slot_names)
+    figure, axis = plt.subplots(figsize=(9, 2.2 + 0.25 * len(slots)))
+    cmap = plt.get_cmap("tab10", len(names))
+    axis.imshow(grid.numpy(), aspect="auto", interpolation="nearest", cmap=cmap, vmin=-0.5, vmax=len(names) - 0.5)
+    axis.set_xlabel("assistant tokens of one held-out storefront episode (in order)")
+    axis.set_ylabel("decoder layer")
+    axis.set_yticks(range(grid.shape[0]))
+    handles = [matplotlib.patches.Patch(color=cmap(i), label=name) for i, name in enumerate(names)]
+    axis.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=len(names))
+    axis.set_title("TRACE routing: the slot each layer's gate chose for each generated token")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    shares = {name: float((grid == i).float().mean()) for i, name in enumerate(names)}
+    return ("Share of assistant tokens × layers per slot: "
+            + ", ".join(f"{name} {share:.0%}" for name, share in shares.items()) + ".")
