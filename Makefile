@@ -1,5 +1,6 @@
 # Two entry points a newcomer needs (see README):
-#   make demo   - set up .venv if missing, install, run the embedded CPU demo
+#   make demo   - set up .venv if missing, install, run the embedded CPU demo (all four steps + baselines)
+#   make demo-fast - the same with small budgets (minutes); make demo-tau2 - Step 1 on real τ²-bench results
 #   make test   - set up .venv if missing, install, run the default test suite
 #   make test-vllm - the same against a real vLLM server (builds .venv-vllm; run by .ci/run after make test)
 PYTHON ?= python3
@@ -7,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-requirements
 
-.PHONY: demo test test-slow test-vllm venv clean
+.PHONY: demo demo-fast demo-tau2 test test-slow test-vllm venv clean
 
 venv: $(STAMP)
 
@@ -19,6 +20,14 @@ $(STAMP): requirements.txt
 
 demo: $(STAMP)
 	$(PY) -m pipeline.demo
+
+# Every step of the demo with small budgets, a few minutes (runs/demo_fast/); .ci/run runs it.
+demo-fast: $(STAMP)
+	$(PY) -m pipeline.demo --profile fast
+
+# Step 1 alone on the bundled real τ²-bench results (rule-based stand-in labelers).
+demo-tau2: $(STAMP)
+	$(PY) -m pipeline.demo_tau2
 
 test: $(STAMP)
 	$(PY) -m pytest -q

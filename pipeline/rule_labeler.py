@@ -25,7 +25,9 @@ The rules (agent write = a call to a tool that changes state; read tools are get
   agent made a write that the gold plan does not contain, or wrote before any read call; else PRESENT.
 - tool_calling_precision: NA when the agent made no tool call; LACKING when a tool call returned an
   error; else PRESENT.
-- information_communication: NA when the task has no communicate checks; LACKING when one is unmet.
+- information_communication: NA when the task has no communicate checks; LACKING when one is unmet while
+  the other rules find nothing wrong with the actions (when they do, the unmet value is their consequence:
+  an agent that skipped the status check cannot report the status); else PRESENT.
 - escalation_judgment: NA when neither the agent nor the gold plan transfers to a human; LACKING when
   exactly one of them does; else PRESENT.
 """
@@ -147,8 +149,14 @@ def rule_labels(evidence: Evidence) -> dict[str, str]:
 
     if not evidence.communicate_met:
         labels["information_communication"] = "NA"
+    elif all(evidence.communicate_met):
+        labels["information_communication"] = "PRESENT"
+    elif "LACKING" in labels.values():
+        # The agent also acted wrongly: an unmet value is a consequence (it cannot report a status it never
+        # checked, or the result of a write it did not make), not a separate communication deficit.
+        labels["information_communication"] = "PRESENT"
     else:
-        labels["information_communication"] = "PRESENT" if all(evidence.communicate_met) else "LACKING"
+        labels["information_communication"] = "LACKING"
 
     agent_transferred = TRANSFER_TOOL in evidence.agent_calls
     gold_transfers = TRANSFER_TOOL in evidence.gold_actions

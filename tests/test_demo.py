@@ -1,0 +1,226 @@
+"""The closed-loop CPU demo's parts: compact tool view, demonstrations with plants, SFT, Step 1 on storefront
+results, game mixes with overrides, the demo config; and (slow) the whole fast profile end to end."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def demo_config():
+    from benchmarks.storefront.run import load_config
+
+    return load_config(str(REPO / "configs/storefront/cpu_demo.yaml"))
+
+
+# ---- compact tool view ---------------------------------------------------------------------------------
+
+
+def test_compact_view_lists_every_tool_and_argument_and_stays_append_only(demo_config):
+    from benchmarks.storefront.env import StorefrontGame
+    from train.chat_template import CHAT_TEMPLATE, chat_template, render_chat
+
+    assert chat_template("full") == CHAT_TEMPLATE
+    game = StorefrontGame(demo_config)
+    messages = game.reset(3)
+    tools = game.get_tool_schemas()
+    full = render_chat(messages, tools)
+    compact = render_chat(messages, tools, tools_view="compact")
+    assert len(compact) < len(full) / 2
+    for tool in tools:
+        fn = tool["function"]
+        args = ", ".join(fn["parameters"]["required"]
+                         + [p for p in fn["parameters"]["properties"] if p not in fn["parameters"]["required"]])
+        assert f"\n{fn['name']}({args})" in compact
+    longer = messages + [{"role": "assistant", "content": "Please give me your email."},
+                         {"role": "user", "content": "mia8@x.io"}]
+    assert render_chat(longer, tools, tools_view="compact").startswith(compact)
+    with pytest.raises(ValueError, match="tools_view"):
+        chat_template("tiny")
+
+
+def test_tiny_model_built_with_compact_view_renders_it(tmp_path, demo_config):
+    from transformers import AutoTokenizer
+
+    from benchmarks.storefront.env import StorefrontGame
+    from train.chat_template import render_chat
+    from train.tiny import build_tiny_model
+
+    out = build_tiny_model(tmp_path / "m", vocab_size=400, hidden_size=32, num_layers=1, num_heads=2,
+                           tools_view="compact")
+    tokenizer = AutoTokenizer.from_pretrained(str(out))
+    game = StorefrontGame(demo_config)
+    messages = game.reset(1)
+    tools = game.get_tool_schemas()
+    assert tokenizer.apply_chat_template(messages, tools=tools, tokenize=False) == render_chat(
+        messages, tools, tools_view="compact")
+    assert json.loads((out / "tiny_build.json").read_text())["tools_view"] == "compact"
+
+
+# ---- demonstrations -------------------------------------------------------------------------------------
+
+
+def test_demonstrations_are_reproducible_and_plants_cost_exactly_their_tasks(demo_config):
+    from benchmarks.storefront.demos import make_demonstrations
+
+    clean = make_demonstrations(60, 0, demo_config, {}, progress=False)
+    assert all(r["reward"] == 1.0 and r["flaws"] == [] for r in clean)
+    planted = make_demonstrations(60, 0, demo_config, {"skip_status_check": 1.0}, progress=False)
+    assert planted == make_demonstrations(60, 0, demo_config, {"skip_status_check": 1.0}, progress=False)
+    assert [r["task_seed"] for r in planted] == [r["task_seed"] for r in clean]
+    failing = [r for r in planted if r["reward"] < 1.0]
+    assert failing, "a planted status-check flaw must cost some tasks"
+    # Only a forbidden request can be failed by skipping the status check: a write the gold plan lacks.
+    for record in failing:
+        calls = [c["name"] for m in record["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+        assert any(name.startswith(("cancel_", "modify_", "return_", "exchange_")) for name in calls)
+    with pytest.raises(ValueError, match="unknown flaw"):
+        make_demonstrations(1, 0, demo_config, {"skip_everything": 0.5}, progress=False)
+    with pytest.raises(ValueError, match=r"share in \[0, 1\]"):
+        make_demonstrations(1, 0, demo_config, {"drop_hash": 1.5}, progress=False)
+
+
+# ---- SFT ------------------------------------------------------------------------------------------------
+
+
+def test_sft_trains_only_assistant_tokens_and_lowers_the_loss(tiny_model_dir, demo_config):
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from benchmarks.storefront.demos import make_demonstrations
+    from train.sft import SFTConfig, batch_loss, make_batches, tokenize_chats, train_sft
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    demos = make_demonstrations(6, 0, demo_config, {}, progress=False)
+    chats = tokenize_chats(tokenizer, demos, progress=False)
+    # The trained tokens are exactly the assistant turns as the template renders them.
+    ids, mask = chats[0]
+    trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+    turns = [m for m in demos[0]["messages"] if m["role"] == "assistant"]
+    assert trained.count("<|im_end|>") == len(turns)
+    assert "<|im_start|>" not in trained and "Please give me your email" in trained
+    assert "You are a store support agent" not in trained
+    batches = make_batches(chats, 4096, tokenizer.pad_token_id, random.Random(0))
+    assert sum(b.input_ids.shape[0] for b in batches) == len(chats)
+    for batch in batches:
+        assert batch.input_ids.numel() <= 4096 or batch.input_ids.shape[0] == 1
+        trained_positions = batch.labels != -100
+        assert torch.equal(batch.labels[trained_positions], batch.input_ids[trained_positions])
+        assert int(trained_positions.sum()) == sum(sum(c.assistant_mask) for c in chats
+                                                   if c.input_ids in [r[: len(c.input_ids)].tolist()
+                                                                      for r in batch.input_ids])
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    before = batch_loss(model, batches[0])[0].item()
+    figures = train_sft(model, chats, SFTConfig(epochs=6, lr=3e-3, warmup_steps=2, batch_tokens=4096), tokenizer.pad_token_id,
+                        progress=False)
+    after = batch_loss(model, batches[0])[0].item()
+    assert figures["steps"] >= 6 and after < before - 0.5
+
+
+def test_sft_config_rejects_bad_values():
+    from train.sft import SFTConfig
+
+    for bad in ({"lr": 0}, {"epochs": -1}, {"batch_tokens": 8}, {"final_lr_ratio": 2.0}, {"warmup_steps": -1}):
+        with pytest.raises(ValueError, match="SFTConfig"):
+            SFTConfig(**bad)
+
+
+# ---- Step 1 on storefront results -------------------------------------------------------------------------
+
+
+def test_step1_on_a_flawed_expert_selects_the_planted_capability(tmp_path, demo_config):
+    from benchmarks.results import write_results
+    from benchmarks.storefront.flaws import FlawedExpertAgent
+    from benchmarks.storefront.run import run_benchmark
+    from pipeline.demo_config import SelectSettings
+    from pipeline.demo_select import select_on_results
+
+    simulations, tasks = run_benchmark(FlawedExpertAgent("skip_status_check"), 80, 7, config=demo_config,
+                                       progress=False)
+    results = write_results(tmp_path / "results.json", simulations, tasks, {})
+    figures = select_on_results(Path(results), tmp_path, {"skip_status_check": 1.0}, SelectSettings())
+    assert figures["selected"] == ["precondition_verification"]
+    assert figures["precision"] == 1.0 and figures["recall"] == 1.0
+    assert (tmp_path / "selected_capabilities.json").is_file()
+    assert len(list((tmp_path / "labels").glob("run_*.json"))) == 10
+
+
+def test_step1_refuses_to_contrast_without_passed_trajectories(tmp_path, demo_config):
+    from benchmarks.results import write_results
+    from benchmarks.storefront.flaws import FlawedExpertAgent
+    from benchmarks.storefront.run import run_benchmark
+    from pipeline.demo_config import SelectSettings
+    from pipeline.demo_select import select_on_results
+
+    simulations, tasks = run_benchmark(FlawedExpertAgent("skip_status_check"), 30, 7, config=demo_config,
+                                       progress=False)
+    for sim in simulations:
+        sim["reward_info"]["reward"] = 0.0
+    results = write_results(tmp_path / "results.json", simulations, tasks, {})
+    figures = select_on_results(Path(results), tmp_path, {"skip_status_check": 1.0}, SelectSettings())
+    assert figures["selected"] == [] and "passed no analysis task" in figures["why_empty"]
+    assert figures["precision"] is None and figures["recall"] == 0.0
+
+
+# ---- game mix with per-game overrides ----------------------------------------------------------------------
+
+
+def test_game_mix_applies_each_games_overrides():
+    from game_registry import get_game
+    from train.game_mix import mixed_spec
+
+    specs = [get_game("capability_precondition_verification"), get_game("capability_structured_data_reasoning")]
+    mix = mixed_spec(specs, overrides={specs[0].name: {"short_ids": True}})
+    game = mix.make()
+    game.reset(0)  # seed 0 plays the first game, with short ids
+    orders = [m for m in game.inner.db.orders]
+    assert orders and all(len(o) == len("#W123") for o in orders)
+    game.reset(1)  # the second game keeps its defaults
+    assert all(len(o) == len("#W1234567") for o in game.inner.db.orders)
+    with pytest.raises(ValueError, match="outside the mix"):
+        mixed_spec(specs, overrides={"storefront": {}})
+    with pytest.raises(ValueError, match="do not fit"):
+        mixed_spec(specs, overrides={specs[0].name: {"no_such_field": 1}})
+
+
+# ---- config -----------------------------------------------------------------------------------------------
+
+
+def test_demo_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
+    from common.io import InputError
+    from pipeline.demo_config import load_demo_config
+
+    for name in ("demo.yaml", "demo_fast.yaml"):
+        config = load_demo_config(REPO / "configs" / name)
+        config.storefront_config(REPO)
+    cases = {"base: {hidden: 3}\n": "unknown key", "select: {k: 11, runs: 10}\n": "k=11",
+             "colour: red\n": "unknown section", "loop: {capabilities: [flying]}\n": "candidate capabilities",
+             "base: {planted: {skip_status_check: 2}}\n": r"share in \[0, 1\]"}
+    for text, message in cases.items():
+        path = tmp_path / "bad.yaml"
+        path.write_text(text)
+        with pytest.raises(InputError, match=message):
+            load_demo_config(path)
+
+
+@pytest.mark.slow
+def test_demo_fast_runs_every_step_and_resumes(tmp_path):
+    command = [sys.executable, "-m", "pipeline.demo", "--profile", "fast", "--run-dir", str(tmp_path / "demo")]
+    first = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    results = json.loads((tmp_path / "demo" / "results.json").read_text())
+    assert set(results["steps"]) == {"base", "evaluate", "select", "environments", "train", "gate", "baselines",
+                                     "final"}
+    assert (tmp_path / "demo" / "report.md").is_file() and (tmp_path / "demo" / "sft_curve.png").is_file()
+    assert "TRACE" in results["evaluation"] and "direct GRPO" in results["evaluation"]
+    second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0
+    assert second.stdout.count("up to date") == 8
