@@ -25,7 +25,7 @@ def test_the_hf_agent_prompt_lists_every_storefront_tool(real_model_dir):
     game = get_game("storefront").make()
     tools = game.get_tool_schemas()
     prompt = render_prompt(tokenizer, game.reset(1), tools)
-    assert prompt.count("<tools>") == 1 and prompt.endswith("<|im_start|>assistant\n")
+    assert prompt.count("\n<tools>\n") == 1 and prompt.endswith("<|im_start|>assistant\n")
     assert all(f'"name": "{tool["function"]["name"]}"' in prompt for tool in tools)
 
 
