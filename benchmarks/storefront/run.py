@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(simulations, hat, args.trials))
     print(f"format: {fmt['turns']} assistant turns: {fmt['tool_call_turns']} tool calls, {fmt['reply_turns']} replies, "
           f"{fmt['malformed_turns']} malformed (valid format rate {fmt['valid_format_rate']}, valid tool-call rate "
-          f"{fmt['valid_tool_call_rate']})")
+          f"{fmt['valid_tool_call_rate']})", file=sys.stderr)  # stdout keeps the table + path
     print(f"wrote {args.out}")
     return 0
 

@@ -44,5 +44,5 @@ def test_three_storefront_tasks_through_the_hf_agent(real_model_dir, tmp_path):
     assert all(any(m["role"] == "assistant" for m in sim["messages"]) for sim in simulations)
     assert fmt["turns"] == fmt["tool_call_turns"] + fmt["reply_turns"] + fmt["malformed_turns"] >= 3
     assert 0.0 <= fmt["valid_format_rate"] <= 1.0
-    format_line = next(line for line in result.stdout.splitlines() if line.startswith("format:"))
+    format_line = next(line for line in result.stderr.splitlines() if line.startswith("format:"))
     print(f"3 storefront tasks with {real_model_dir.name} in {seconds:.0f} s; {format_line}")
