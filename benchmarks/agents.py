@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Callable
 
+from common.chat_render import render_messages
 from game_registry import Game
 
 IM_END = "<|im_end|>"
@@ -79,10 +80,9 @@ def _load_tokenizer(folder: str | Path) -> Any:
 
 
 def render_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-    """The generation prompt: chat template over messages and tools, ending with the assistant header."""
-    # transformers drops None-valued keys itself for some templates, not all; do it for every template.
-    cleaned = [{k: v for k, v in m.items() if v is not None} for m in messages]
-    return tokenizer.apply_chat_template(cleaned, tools=tools or None, add_generation_prompt=True, tokenize=False)
+    """The generation prompt: chat template over messages and tools, ending with the assistant header (tools
+    in Hermes style when the template cannot render them: common/chat_render.py, shared with the trainer)."""
+    return render_messages(tokenizer, messages, tools, add_generation_prompt=True)
 
 
 def _routed_gate_dir(model_dir: str, adapter_dir: str | None) -> str | None:

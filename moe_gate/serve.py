@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from common.chat_render import render_messages
 from moe_gate.gater import TrajectoryGlobalRouter
 from moe_gate.model_builder import GATE_WEIGHTS, read_gate_config
 from moe_gate.multi_lora import GateError
@@ -98,9 +99,8 @@ class GlobalRouterFront:
 
     def slot_for_request(self, path: str, body: dict[str, Any]) -> str:
         if path.endswith("/chat/completions"):
-            messages = [{k: v for k, v in m.items() if v is not None} for m in body.get("messages") or []]
-            text = self.tokenizer.apply_chat_template(messages, tools=body.get("tools") or None,
-                                                      add_generation_prompt=True, tokenize=False)
+            text = render_messages(self.tokenizer, body.get("messages") or [], body.get("tools"),
+                                   add_generation_prompt=True)
         else:
             text = body.get("prompt")
             if isinstance(text, list):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from benchmarks.results import make_simulation
+from common.chat_render import render_messages
 from game_registry import Game, GameSpec, prompt_variant
 from train.backends import Completion, RolloutBackend, SamplingParams
 
@@ -68,9 +69,8 @@ class ChatTokenizer:
         self.stop_token_ids = tuple(sorted(stop))
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, tokenize=False, add_generation_prompt=generation_prompt
-        )
+        # The model's own template; tools in Hermes style when it cannot render them (common/chat_render.py).
+        return render_messages(self.tokenizer, messages, tools, add_generation_prompt=generation_prompt)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

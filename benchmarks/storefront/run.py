@@ -136,6 +136,18 @@ def format_table(simulations: list[dict[str, Any]], hat: dict[str, dict[str, Any
     return "\n".join(lines)
 
 
+def format_stats(simulations: list[dict[str, Any]]) -> dict[str, Any]:
+    """How well the agent kept the tool-call format over all episodes: assistant turns that were tool calls,
+    plain replies or malformed (format errors), the share of turns that parsed, and the share of tool-call
+    attempts (valid calls + malformed turns) that were valid."""
+    turns = sum(int(sim["reward_info"].get("steps", 0)) for sim in simulations)
+    malformed = sum(int(sim["reward_info"].get("format_errors", 0)) for sim in simulations)
+    calls = sum(1 for sim in simulations for m in sim["messages"] if m.get("role") == "assistant" and m.get("tool_calls"))
+    return {"turns": turns, "tool_call_turns": calls, "reply_turns": turns - calls - malformed,
+            "malformed_turns": malformed, "valid_format_rate": round(1 - malformed / turns, 4) if turns else None,
+            "valid_tool_call_rate": round(calls / (calls + malformed), 4) if calls + malformed else None}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run an agent on the storefront benchmark (τ²-bench results JSON).")
     parser.add_argument("--agent", required=True,
@@ -190,8 +202,12 @@ def main(argv: list[str] | None = None) -> int:
     hat = pass_hat_k_by_kind(simulations, args.trials)
     info["pass_hat_k"] = {label: {"n_tasks": group["n_tasks"], **{str(k): v for k, v in group["pass_hat_k"].items()}}
                           for label, group in hat.items()}
+    info["format"] = fmt = format_stats(simulations)
     write_results(args.out, simulations, tasks, info)
     print(format_table(simulations, hat, args.trials))
+    print(f"format: {fmt['turns']} assistant turns: {fmt['tool_call_turns']} tool calls, {fmt['reply_turns']} replies, "
+          f"{fmt['malformed_turns']} malformed (valid format rate {fmt['valid_format_rate']}, valid tool-call rate "
+          f"{fmt['valid_tool_call_rate']})", file=sys.stderr)  # stdout keeps the table + path
     print(f"wrote {args.out}")
     return 0
 
