@@ -45,3 +45,15 @@ def test_env_step_bench_exits_by_its_target(target, code):
     rates = [float(rate) for rate in re.findall(r" steps_per_s=\s*(\d+)", result.stdout)]
     assert rates and slowest > 0 and slowest == pytest.approx(min(rates), abs=1)
     assert ("BELOW TARGET" in result.stdout) == (code == 1)
+
+
+@pytest.mark.parametrize("target, code", [("0", 0), ("1e12", 1)])
+def test_rollout_backends_bench_reports_the_prefix_cache_speedup(target, code):
+    result, figures = _run("bench/rollout_backends.py", "--groups", "1", "--group-size", "2", "--max-episode-tokens",
+                           "2080", "--single-turn-tokens", "4", "--threads", "1", "--target", target)
+    assert result.returncode == code, result.stderr[-2000:]
+    speedup = _headline(result, "prefix_cache_speedup")
+    assert figures["identical_samples"] == 1  # the cache changes no sample
+    assert figures["multi_turn_hf_cache_prefill_tokens"] < figures["multi_turn_hf_nocache_prefill_tokens"]
+    ratio = figures["multi_turn_hf_cache_tokens_per_s"] / figures["multi_turn_hf_nocache_tokens_per_s"]
+    assert speedup == pytest.approx(ratio, rel=0.01, abs=0.002)
