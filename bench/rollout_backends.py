@@ -77,7 +77,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.target < 0:
         raise InputError(f"--target must be >= 0, got {args.target}")
     if args.model is not None and not (args.model / "config.json").is_file():
-        raise InputError(f"--model {args.model}: not a model folder (no config.json); build one with python -m train.tiny")
+        raise InputError(f"--model {args.model}: not a model folder (no config.json); "
+                         "build one with python -m train.tiny")
     if args.vllm_url is not None and not args.vllm_url.startswith(("http://", "https://")):
         raise InputError(f"--vllm-url must start with http:// or https://, got {args.vllm_url!r}")
     return args

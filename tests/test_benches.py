@@ -57,3 +57,20 @@ def test_rollout_backends_bench_reports_the_prefix_cache_speedup(target, code):
     assert figures["multi_turn_hf_cache_prefill_tokens"] < figures["multi_turn_hf_nocache_prefill_tokens"]
     ratio = figures["multi_turn_hf_cache_tokens_per_s"] / figures["multi_turn_hf_nocache_tokens_per_s"]
     assert speedup == pytest.approx(ratio, rel=0.01, abs=0.002)
+
+
+def test_rollout_backends_bench_puts_a_vllm_server_side_by_side():
+    from test_vllm_backend import StubVLLM  # an OpenAI-protocol stub of vLLM on 127.0.0.1
+
+    server = StubVLLM(choices=[300, 301])
+    try:
+        result, figures = _run("bench/rollout_backends.py", "--groups", "1", "--group-size", "2",
+                               "--max-episode-tokens", "2080", "--single-turn-tokens", "4", "--threads", "1",
+                               "--vllm-url", server.url, "--target", "0")
+    finally:
+        server.close()
+    assert result.returncode == 0, result.stderr[-2000:]
+    ratio = _headline(result, "hf_vs_vllm")
+    expected = figures["multi_turn_hf_cache_tokens_per_s"] / figures["multi_turn_vllm_tokens_per_s"]
+    assert ratio == pytest.approx(expected, rel=0.01, abs=0.002)
+    assert figures["single_turn_vllm_tokens_per_s"] > 0

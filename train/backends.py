@@ -9,6 +9,9 @@ The GRPO loop and the rollout collector talk only to `RolloutBackend`:
   through one batched, KV-cached sampling loop. It is hand-written rather than `model.generate` because
   we need the sampling log-probs of exactly the sampled tokens, our own seeded `torch.Generator` (for
   bitwise resume) and no per-step logits-processor overhead, which dominates on tiny models.
+  Between calls it keeps the keys/values of the sequences it produced (a prefix cache keyed by exact token
+  ids): the next turn of an episode prefills only its new tokens, and a GRPO group's shared prompt is
+  prefilled once (see `HFBackend`; `prefix_cache=False` turns it off, bench/rollout_backends.py measures it).
 - `VLLMBackend` (train/vllm_backend.py) sends the same token ids to a vLLM server's `/v1/completions`.
 
 Log-probs are those of the sampling distribution: log_softmax(logits / temperature). The trainer scores
