@@ -142,6 +142,19 @@ def test_changed_weights_are_never_continued(tiny_model_dir):
     assert fast.prefill_stats.prefill_tokens - before == 3 * max(len(p) for p in third)
 
 
+def test_a_disabled_lora_is_not_continued_with_the_lora_cache(tiny_model_dir):
+    model = _lora(load_base_model(str(tiny_model_dir))[0])
+    fast, plain = _pair(model)
+    params = SamplingParams(max_new_tokens=5, temperature=1.0)
+    prompts = [[(3 * i + r) % 300 + 20 for i in range(30)] for r in range(2)]
+    first = fast.generate(prompts, params)
+    _same_completions(first, plain.generate(prompts, params))
+    second = [p + c.token_ids + [40] for p, c in zip(prompts, first)]
+    with model.disable_adapter():  # the base model: no tensor changes
+        _same_completions(fast.generate(second, params), plain.generate(second, params))
+    assert fast.prefill_stats.prefill_tokens == plain.prefill_stats.prefill_tokens
+
+
 def test_prefix_cache_off_prefills_everything_and_bounds_what_is_kept(tiny_model_dir):
     model, _ = load_base_model(str(tiny_model_dir))
     fast, plain = _pair(model, max_batch_size=2)

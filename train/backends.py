@@ -159,8 +159,8 @@ class HFBackend(RolloutBackend):
     copied with `Cache.reorder_cache`) because transformers has no cross-call prefix cache for a
     hand-driven sampling loop; `generate`'s own cache cannot continue left-padded rows of different lengths.
     The cache is bypassed (and dropped) when the weights change (every parameter's and buffer's in-place
-    version counter and storage are compared at each call, and `sync_weights` drops it), when the model says
-    it cannot continue a cache (`supports_prefix_cache` False, e.g. a router that decides per sequence) or
+    version counter and storage, and PEFT's adapter switches, are compared at each call; `sync_weights`
+    drops it too), when the model says it cannot continue a cache (`supports_prefix_cache` False, e.g. a router that decides per sequence) or
     when a layer's cache is not a plain static one (sliding window): those calls prefill everything.
     `prefill_stats` sums what the prefill passes cost.
     """
@@ -178,7 +178,7 @@ class HFBackend(RolloutBackend):
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
         self._kept: list[_CachedRows] = []  # the previous call's sequences
-        self._kept_weights: list[tuple[int, int]] = []  # the weights they were computed with
+        self._kept_weights: list[tuple[Any, ...]] = []  # the weights they were computed with
 
     @property
     def logprobs_match_trainer(self) -> bool:  # type: ignore[override]
@@ -216,11 +216,16 @@ class HFBackend(RolloutBackend):
     def close(self) -> None:
         self.clear_prefix_cache()
 
-    def _weights_version(self) -> list[tuple[int, int]]:
-        """(storage address, in-place version counter) of every parameter and buffer: an optimizer step, a
-        `load_state_dict` or swapped tensors change it, so keys/values computed before are never reused."""
+    def _weights_version(self) -> list[tuple[Any, ...]]:
+        """What the model computes with: (storage address, in-place version counter) of every parameter and
+        buffer (an optimizer step, a `load_state_dict` or swapped tensors change it) and the adapter switches
+        of PEFT layers (`disable_adapter()`, `set_adapter()` change no tensor). Keys/values computed under
+        another version are never reused."""
         tensors = list(self.model.parameters()) + list(self.model.buffers())
-        return [(t.data_ptr(), t._version) for t in tensors]
+        version: list[tuple[Any, ...]] = [(t.data_ptr(), t._version) for t in tensors]
+        version += [(bool(m._disable_adapters), str(m.active_adapter))
+                    for m in self.model.modules() if hasattr(m, "_disable_adapters")]
+        return version
 
     @torch.no_grad()
     def _generate_batch(
