@@ -160,8 +160,9 @@ class HFBackend(RolloutBackend):
     hand-driven sampling loop; `generate`'s own cache cannot continue left-padded rows of different lengths.
     The cache is bypassed (and dropped) when the weights change (every parameter's and buffer's in-place
     version counter and storage, and PEFT's adapter switches, are compared at each call; `sync_weights`
-    drops it too), when the model says it cannot continue a cache (`supports_prefix_cache` False, e.g. a router that decides per sequence) or
-    when a layer's cache is not a plain static one (sliding window): those calls prefill everything.
+    drops it too), when the model says it cannot continue a cache (`supports_prefix_cache` False, e.g. a
+    router that decides per sequence) or when a layer's cache is not a plain static one (sliding window):
+    those calls prefill everything.
     `prefill_stats` sums what the prefill passes cost.
     """
 
@@ -341,10 +342,8 @@ class HFBackend(RolloutBackend):
         sources = sources + self._shared_prefixes(distinct, sources, input_ids.device)
         entries = [(s, r) for s, rows in enumerate(sources) for r in range(len(rows.token_ids))]
         shared = common_prefix_lengths(distinct, [sources[s].token_ids[r] for s, r in entries])  # [U, E]
-        if entries:
-            best_len, best = shared.max(-1)  # [U], [U]
-        else:
-            best_len, best = torch.zeros(len(distinct), dtype=torch.long), torch.zeros(len(distinct), dtype=torch.long)
+        nothing = torch.zeros(len(distinct), dtype=torch.long)  # [U]
+        best_len, best = shared.max(-1) if entries else (nothing, nothing)  # [U], [U]
         lengths = [len(p) for p in distinct]
         # Every row runs at least its last token (its logits start the sampling).
         cached = [min(int(best_len[u]), lengths[u] - 1) for u in range(len(distinct))]
@@ -415,9 +414,9 @@ class HFBackend(RolloutBackend):
         sources: list[_CachedRows], longest: int, first: int,
     ) -> None:
         """Write columns [0, first) of every distinct prompt's row from its cached source row (zeros on
-        padding), through `Cache.update` (which also sets the cache length to `first`)."""
-        keys0, values0 = sources[chosen[0][0]].layers[0]
-        device = keys0.device
+        padding), through `Cache.update` (which also sets the cache length to `first`). Some row has columns
+        there (first > 0 means a row is longer than the prefilled tail, so it shares that much with a source)."""
+        device = sources[chosen[0][0]].layers[0][0].device
         column = torch.arange(first, device=device)[None, :]  # [1, F]
         per_source: dict[int, list[int]] = {}
         for u, (s, _) in enumerate(chosen):
@@ -437,9 +436,7 @@ class HFBackend(RolloutBackend):
                 valid = column >= row_start  # [n, F]
                 src_column = torch.where(valid, column - row_start + src_start, 0)  # [n, F]
                 for dest, src in ((keys, src_keys), (values, src_values)):
-                    picked = src.index_select(0, src_rows)  # [n, H, T, D]
-                    index = src_column[:, None, :, None].expand(-1, src.shape[1], -1, src.shape[3])  # [n, H, F, D]
-                    gathered = picked.gather(2, index)  # [n, H, F, D]
+                    gathered = src[src_rows[:, None], :, src_column].transpose(1, 2)  # [n, F, H, D] -> [n, H, F, D]
                     dest[torch.tensor(users, device=device)] = torch.where(valid[:, None, :, None], gathered, 0)
             cache.update(keys, values, layer_index)
 
