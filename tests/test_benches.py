@@ -60,6 +60,7 @@ def test_rollout_backends_bench_reports_the_prefix_cache_speedup(target, code):
 
 
 def test_rollout_backends_bench_puts_a_vllm_server_side_by_side():
+    sys.path.insert(0, str(REPO / "tests"))
     from test_vllm_backend import StubVLLM  # an OpenAI-protocol stub of vLLM on 127.0.0.1
 
     server = StubVLLM(choices=[300, 301])
