@@ -185,6 +185,14 @@ class CapabilityModel(nn.Module):
         return self.base.config
 
     @property
+    def supports_prefix_cache(self) -> bool:
+        """Whether keys/values cached by one pass may be continued by a later one (the prefix cache of
+        train.backends.HFBackend). Token routing decides each token from its own hidden state, so a cached
+        prefix is what a full pass computes; trajectory/global routing decides per sequence on the prefill
+        pass, and a forced slot changes what every token computes, so those prefill everything."""
+        return self.mode == "token" and self._forced_slot is None
+
+    @property
     def n_slots(self) -> int:
         return len(self.slot_names)
 

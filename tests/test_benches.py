@@ -45,3 +45,33 @@ def test_env_step_bench_exits_by_its_target(target, code):
     rates = [float(rate) for rate in re.findall(r" steps_per_s=\s*(\d+)", result.stdout)]
     assert rates and slowest > 0 and slowest == pytest.approx(min(rates), abs=1)
     assert ("BELOW TARGET" in result.stdout) == (code == 1)
+
+
+@pytest.mark.parametrize("target, code", [("0", 0), ("1e12", 1)])
+def test_rollout_backends_bench_reports_the_prefix_cache_speedup(target, code):
+    result, figures = _run("bench/rollout_backends.py", "--groups", "1", "--group-size", "2", "--max-episode-tokens",
+                           "2080", "--single-turn-tokens", "4", "--threads", "1", "--target", target)
+    assert result.returncode == code, result.stderr[-2000:]
+    speedup = _headline(result, "prefix_cache_speedup")
+    assert figures["identical_samples"] == 1  # the cache changes no sample
+    assert figures["multi_turn_hf_cache_prefill_tokens"] < figures["multi_turn_hf_nocache_prefill_tokens"]
+    ratio = figures["multi_turn_hf_cache_tokens_per_s"] / figures["multi_turn_hf_nocache_tokens_per_s"]
+    assert speedup == pytest.approx(ratio, rel=0.01, abs=0.002)
+
+
+def test_rollout_backends_bench_puts_a_vllm_server_side_by_side():
+    sys.path.insert(0, str(REPO / "tests"))
+    from test_vllm_backend import StubVLLM  # an OpenAI-protocol stub of vLLM on 127.0.0.1
+
+    server = StubVLLM(choices=[300, 301])
+    try:
+        result, figures = _run("bench/rollout_backends.py", "--groups", "1", "--group-size", "2",
+                               "--max-episode-tokens", "2080", "--single-turn-tokens", "4", "--threads", "1",
+                               "--vllm-url", server.url, "--target", "0")
+    finally:
+        server.close()
+    assert result.returncode == 0, result.stderr[-2000:]
+    ratio = _headline(result, "hf_vs_vllm")
+    expected = figures["multi_turn_hf_cache_tokens_per_s"] / figures["multi_turn_vllm_tokens_per_s"]
+    assert ratio == pytest.approx(expected, rel=0.01, abs=0.002)
+    assert figures["single_turn_vllm_tokens_per_s"] > 0

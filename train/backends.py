@@ -9,6 +9,9 @@ The GRPO loop and the rollout collector talk only to `RolloutBackend`:
   through one batched, KV-cached sampling loop. It is hand-written rather than `model.generate` because
   we need the sampling log-probs of exactly the sampled tokens, our own seeded `torch.Generator` (for
   bitwise resume) and no per-step logits-processor overhead, which dominates on tiny models.
+  Between calls it keeps the keys/values of the sequences it produced (a prefix cache keyed by exact token
+  ids): the next turn of an episode prefills only its new tokens, and a GRPO group's shared prompt is
+  prefilled once (see `HFBackend`; `prefix_cache=False` turns it off, bench/rollout_backends.py measures it).
 - `VLLMBackend` (train/vllm_backend.py) sends the same token ids to a vLLM server's `/v1/completions`.
 
 Log-probs are those of the sampling distribution: log_softmax(logits / temperature). The trainer scores
@@ -26,6 +29,7 @@ from typing import Any, Sequence
 
 import torch
 from transformers import StaticCache
+from transformers.cache_utils import StaticLayer
 
 
 @dataclass(frozen=True)
@@ -81,16 +85,101 @@ class RolloutBackend(ABC):
         del state
 
 
-class HFBackend(RolloutBackend):
-    """Batched sampling from an in-process Hugging Face causal LM (with or without LoRA)."""
+@dataclass
+class PrefillStats:
+    """What the in-process sampler's prefill passes cost, summed over `generate` calls."""
 
-    def __init__(self, model: torch.nn.Module, pad_token_id: int, *, seed: int = 0, max_batch_size: int = 256):
+    prompt_tokens: int = 0  # tokens of every prompt passed to generate
+    # Token positions run through the model before decoding (rows x columns: padding, shared prefixes and
+    # recomputed columns included): the prefill's compute. Without the prefix cache, batch x longest prompt.
+    prefill_tokens: int = 0
+
+
+@dataclass
+class _CachedRows:
+    """Keys/values of some token sequences, as rows of per-layer tensors, kept to be continued later."""
+
+    layers: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [N, H, T, D]
+    starts: list[int]  # column of each row's first token (rows are left-padded)
+    token_ids: list[list[int]]  # per row: the tokens whose keys/values it holds, from its start column
+
+
+# A shared prefix within one call is prefilled on its own only when at least this long (a separate forward
+# for a few tokens costs more than it saves).
+MIN_SHARED_PREFIX = 16
+# Entries of the token-equality tensor built at once when matching prompts against cached sequences.
+MATCH_CHUNK_ELEMENTS = 1 << 24
+
+
+def common_prefix_lengths(queries: Sequence[Sequence[int]], keys: Sequence[Sequence[int]]) -> torch.Tensor:
+    """[Q, K] number of leading tokens query q shares with key k (vectorised, in chunks of queries)."""
+    out = torch.zeros((len(queries), len(keys)), dtype=torch.long)  # [Q, K]
+    if not queries or not keys:
+        return out
+    width = min(max(len(q) for q in queries), max(len(k) for k in keys))
+    if width == 0:
+        return out
+    key_ids = torch.full((len(keys), width), -1, dtype=torch.long)  # [K, W]; -1 never equals a query's -2
+    for row, ids in enumerate(keys):
+        key_ids[row, : min(len(ids), width)] = torch.tensor(list(ids[:width]), dtype=torch.long)
+    chunk = max(1, MATCH_CHUNK_ELEMENTS // max(1, len(keys) * width))
+    for first in range(0, len(queries), chunk):
+        part = queries[first : first + chunk]
+        query_ids = torch.full((len(part), width), -2, dtype=torch.long)  # [q, W]
+        for row, ids in enumerate(part):
+            query_ids[row, : min(len(ids), width)] = torch.tensor(list(ids[:width]), dtype=torch.long)
+        differs = query_ids[:, None, :] != key_ids[None, :, :]  # [q, K, W]
+        first_difference = differs.int().argmax(-1)  # [q, K]; 0 when nothing differs
+        out[first : first + len(part)] = torch.where(differs.any(-1), first_difference, width)
+    return out
+
+
+class HFBackend(RolloutBackend):
+    """Batched sampling from an in-process Hugging Face causal LM (with or without LoRA).
+
+    Prefix cache (`prefix_cache=True`, the default). A multi-turn rollout calls `generate` once per turn with
+    every episode's whole history, and a GRPO group sends the same prompt many times; prefilling all of it
+    each time dominated rollout time (a ~2k-token storefront prompt x 16 rows x every turn). So:
+    - after each call the backend keeps the keys/values of the sequences it just produced (prompt + the
+      sampled tokens that went through the model), with their exact token ids. A prompt of the next call
+      takes the longest cached sequence it shares a prefix with (a prefix only: an episode may cut a
+      completion short, and the stop token sampled last was never run) and prefills only the rest.
+      Only the last call's sequences are kept: whatever the next call does not continue is dropped, so the
+      memory held between calls is one call's KV cache;
+    - identical prompts in one call (a GRPO group's first turn) are prefilled once, on one row, and the
+      cache rows are copied before decoding;
+    - distinct prompts of one call that share a long prefix (the system prompt and tool schemas of
+      different tasks) get that prefix prefilled once, on its own, and continue from it.
+    The batch layout is the one without the cache (left padding to the longest prompt, positions counted
+    from each row's first token), so a cached row's keys/values (computed at the same positions) are copied
+    column for column into the new static cache, and one forward prefills the last U columns of every row,
+    U being the longest uncached tail; a row whose tail is shorter recomputes a few cached columns, which
+    gives the same values. Sampled tokens and log-probs equal those without the cache up to float rounding
+    (~1e-7 in fp32). Hand-written on top of transformers' `StaticCache` (filled with `Cache.update`, rows
+    copied with `Cache.reorder_cache`) because transformers has no cross-call prefix cache for a
+    hand-driven sampling loop; `generate`'s own cache cannot continue left-padded rows of different lengths.
+    The cache is bypassed (and dropped) when the weights change (every parameter's and buffer's in-place
+    version counter and storage, and PEFT's adapter switches, are compared at each call; `sync_weights`
+    drops it too), when the model says it cannot continue a cache (`supports_prefix_cache` False, e.g. a
+    router that decides per sequence) or when a layer's cache is not a plain static one (sliding window):
+    those calls prefill everything.
+    `prefill_stats` sums what the prefill passes cost.
+    """
+
+    def __init__(self, model: torch.nn.Module, pad_token_id: int, *, seed: int = 0, max_batch_size: int = 256,
+                 prefix_cache: bool = True):
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.model = model
         self.pad_token_id = pad_token_id
         self.max_batch_size = max_batch_size
+        self.prefix_cache = prefix_cache
+        self.prefill_stats = PrefillStats()
         device = next(model.parameters()).device
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
+        self._kept: list[_CachedRows] = []  # the previous call's sequences
+        self._kept_weights: list[tuple[Any, ...]] = []  # the weights they were computed with
 
     @property
     def logprobs_match_trainer(self) -> bool:  # type: ignore[override]
@@ -98,20 +187,68 @@ class HFBackend(RolloutBackend):
         return next(self.model.parameters()).dtype == torch.float32
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
-        out: list[Completion] = []
-        for start in range(0, len(prompts), self.max_batch_size):
-            out.extend(self._generate_batch(prompts[start : start + self.max_batch_size], params))
-        return out
-
-    @torch.no_grad()
-    def _generate_batch(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
-        if not prompts:
-            return []
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
+        use_cache = self.prefix_cache and bool(getattr(self.model, "supports_prefix_cache", True))
+        weights = self._weights_version() if use_cache else []
+        if not use_cache or weights != self._kept_weights:
+            self._kept = []
+        sources = list(self._kept)
+        produced: list[_CachedRows] = []
+        out: list[Completion] = []
+        for start in range(0, len(prompts), self.max_batch_size):
+            chunk = prompts[start : start + self.max_batch_size]
+            completions, rows = self._generate_batch(chunk, params, sources + produced if use_cache else None)
+            out.extend(completions)
+            if rows is not None:
+                produced.append(rows)
+        self._kept, self._kept_weights = (produced, weights) if use_cache else ([], [])
+        return out
+
+    def sync_weights(self, policy: Any, version: int) -> None:
+        """The live model is sampled already; the kept keys/values were computed with the old weights."""
+        del policy, version
+        self._kept, self._kept_weights = [], []
+
+    def clear_prefix_cache(self) -> None:
+        """Drop the kept keys/values (the next call prefills everything)."""
+        self._kept, self._kept_weights = [], []
+
+    def close(self) -> None:
+        self.clear_prefix_cache()
+
+    def _weights_version(self) -> list[tuple[Any, ...]]:
+        """What the model computes with: (storage address, in-place version counter) of every parameter and
+        buffer (an optimizer step, a `load_state_dict` or swapped tensors change it) and the adapter switches
+        of PEFT layers (`disable_adapter()`, `set_adapter()` change no tensor). Keys/values computed under
+        another version are never reused."""
+        tensors = list(self.model.parameters()) + list(self.model.buffers())
+        version: list[tuple[Any, ...]] = [(t.data_ptr(), t._version) for t in tensors]
+        version += [(bool(m._disable_adapters), str(m.active_adapter))
+                    for m in self.model.modules() if hasattr(m, "_disable_adapters")]
+        return version
+
+    @torch.no_grad()
+    def _generate_batch(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, sources: list[_CachedRows] | None
+    ) -> tuple[list[Completion], _CachedRows | None]:
+        """Completions of `prompts`, and (when `sources` is given: the prefix cache is on) the cache rows of
+        the sequences produced, for the next call. `sources` are cached rows the prompts may continue."""
+        if not prompts:
+            return [], None
         device = next(self.model.parameters()).device
         was_training = self.model.training
         self.model.eval()
+        try:
+            return self._sample(prompts, params, sources, device)
+        finally:
+            if was_training:
+                self.model.train()
+
+    def _sample(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, sources: list[_CachedRows] | None,
+        device: torch.device,
+    ) -> tuple[list[Completion], _CachedRows | None]:
         batch, longest = len(prompts), max(len(p) for p in prompts)
         input_ids = torch.full((batch, longest), self.pad_token_id, dtype=torch.long, device=device)  # [B, P]
         attention_mask = torch.zeros((batch, longest), dtype=torch.long, device=device)  # [B, P]
@@ -120,24 +257,27 @@ class HFBackend(RolloutBackend):
             attention_mask[row, longest - len(prompt) :] = 1
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
         stop = torch.tensor(list(params.stop_token_ids) or [-1], device=device)
+        self.prefill_stats.prompt_tokens += sum(len(p) for p in prompts)
 
         # A preallocated (static) KV cache: a growing cache re-concatenates every layer's keys and values
         # at each step, which dominated decoding time on CPU.
         total = longest + params.max_new_tokens
         cache = StaticCache(config=self._config(), max_cache_len=total)
+        if sources is not None and not all(type(layer) is StaticLayer for layer in cache.layers):
+            sources = None  # sliding-window (rolling) layers: columns do not map to positions one to one
+        if sources is None:
+            logits = self._prefill(cache, input_ids, attention_mask, position_ids, 0)  # [B, V]
+        else:
+            logits = self._prefill_from_cache(cache, prompts, input_ids, attention_mask, position_ids, sources)
         full_mask = torch.cat(  # [B, P + N]; generated columns switch on as they are written
             [attention_mask, torch.zeros((batch, params.max_new_tokens), dtype=torch.long, device=device)], 1
         )
-        output = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
-            use_cache=True, cache_position=torch.arange(longest, device=device),
-        )
-        logits = output.logits[:, -1, :]  # [B, V]
         next_position = position_ids[:, -1:] + 1  # [B, 1]
         tokens = torch.empty((batch, params.max_new_tokens), dtype=torch.long, device=device)  # [B, N]
         logprobs = torch.zeros((batch, params.max_new_tokens), dtype=torch.float32, device=device)  # [B, N]
         lengths = torch.full((batch,), params.max_new_tokens, dtype=torch.long, device=device)  # [B]
         finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [B]
+        fed = 0  # sampled tokens that went through the model (their keys/values are in the cache)
         for step in range(params.max_new_tokens):
             if params.temperature == 0:
                 step_logprobs = torch.log_softmax(logits.float(), dim=-1)  # [B, V]
@@ -157,19 +297,148 @@ class HFBackend(RolloutBackend):
             output = self.model(
                 input_ids=token[:, None], attention_mask=full_mask[:, : longest + step + 1],
                 position_ids=next_position, cache=cache, use_cache=True,
-                cache_position=torch.tensor([longest + step], device=device),
             )
-            logits = output.logits[:, -1, :]
+            fed += 1
+            logits = output.logits[:, -1, :]  # [B, V]
             next_position = next_position + 1
-        if was_training:
-            self.model.train()
         completions = []
+        produced = []
         for row in range(batch):
             n = int(lengths[row])
             ids = tokens[row, :n].tolist()
             reason = "stop" if ids and ids[-1] in params.stop_token_ids else "length"
             completions.append(Completion(ids, logprobs[row, :n].tolist(), reason))
-        return completions
+            produced.append(list(prompts[row]) + ids[: min(n, fed)])
+        if sources is None:
+            return completions, None
+        rows = _CachedRows(
+            [(layer.keys, layer.values) for layer in cache.layers],
+            [longest - len(p) for p in prompts], produced,
+        )
+        return completions, rows
+
+    def _prefill(
+        self, cache: StaticCache, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+        position_ids: torch.Tensor, first: int,
+    ) -> torch.Tensor:
+        """Run columns `first:` of the left-padded batch through the model (the cache holds columns :first);
+        returns the last column's logits [B, V]."""
+        self.prefill_stats.prefill_tokens += input_ids.shape[0] * (input_ids.shape[1] - first)
+        output = self.model(
+            input_ids=input_ids[:, first:], attention_mask=attention_mask, position_ids=position_ids[:, first:],
+            cache=cache, use_cache=True, logits_to_keep=1,
+        )
+        return output.logits[:, -1, :]  # [B, V]
+
+    def _prefill_from_cache(
+        self, cache: StaticCache, prompts: Sequence[Sequence[int]], input_ids: torch.Tensor,
+        attention_mask: torch.Tensor, position_ids: torch.Tensor, sources: list[_CachedRows],
+    ) -> torch.Tensor:
+        """Fill `cache` for every row of the batch, reusing cached keys/values; returns logits [B, V]."""
+        batch, longest = input_ids.shape
+        unique: dict[tuple[int, ...], int] = {}
+        inverse = [unique.setdefault(tuple(p), len(unique)) for p in prompts]  # row -> unique prompt
+        distinct = [list(p) for p in unique]  # [U] prompts
+        sources = sources + self._shared_prefixes(distinct, sources, input_ids.device)
+        entries = [(s, r) for s, rows in enumerate(sources) for r in range(len(rows.token_ids))]
+        shared = common_prefix_lengths(distinct, [sources[s].token_ids[r] for s, r in entries])  # [U, E]
+        nothing = torch.zeros(len(distinct), dtype=torch.long)  # [U]
+        best_len, best = shared.max(-1) if entries else (nothing, nothing)  # [U], [U]
+        lengths = [len(p) for p in distinct]
+        # Every row runs at least its last token (its logits start the sampling).
+        cached = [min(int(best_len[u]), lengths[u] - 1) for u in range(len(distinct))]
+        tail = max(n - c for n, c in zip(lengths, cached))  # columns the prefill forward runs
+        first = longest - tail  # columns :first come from the cache
+        first_row: dict[int, int] = {}
+        for row, u in enumerate(inverse):
+            first_row.setdefault(u, row)
+        rows = torch.tensor([first_row[u] for u in range(len(distinct))], device=input_ids.device)  # [U]
+        if first > 0:
+            self._copy_cached_columns(cache, distinct, [entries[int(b)] for b in best], sources, longest, first)
+        logits = self._prefill(cache, input_ids[rows], attention_mask[rows], position_ids[rows], first)  # [U, V]
+        if len(distinct) < batch:  # identical prompts: copy the prefilled rows
+            expand = torch.tensor(inverse, device=input_ids.device)  # [B]
+            cache.reorder_cache(expand)
+            logits = logits[expand]  # [B, V]
+        return logits
+
+    def _shared_prefixes(
+        self, distinct: list[list[int]], sources: list[_CachedRows], device: torch.device
+    ) -> list[_CachedRows]:
+        """Prefill, once each, the long prefixes that distinct prompts of this call share and no cached
+        sequence covers (the system prompt and tool schemas of a turn-1 batch of several tasks).
+
+        Clusters: the prompts sorted by token ids, cut where neighbours share fewer than MIN_SHARED_PREFIX
+        tokens; in sorted order the prefix a cluster shares is the shortest shared prefix of neighbours.
+        """
+        if len(distinct) < 2:
+            return []
+        kept = [ids for rows in sources for ids in rows.token_ids]
+        covered = common_prefix_lengths(distinct, kept).max(-1).values if kept else torch.zeros(len(distinct))  # [U]
+        among = common_prefix_lengths(distinct, distinct)  # [U, U]
+        order = sorted(range(len(distinct)), key=lambda u: distinct[u])
+        clusters: list[tuple[list[int], int]] = []  # (members, shared length)
+        members, shared = [order[0]], None
+        for before, after in zip(order, order[1:]):
+            common = int(among[before, after])
+            if common >= MIN_SHARED_PREFIX:
+                members.append(after)
+                shared = common if shared is None else min(shared, common)
+                continue
+            if shared is not None:
+                clusters.append((members, shared))
+            members, shared = [after], None
+        if shared is not None:
+            clusters.append((members, shared))
+        prefixes = []
+        for members, shared in clusters:
+            shared = min(shared, min(len(distinct[u]) for u in members) - 1)  # every prompt keeps a token to run
+            if shared >= MIN_SHARED_PREFIX and shared > max(int(covered[u]) for u in members) + MIN_SHARED_PREFIX:
+                prefixes.append(distinct[members[0]][:shared])
+        if not prefixes:
+            return []
+        longest = max(len(p) for p in prefixes)
+        input_ids = torch.full((len(prefixes), longest), self.pad_token_id, dtype=torch.long, device=device)  # [C, S]
+        attention_mask = torch.zeros((len(prefixes), longest), dtype=torch.long, device=device)  # [C, S]
+        for row, prefix in enumerate(prefixes):
+            input_ids[row, longest - len(prefix) :] = torch.tensor(prefix, dtype=torch.long)
+            attention_mask[row, longest - len(prefix) :] = 1
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [C, S]
+        cache = StaticCache(config=self._config(), max_cache_len=longest)
+        self._prefill(cache, input_ids, attention_mask, position_ids, 0)
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
+        return [_CachedRows(layers, [longest - len(p) for p in prefixes], prefixes)]
+
+    def _copy_cached_columns(
+        self, cache: StaticCache, distinct: list[list[int]], chosen: list[tuple[int, int]],
+        sources: list[_CachedRows], longest: int, first: int,
+    ) -> None:
+        """Write columns [0, first) of every distinct prompt's row from its cached source row (zeros on
+        padding), through `Cache.update` (which also sets the cache length to `first`). Some row has columns
+        there (first > 0 means a row is longer than the prefilled tail, so it shares that much with a source)."""
+        device = sources[chosen[0][0]].layers[0][0].device
+        column = torch.arange(first, device=device)[None, :]  # [1, F]
+        per_source: dict[int, list[int]] = {}
+        for u, (s, _) in enumerate(chosen):
+            if len(distinct[u]) > longest - first:  # the row has columns before `first`
+                per_source.setdefault(s, []).append(u)
+        for layer_index in range(len(cache.layers)):
+            keys = values = None
+            for s, users in per_source.items():
+                src_keys, src_values = sources[s].layers[layer_index]  # [N, H, T, D]
+                if keys is None:
+                    shape = (len(distinct), src_keys.shape[1], first, src_keys.shape[3])
+                    keys = torch.zeros(shape, dtype=src_keys.dtype, device=device)  # [U, H, F, D]
+                    values = torch.zeros(shape[:3] + (src_values.shape[3],), dtype=src_values.dtype, device=device)
+                src_rows = torch.tensor([chosen[u][1] for u in users], device=device)  # [n]
+                row_start = torch.tensor([longest - len(distinct[u]) for u in users], device=device)[:, None]  # [n, 1]
+                src_start = torch.tensor([sources[s].starts[chosen[u][1]] for u in users], device=device)[:, None]
+                valid = column >= row_start  # [n, F]
+                src_column = torch.where(valid, column - row_start + src_start, 0)  # [n, F]
+                for dest, src in ((keys, src_keys), (values, src_values)):
+                    gathered = src[src_rows[:, None], :, src_column].transpose(1, 2)  # [n, F, H, D] -> [n, H, F, D]
+                    dest[torch.tensor(users, device=device)] = torch.where(valid[:, None, :, None], gathered, 0)
+            cache.update(keys, values, layer_index)
 
     def _config(self) -> Any:
         """The base model's config (through a PEFT wrapper if there is one)."""

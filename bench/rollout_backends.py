@@ -1,0 +1,213 @@
+"""Rollout tokens/s of the in-process sampler with its prefix cache off and on (and of a vLLM server).
+
+Usage (from the repo root):
+    python bench/rollout_backends.py [--model DIR] [--groups 4 --group-size 4] [--max-episode-tokens N]
+                                     [--single-turn-tokens 64] [--vllm-url URL [--vllm-model NAME]]
+                                     [--threads N] [--target 1.0]
+
+The model is --model (default: the CPU-demo tiny model, vocab 1024, hidden 192, 4 layers, built with
+train.tiny into a temp dir). Two workloads, each run by every side on the same prompts and batch:
+  multi_turn   --groups x --group-size storefront episodes (configs/storefront/cpu_demo.yaml), a GRPO-like
+               batch (each group shares a task seed, so its opening prompt), sampled at temperature 1
+               through train.episodes.run_episodes: the model plays the game with no expert, one backend
+               call per turn with every active episode's whole history, as in GRPO;
+  single_turn  one call with the groups' opening prompts (each --group-size times), --single-turn-tokens
+               new tokens per row, no stop token (every side samples the same number of tokens).
+Sides: hf_nocache (HFBackend(prefix_cache=False): every call prefills every prompt in full), hf_cache
+(the default: keys/values kept across turns, identical prompts and shared prefixes prefilled once) and,
+with --vllm-url, vllm (train/vllm_backend.py's VLLMBackend against that server; it must serve the same
+model: start it on --model's folder). Both HF sides use one seed, so they sample the same tokens: the
+bench checks it (identical_samples=1). A side's tokens/s is sampled tokens / wall time of the workload.
+Printed: per side and workload the tokens/s and seconds (multi_turn seconds = one GRPO iteration's
+rollout), the HF sides' prefill tokens (rows x columns run before decoding), and as the last line
+`prefix_cache_speedup=<multi_turn hf_cache tokens/s / hf_nocache tokens/s>`, or with --vllm-url
+`hf_vs_vllm=<multi_turn hf_cache tokens/s / vllm tokens/s>`.
+Exit 0 when the last figure reaches --target (1.0), 1 when it does not, 2 on bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # run as a script: make the repo's packages importable
+    sys.path.insert(0, str(REPO_ROOT))
+
+import torch  # noqa: E402
+import yaml  # noqa: E402
+
+from common.io import InputError  # noqa: E402
+from game_registry import get_game  # noqa: E402
+from train.backends import HFBackend, RolloutBackend, SamplingParams  # noqa: E402
+from train.episodes import ChatTokenizer, EpisodeRequest, run_episodes, start_episode  # noqa: E402
+
+GAME = "storefront"
+GAME_CONFIG = REPO_ROOT / "configs/storefront/cpu_demo.yaml"
+FIRST_SEED = 1_000_000  # the trainer's first training task seed
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bench/rollout_backends.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=None,
+                        help="model folder (default: build the CPU-demo tiny model into a temp dir)")
+    parser.add_argument("--groups", type=int, default=4, help="task seeds per batch (default 4)")
+    parser.add_argument("--group-size", type=int, default=4, help="samples per task seed (default 4)")
+    parser.add_argument("--max-episode-tokens", type=int, default=None,
+                        help="token budget per episode, prompt included (default: longest opening prompt + 600)")
+    parser.add_argument("--single-turn-tokens", type=int, default=64, help="new tokens per row, single turn")
+    parser.add_argument("--vllm-url", default=None, help="a vLLM server serving --model (e.g. http://127.0.0.1:8000)")
+    parser.add_argument("--vllm-model", default=None, help="its served model name (default: the first it lists)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--target", type=float, default=1.0, help="headline ratio to reach for exit 0 (default 1)")
+    args = parser.parse_args(argv)
+    for name in ("groups", "group_size", "single_turn_tokens"):
+        if getattr(args, name) < 1:
+            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.max_episode_tokens is not None and args.max_episode_tokens < 2:
+        raise InputError(f"--max-episode-tokens must be >= 2, got {args.max_episode_tokens}")
+    if args.threads < 0:
+        raise InputError(f"--threads must be >= 0, got {args.threads}")
+    if args.target < 0:
+        raise InputError(f"--target must be >= 0, got {args.target}")
+    if args.model is not None and not (args.model / "config.json").is_file():
+        raise InputError(f"--model {args.model}: not a model folder (no config.json); "
+                         "build one with python -m train.tiny")
+    if args.vllm_url is not None and not args.vllm_url.startswith(("http://", "https://")):
+        raise InputError(f"--vllm-url must start with http:// or https://, got {args.vllm_url!r}")
+    return args
+
+
+def served_model(url: str) -> str:
+    """The first model a vLLM server lists."""
+    base = url.rstrip("/").removesuffix("/v1")
+    try:
+        with urllib.request.urlopen(f"{base}/v1/models", timeout=30) as response:
+            return json.loads(response.read())["data"][0]["id"]
+    except (urllib.error.URLError, OSError, json.JSONDecodeError, KeyError, IndexError, TypeError) as err:
+        raise InputError(f"--vllm-url {url}: cannot list its models ({err}); pass --vllm-model") from None
+
+
+def multi_turn(backend: RolloutBackend, spec, chat, requests, overrides, budget: int) -> tuple[float, int, list]:
+    """(seconds, sampled tokens, episodes) of one GRPO-like batch of episodes."""
+    started = time.perf_counter()
+    episodes = run_episodes(spec, requests, backend, chat, temperature=1.0, max_episode_tokens=budget,
+                            game_overrides=overrides)
+    return time.perf_counter() - started, sum(ep.n_generated for ep in episodes), episodes
+
+
+def single_turn(backend: RolloutBackend, prompts: list[list[int]], new_tokens: int) -> tuple[float, int, list]:
+    """(seconds, sampled tokens, completions) of one call."""
+    started = time.perf_counter()
+    completions = backend.generate(prompts, SamplingParams(max_new_tokens=new_tokens, temperature=1.0))
+    return time.perf_counter() - started, sum(len(c.token_ids) for c in completions), completions
+
+
+def run(args: argparse.Namespace, model_dir: Path) -> int:
+    from train.policy import load_base_model
+
+    model, tokenizer = load_base_model(str(model_dir))
+    spec = get_game(GAME)
+    overrides = yaml.safe_load(GAME_CONFIG.read_text()) or {}
+    chat = ChatTokenizer(tokenizer)
+    requests = [EpisodeRequest(FIRST_SEED + g, s) for g in range(args.groups) for s in range(args.group_size)]
+    openings = [start_episode(spec, spec.make(**overrides), r, chat).token_ids for r in requests]
+    budget = args.max_episode_tokens or max(len(p) for p in openings) + 600
+    if max(len(p) for p in openings) >= budget:
+        raise InputError(f"the longest opening prompt has {max(len(p) for p in openings)} tokens, which fills "
+                         f"--max-episode-tokens {budget}; pass a larger one")
+
+    sides: dict[str, RolloutBackend] = {
+        "hf_nocache": HFBackend(model, tokenizer.pad_token_id, seed=args.seed, prefix_cache=False),
+        "hf_cache": HFBackend(model, tokenizer.pad_token_id, seed=args.seed, prefix_cache=True),
+    }
+    scratch = tempfile.TemporaryDirectory(prefix="rollout-bench-")
+    if args.vllm_url:
+        from train.vllm_backend import VLLMBackend
+
+        sides["vllm"] = VLLMBackend([args.vllm_url], args.vllm_model or served_model(args.vllm_url),
+                                    adapter_dir=scratch.name, seed=args.seed)
+    warm = [openings[0][:32]]
+    for backend in sides.values():  # first-call overheads (allocator, kernels, connections) out of the timings
+        backend.generate(warm, SamplingParams(max_new_tokens=4, temperature=1.0))
+        if isinstance(backend, HFBackend):
+            backend.clear_prefix_cache()
+            backend.prefill_stats.prompt_tokens = backend.prefill_stats.prefill_tokens = 0
+
+    figures: dict[str, dict[str, tuple[float, int]]] = {"multi_turn": {}, "single_turn": {}}
+    prefill: dict[str, dict[str, int]] = {"multi_turn": {}, "single_turn": {}}
+    samples: dict[str, dict[str, list]] = {"multi_turn": {}, "single_turn": {}}
+    for workload in ("multi_turn", "single_turn"):
+        for name, backend in sides.items():
+            if isinstance(backend, HFBackend):
+                backend.generator.manual_seed(args.seed)  # both HF sides sample the same tokens
+                backend.clear_prefix_cache()
+                before = backend.prefill_stats.prefill_tokens
+            if workload == "multi_turn":
+                seconds, tokens, result = multi_turn(backend, spec, chat, requests, overrides, budget)
+                samples[workload][name] = [ep.token_ids for ep in result]
+            else:
+                seconds, tokens, result = single_turn(backend, openings, args.single_turn_tokens)
+                samples[workload][name] = [c.token_ids for c in result]
+            figures[workload][name] = (seconds, tokens)
+            if isinstance(backend, HFBackend):
+                prefill[workload][name] = backend.prefill_stats.prefill_tokens - before
+            print(f"{workload:11s} {name:10s} {tokens:6d} tokens in {seconds:7.2f} s = {tokens / seconds:8.1f} tokens/s"
+                  + (f", {prefill[workload][name]} prefill tokens" if name in prefill[workload] else ""), flush=True)
+    for backend in sides.values():
+        backend.close()
+    scratch.cleanup()
+
+    print(f"model {model_dir.name}: {sum(p.numel() for p in model.parameters()):,} parameters, "
+          f"{next(model.parameters()).dtype}; {args.groups} groups x {args.group_size} samples, {GAME} "
+          f"({GAME_CONFIG.relative_to(REPO_ROOT)}), opening prompts {min(map(len, openings))}-"
+          f"{max(map(len, openings))} tokens, episode budget {budget}; {torch.get_num_threads()} threads")
+    for workload, per_side in figures.items():
+        for name, (seconds, tokens) in per_side.items():
+            print(f"{workload}_{name}_tokens_per_s={tokens / seconds:.1f}")
+            print(f"{workload}_{name}_seconds={seconds:.2f}")
+        for name, count in prefill[workload].items():
+            print(f"{workload}_{name}_prefill_tokens={count}")
+        print(f"{workload}_prefill_tokens_saved={prefill[workload]['hf_nocache'] - prefill[workload]['hf_cache']}")
+    identical = all(samples[w]["hf_cache"] == samples[w]["hf_nocache"] for w in samples)
+    print(f"identical_samples={int(identical)}")
+    rate = {name: tokens / seconds for name, (seconds, tokens) in figures["multi_turn"].items()}
+    for workload in figures:
+        per_side = {name: tokens / seconds for name, (seconds, tokens) in figures[workload].items()}
+        print(f"{workload}_prefix_cache_speedup={per_side['hf_cache'] / per_side['hf_nocache']:.3f}")
+    if "vllm" in rate:
+        headline_name, headline = "hf_vs_vllm", rate["hf_cache"] / rate["vllm"]
+    else:
+        headline_name, headline = "prefix_cache_speedup", rate["hf_cache"] / rate["hf_nocache"]
+    print(f"{headline_name}={headline:.3f}")
+    return 0 if headline >= args.target else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    try:
+        if args.model is not None:
+            return run(args, args.model)
+        from train.tiny import build_tiny_model
+
+        with tempfile.TemporaryDirectory(prefix="rollout-bench-model-") as scratch:
+            return run(args, build_tiny_model(Path(scratch) / "tiny", seed=0))
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""HFBackend's prefix cache: the same samples as without it, and the prefill it saves is really saved."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from game_registry import get_game
+from train.backends import HFBackend, SamplingParams, common_prefix_lengths
+from train.episodes import ChatTokenizer, EpisodeRequest, run_episodes, start_episode
+from train.policy import load_base_model
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _storefront():
+    overrides = yaml.safe_load((REPO / "configs/storefront/cpu_demo.yaml").read_text())
+    return get_game("storefront"), overrides
+
+
+def _vault():
+    sys.path.insert(0, str(REPO / "tests"))
+    import toy_games
+
+    return toy_games.make_spec(max_turns=4), {}
+
+
+def _lora(model: torch.nn.Module) -> torch.nn.Module:
+    """The model under a PEFT LoRA with non-zero weights (B starts at zero, which would change nothing)."""
+    from peft import LoraConfig, get_peft_model
+
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"],
+                                                  task_type="CAUSAL_LM"))
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, parameter in peft_model.named_parameters():
+            if "lora_" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.2)
+    return peft_model
+
+
+def _same_completions(got, expected):
+    for a, b in zip(got, expected, strict=True):
+        assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("game, peft", [("storefront", False), ("vault", False), ("vault", True)])
+def test_multi_turn_episodes_with_the_prefix_cache_equal_those_without(tiny_model_dir, game, peft):
+    model, tokenizer = load_base_model(str(tiny_model_dir))
+    if peft:
+        model = _lora(model)
+    spec, overrides = _storefront() if game == "storefront" else _vault()
+    chat = ChatTokenizer(tokenizer)
+    requests = [EpisodeRequest(seed, sample) for seed in (3, 4) for sample in range(3)]  # 2 GRPO groups of 3
+    runs = {}
+    for cached in (False, True):
+        backend = HFBackend(model, tokenizer.pad_token_id, seed=11, prefix_cache=cached)
+        prompt_len = len(start_episode(spec, spec.make(**overrides), requests[0], chat).token_ids)
+        episodes = run_episodes(spec, requests, backend, chat, temperature=1.0,
+                                max_episode_tokens=prompt_len + 600, game_overrides=overrides)
+        runs[cached] = (episodes, backend.prefill_stats)
+    (plain, plain_stats), (fast, fast_stats) = runs[False], runs[True]
+    assert max(ep.n_turns for ep in plain) >= 2  # the cache is continued across turns
+    for a, b in zip(fast, plain, strict=True):
+        assert a.token_ids == b.token_ids and a.loss_mask == b.loss_mask and a.n_turns == b.n_turns
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
+    assert fast_stats.prompt_tokens == plain_stats.prompt_tokens
+    assert fast_stats.prefill_tokens * 3 < plain_stats.prefill_tokens
+
+
+def _pair(model, **kw):
+    """Two backends with the same seed: prefix cache on and off."""
+    return HFBackend(model, 0, seed=2, prefix_cache=True, **kw), HFBackend(model, 0, seed=2, prefix_cache=False, **kw)
+
+
+def test_prefill_runs_only_what_no_cache_holds(tiny_model_dir):
+    model, _ = load_base_model(str(tiny_model_dir))
+    fast, plain = _pair(model)
+    params = SamplingParams(max_new_tokens=5, temperature=1.0)  # no stop token: every row runs 5 steps
+    prompt = [(7 * i) % 300 + 20 for i in range(40)]
+
+    # A GRPO group: 4 identical prompts are prefilled once, on one row.
+    first = fast.generate([prompt] * 4, params)
+    _same_completions(first, plain.generate([prompt] * 4, params))
+    assert fast.prefill_stats.prefill_tokens == 40
+    assert len({tuple(c.token_ids) for c in first}) > 1  # the rows still sample on their own
+
+    # The next turn: each row continues its own sequence (prompt + 4 sampled tokens that went through the
+    # model; the 5th was sampled last and never run) + 7 observation tokens: 1 + 7 new tokens per row.
+    observation = [31, 32, 33, 34, 35, 36, 37]
+    second = [prompt + c.token_ids + observation for c in first]
+    _same_completions(fast.generate(second, params), plain.generate(second, params))
+    assert fast.prefill_stats.prefill_tokens == 40 + 4 * 8
+
+    # Row 0 continues only part of its kept sequence (an episode cut its completion to 2 tokens), row 1 all
+    # of it; rows 2 and 3 are not continued (their cache is dropped). 3 new tokens on each row.
+    replies = fast.generate(second, params)
+    _same_completions(replies, plain.generate(second, params))
+    before = fast.prefill_stats.prefill_tokens
+    third = [second[0] + replies[0].token_ids[:2] + [60, 61, 62], second[1] + replies[1].token_ids + [40, 41]]
+    _same_completions(fast.generate(third, params), plain.generate(third, params))
+    assert fast.prefill_stats.prefill_tokens - before == 2 * 3
+
+
+def test_distinct_prompts_sharing_a_prefix_prefill_it_once(tiny_model_dir):
+    model, _ = load_base_model(str(tiny_model_dir))
+    fast, plain = _pair(model)
+    params = SamplingParams(max_new_tokens=4, temperature=1.0)
+    shared = [(5 * i) % 300 + 20 for i in range(30)]
+    prompts = [shared + [50 + t] * 10 for t in range(2) for _ in range(2)]  # 2 tasks x 2 samples, left-padded alike
+    prompts.append(shared[:20] + [99] * 3)  # a shorter prompt sharing 20 tokens: left padding in the same batch
+    _same_completions(fast.generate(prompts, params), plain.generate(prompts, params))
+    # The 3 distinct prompts form one cluster (sorted neighbours share >= 16 tokens) whose common prefix,
+    # 20 tokens, is prefilled once on its own; then one pass over the last 40 - 20 columns of 3 distinct rows.
+    assert fast.prefill_stats.prefill_tokens == 20 + 3 * 20
+    assert plain.prefill_stats.prefill_tokens == 5 * 40
+
+
+def test_changed_weights_are_never_continued(tiny_model_dir):
+    model, _ = load_base_model(str(tiny_model_dir))
+    fast, plain = _pair(model)
+    params = SamplingParams(max_new_tokens=5, temperature=1.0)
+    prompts = [[(3 * i + r) % 300 + 20 for i in range(30)] for r in range(3)]
+    first = fast.generate(prompts, params)
+    _same_completions(first, plain.generate(prompts, params))
+    with torch.no_grad():  # an optimizer step, in place (no sync_weights call)
+        for parameter in model.parameters():
+            parameter.mul_(1.5)
+    second = [p + c.token_ids + [40, 41] for p, c in zip(prompts, first)]
+    before = fast.prefill_stats.prefill_tokens
+    _same_completions(fast.generate(second, params), plain.generate(second, params))
+    assert fast.prefill_stats.prefill_tokens - before == 3 * max(len(p) for p in second)  # all of it again
+    # sync_weights drops the cache too
+    third = [p + [42] for p in second]
+    fast.sync_weights(None, 1)
+    before = fast.prefill_stats.prefill_tokens
+    _same_completions(fast.generate(third, params), plain.generate(third, params))
+    assert fast.prefill_stats.prefill_tokens - before == 3 * max(len(p) for p in third)
+
+
+def test_a_disabled_lora_is_not_continued_with_the_lora_cache(tiny_model_dir):
+    model = _lora(load_base_model(str(tiny_model_dir))[0])
+    fast, plain = _pair(model)
+    params = SamplingParams(max_new_tokens=5, temperature=1.0)
+    prompts = [[(3 * i + r) % 300 + 20 for i in range(30)] for r in range(2)]
+    first = fast.generate(prompts, params)
+    _same_completions(first, plain.generate(prompts, params))
+    second = [p + c.token_ids + [40] for p, c in zip(prompts, first)]
+    with model.disable_adapter():  # the base model: no tensor changes
+        _same_completions(fast.generate(second, params), plain.generate(second, params))
+    assert fast.prefill_stats.prefill_tokens == plain.prefill_stats.prefill_tokens
+
+
+def test_prefix_cache_off_prefills_everything_and_bounds_what_is_kept(tiny_model_dir):
+    model, _ = load_base_model(str(tiny_model_dir))
+    fast, plain = _pair(model, max_batch_size=2)
+    params = SamplingParams(max_new_tokens=3, temperature=1.0)
+    prompts = [[(11 * i + r) % 300 + 20 for i in range(12 + r)] for r in range(5)]
+    _same_completions(fast.generate(prompts, params), plain.generate(prompts, params))
+    assert plain.prefill_stats.prefill_tokens == 2 * 13 + 2 * 15 + 1 * 16  # chunks of 2: rows x longest
+    assert len(fast._kept) == 3 and not plain._kept  # one entry per chunk of the last call, none without cache
+    fast.generate([[1, 2, 3]], params)
+    assert len(fast._kept) == 1  # sequences the call did not continue are dropped
+
+
+def test_common_prefix_lengths():
+    got = common_prefix_lengths([[1, 2, 3], [1, 2], [4]], [[1, 2, 3, 4], [1, 5], []])
+    assert got.tolist() == [[3, 1, 0], [2, 1, 0], [0, 0, 0]]
+
+
+@pytest.mark.parametrize("mode", ["token", "trajectory"])
+def test_routed_gate_model_samples_the_same_with_the_cache(tmp_path, mode):
+    from moe_gate import build_capability_model
+    from moe_gate.smoke_test import make_adapters, make_tiny_base, randomise_gate
+
+    model = build_capability_model(make_tiny_base(), make_adapters(tmp_path, make_tiny_base), mode=mode).eval()
+    randomise_gate(model, seed=3)
+    fast, plain = _pair(model)
+    params = SamplingParams(max_new_tokens=6, temperature=1.0)
+    prompts = [[5, 17, 33, 8, 61, 2, 44, 9, 70, 12]] * 2 + [[3, 90, 41, 7, 25, 66]] * 2  # [B, T], left-padded rows
+    first = fast.generate(prompts, params)
+    _same_completions(first, plain.generate(prompts, params))
+    second = [p + c.token_ids + [11, 12] for p, c in zip(prompts, first)]
+    _same_completions(fast.generate(second, params), plain.generate(second, params))
+    if mode == "token":  # each token routes on its own: the cache is used
+        assert fast.prefill_stats.prefill_tokens < plain.prefill_stats.prefill_tokens
+    else:  # the route is decided per sequence on the prefill pass: everything is prefilled
+        assert fast.prefill_stats == plain.prefill_stats
