@@ -130,6 +130,9 @@ start_server() {
         --model "$model_dir" --served-model-name "$served_name" --host 127.0.0.1 --port "$port"
         --dtype float32 --max-model-len "$max_len" --seed 0
         --enable-lora --max-lora-rank 16 --max-loras 2
+        # A whole prompt in one prefill step: vLLM's CPU build crashes a seeded request whose prefill is split
+        # into chunks ("CPU Generator does not use offset"), which storefront prompts (~1,800 tokens) trigger.
+        --max-num-batched-tokens "$max_len"
         # Log-probs of the distribution actually sampled (after temperature), as the trainer computes them.
         --logprobs-mode processed_logprobs
     )
