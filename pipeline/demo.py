@@ -333,11 +333,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="a demo config file instead of the profile's")
     parser.add_argument("--run-dir", type=Path, help="where the steps write (default runs/demo, runs/demo_fast)")
     parser.add_argument("--fresh", action="store_true", help="re-run every step, even complete ones")
+    parser.add_argument("--labeler-url", help="Step 1 with LLM labelers at this OpenAI-compatible endpoint "
+                                              "(sets select.labeler_url; the key comes from $OPENAI_API_KEY)")
+    parser.add_argument("--labeler-model", help="the labelers' model name on that endpoint (select.labeler_model)")
     args = parser.parse_args(argv)
     config_path = Path(args.config) if args.config else REPO_ROOT / PROFILES[args.profile]
     run_dir = args.run_dir or REPO_ROOT / "runs" / ("demo" if args.profile == "default" else f"demo_{args.profile}")
     try:
         config = load_demo_config(config_path)
+        if args.labeler_url or args.labeler_model:
+            try:
+                config.select = dataclasses.replace(config.select, labeler_url=args.labeler_url or "",
+                                                    labeler_model=args.labeler_model or "")
+            except ValueError as err:
+                raise InputError(f"--labeler-url/--labeler-model: {err}") from None
         demo = Demo(config, run_dir, args.fresh, args.profile)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -90,8 +90,19 @@ class SelectSettings:
     delta: float = 0.20
     miss_rate: float = 0.15
     false_alarm_rate: float = 0.05
+    # An OpenAI-compatible endpoint for LLM labelers (pipeline.label_trajectories) instead of the rules;
+    # the API key is read from the environment variable `labeler_api_key_env`.
+    labeler_url: str = ""
+    labeler_model: str = ""
+    labeler_api_key_env: str = "OPENAI_API_KEY"
+    propose: bool = False  # with an LLM labeler: Phase 1 proposes the candidates instead of the fixed list
 
     def __post_init__(self) -> None:
+        if bool(self.labeler_url) != bool(self.labeler_model):
+            raise ValueError("select.labeler_url and select.labeler_model go together: give both (an LLM labeler) "
+                             "or neither (the rule-based labelers)")
+        if self.propose and not self.labeler_url:
+            raise ValueError("select.propose needs an LLM labeler (select.labeler_url and select.labeler_model)")
         for name in ("tasks", "samples", "runs", "k"):
             _positive_int("select", name, getattr(self, name))
         if self.k > self.runs:

@@ -15,7 +15,7 @@ from typing import Any
 
 from benchmarks.results import load_results
 from benchmarks.storefront.flaws import FLAW_CAPABILITY
-from common.io import InputError, atomic_write_json, atomic_write_jsonl
+from common.io import InputError, atomic_write_json, atomic_write_jsonl, load_json
 from pipeline import rule_labeler
 from pipeline._summarize import summarize_paths
 from pipeline.aggregate_capabilities import aggregate, format_table, write_outputs
@@ -60,6 +60,9 @@ def select_on_results(results_path: Path, folder: Path, planted: dict[str, float
         print(f"  Step 1 selects nothing: {why}", flush=True)
         figures.update(table="", why_empty=why, **precision_recall([], planted_capabilities))
         return figures
+    if settings.labeler_url:
+        report = _llm_labelers(folder, settings)
+        return _figures_from_report(figures, report, planted_capabilities, labelers="llm")
     verdicts = {tid: {name: labels[name] for name in kept} for tid, labels in verdicts.items()}
     run_paths = []
     for run in range(1, settings.runs + 1):
@@ -70,9 +73,31 @@ def select_on_results(results_path: Path, folder: Path, planted: dict[str, float
                                            labels_to_run(records, summary, attempt=run)))
     report = aggregate(run_paths, candidates=candidates, rho=settings.rho, delta=settings.delta, k=settings.k)
     write_outputs(report, folder / "selected_capabilities.json")
+    return _figures_from_report(figures, report, planted_capabilities, labelers="rules")
+
+
+def _llm_labelers(folder: Path, settings: Any) -> dict[str, Any]:
+    """N LLM labelers through pipeline.label_trajectories; returns the aggregation report it wrote."""
+    from pipeline import label_trajectories
+
+    argv = [str(folder / "summary.jsonl"), "--out", str(folder / "llm"), "--base-url", settings.labeler_url,
+            "--model", settings.labeler_model, "--api-key-env", settings.labeler_api_key_env,
+            "--runs", str(settings.runs), "--k", str(settings.k), "--rho", str(settings.rho),
+            "--delta", str(settings.delta), "--export", str(folder / "selected_capabilities.json")]
+    argv += ["--propose"] if settings.propose else ["--candidates", str(folder / "candidates.json")]
+    print(f"  labeling with {settings.runs} LLM labelers: {settings.labeler_model} at {settings.labeler_url}",
+          flush=True)
+    code = label_trajectories.main(argv)
+    if code != 0:
+        raise InputError(f"LLM labeling failed (pipeline.label_trajectories exited {code}); see the message above")
+    return load_json(folder / "selected_capabilities_report.json")
+
+
+def _figures_from_report(figures: dict[str, Any], report: dict[str, Any], planted_capabilities: list[str],
+                         labelers: str) -> dict[str, Any]:
     table = format_table(report)
     print(table, flush=True)
-    figures.update(table=table,
+    figures.update(table=table, labelers=labelers,
                    capabilities={c["skill"]: {key: c.get(key) for key in
                                               ("selected", "n_runs_passed", "mean_cov", "mean_delta", "fleiss_kappa")}
                                  for c in report["capabilities"]},

@@ -224,3 +224,31 @@ def test_demo_fast_runs_every_step_and_resumes(tmp_path):
     second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0
     assert second.stdout.count("up to date") == 8
+
+
+def test_step1_with_llm_labelers_goes_through_label_trajectories(tmp_path, demo_config, monkeypatch):
+    sys.path.insert(0, str(REPO / "tests"))
+    from fake_openai_server import FakeOpenAIServer
+
+    from benchmarks.results import write_results
+    from benchmarks.storefront.flaws import FlawedExpertAgent
+    from benchmarks.storefront.run import run_benchmark
+    from pipeline.demo_config import SelectSettings
+    from pipeline.demo_select import select_on_results
+
+    simulations, tasks = run_benchmark(FlawedExpertAgent("skip_status_check"), 12, 7, config=demo_config,
+                                       progress=False)
+    results = write_results(tmp_path / "results.json", simulations, tasks, {})
+    monkeypatch.setenv("DEMO_TEST_KEY", "secret")
+    with FakeOpenAIServer(api_key="secret") as server:
+        settings = SelectSettings(runs=3, k=2, labeler_url=server.base_url, labeler_model=server.model,
+                                  labeler_api_key_env="DEMO_TEST_KEY")
+        figures = select_on_results(Path(results), tmp_path, {"skip_status_check": 1.0}, settings)
+        n_requests = len(server.requests)
+    assert figures["labelers"] == "llm"
+    assert n_requests == 3 * len(simulations)  # one labeling call per (labeler, trajectory)
+    assert len(list((tmp_path / "llm").glob("run_*.json"))) == 3
+    # The fake labels PRESENT unless a transcript carries its markers: nothing is selected, and that is reported.
+    assert figures["selected"] == [] and figures["recall"] == 0.0
+    with pytest.raises(ValueError, match="go together"):
+        SelectSettings(labeler_url="http://x")
