@@ -99,9 +99,7 @@ class Demo:
     # ---- steps ------------------------------------------------------------------------------------------
 
     def storefront_fields(self) -> dict[str, Any]:
-        fields = dataclasses.asdict(self.storefront)
-        fields["request_counts"] = tuple(fields["request_counts"])
-        return fields
+        return dataclasses.asdict(self.storefront)
 
     def base(self, folder: Path) -> dict[str, Any]:
         import torch
@@ -136,7 +134,7 @@ class Demo:
                 "mean_tokens": sum(len(c.input_ids) for c in chats) / len(chats), "log": log}
 
     def _evaluate(self, model_dir: Path, adapter: Path | None, folder: Path, seeds: list[int], n_tasks: int,
-                  samples: int, label: str) -> dict[str, Any]:
+                  samples: int, label: str, greedy: bool = True) -> dict[str, Any]:
         from benchmarks.results import write_results
         from train.evaluate import evaluate_model, load_policy_model
 
@@ -144,7 +142,8 @@ class Demo:
         model.to(_device())
         runs: dict[str, Any] = {}
         for seed in seeds:
-            for mode, temperature, k in (("greedy", 0.0, 1), ("sampled", self.config.evaluate.temperature, samples)):
+            modes = [("greedy", 0.0, 1)] if greedy else []
+            for mode, temperature, k in modes + [("sampled", self.config.evaluate.temperature, samples)]:
                 started = time.time()
                 simulations, hat = evaluate_model(
                     model, tokenizer, "storefront", n_tasks=n_tasks, seed=seed, samples=k, temperature=temperature,
@@ -169,7 +168,7 @@ class Demo:
 
         s = self.config.select
         runs = self._evaluate(self.run_dir / "base" / "model", None, folder, [s.seed], s.tasks, s.samples,
-                              "analysis")
+                              "analysis", greedy=False)  # Step 1 reads only the sampled trajectories
         results = self.run_dir / runs[f"{s.seed}/sampled"]["path"]
         return select_on_results(results, folder, self.config.base.planted, s)
 
@@ -241,7 +240,8 @@ class Demo:
 
     def baselines(self, folder: Path) -> dict[str, Any]:
         from game_registry import get_game
-        from pipeline.demo_loop import game_for, register_mix, train_lora
+        from pipeline.demo_loop import game_for, train_lora
+        from train.game_mix import mixed_spec
 
         loop = self.config.loop
         budget = self.trace_episodes()
@@ -260,11 +260,11 @@ class Demo:
         specs = [game_for(c) for c in games]
         print(f"  one LoRA on the selected games mixed: {iterations} iterations", flush=True)
         if len(specs) > 1:
-            mix = register_mix(specs, {game_for(c).name: o for c, o in games.items()})
+            mix = mixed_spec(specs, overrides={game_for(c).name: o for c, o in games.items()})
             out["mixed"] = train_lora(mix, self.run_dir / "base" / "model", folder / "mixed", {},
                                       dataclasses.replace(loop, hint_fraction=0.0), iterations)
         else:
-            capability, overrides = next(iter(games.items()))
+            (overrides,) = games.values()
             out["mixed"] = train_lora(specs[0], self.run_dir / "base" / "model", folder / "mixed", overrides, loop,
                                       iterations)
         return out

@@ -175,11 +175,8 @@ class DemoConfig:
         unknown = sorted(set(self.storefront_overrides) - set(fields))
         if unknown:
             raise InputError(f"storefront_overrides: {', '.join(unknown)} not a StorefrontConfig field")
-        overrides = dict(self.storefront_overrides)
-        if isinstance(overrides.get("request_counts"), list):
-            overrides["request_counts"] = tuple(overrides["request_counts"])
         try:
-            return dataclasses.replace(config, **overrides)
+            return dataclasses.replace(config, **self.storefront_overrides)
         except ValueError as err:
             raise InputError(f"storefront_overrides: {err}") from None
 

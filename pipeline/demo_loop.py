@@ -118,13 +118,6 @@ def train_lora(spec: GameSpec, model_dir: Path, output_dir: Path, game_overrides
                        "success_rate": m["success_rate"]} for m in metrics]}
 
 
-def register_mix(specs: list[GameSpec], overrides: dict[str, dict[str, Any]]) -> GameSpec:
-    """A mix of the games (train/game_mix.py) with per-game overrides, for in-process training."""
-    from train.game_mix import mixed_spec
-
-    return mixed_spec(specs, overrides=overrides)
-
-
 def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[str, Any]], folder: Path,
                settings: Any) -> dict[str, Any]:
     """Router SFT warm start, then GRPO over the gates; returns the gate folder and the GRPO curve."""
@@ -134,16 +127,19 @@ def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[
     for capability, adapter in adapters.items():
         rollouts = sorted((Path(adapter) / "rollouts").glob("iter_*.json"))
         data += [{"path": str(path), "label": capability, "game": f"capability_{capability}"} for path in rollouts]
+    overrides = {f"capability_{c}": games[c] for c in adapters}
+    # Two or more games: gate GRPO on their mix, overrides per game; one game: it is grpo.game itself.
+    mix = len(overrides) > 1
     config = {
         "model": str(model_dir), "adapters": adapters, "mode": "token", "include_base_slot": True,
         "output_dir": str(folder / "gate_sft"), "init_gate": "", "dtype": "float32", "seed": 0,
         "sft": {"data": data, "min_reward": 1.0, "epochs": settings.gate_sft_epochs, "learning_rate": 1e-3,
                 "batch_size": 8, "load_balance_weight": 0.01, "max_tokens": settings.max_episode_tokens,
                 "validation_fraction": 0.1},
-        "grpo_games": [f"capability_{c}" for c in adapters] if len(adapters) > 1 else [],
-        "grpo_game_overrides": {f"capability_{c}": games[c] for c in adapters},
-        "grpo": {"game": "" if len(adapters) > 1 else f"capability_{next(iter(adapters))}",
-                 "game_overrides": {} if len(adapters) > 1 else games[next(iter(adapters))],
+        "grpo_games": list(overrides) if mix else [],
+        "grpo_game_overrides": overrides if mix else {},
+        "grpo": {"game": "" if mix else next(iter(overrides)),
+                 "game_overrides": {} if mix else next(iter(overrides.values())),
                  "learning_rate": settings.learning_rate, "iterations": settings.gate_iterations,
                  "groups_per_iteration": settings.groups_per_iteration, "group_size": settings.group_size,
                  "temperature": 1.0, "hint_fraction": 0.0, "max_episode_tokens": settings.max_episode_tokens,
@@ -186,13 +182,13 @@ def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[
 
 def plot_routing(base_dir: Path, gate_dir: Path, messages: list[dict[str, Any]], path: Path) -> str:
     """Which slot handled each assistant token of one conversation, per layer (PNG); returns a caption."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import torch
+    from matplotlib.patches import Patch
 
     from moe_gate import load_capability_model
+    from pipeline.demo_report import pyplot, save_figure
+
+    plt = pyplot()
 
     model, tokenizer = load_capability_model(gate_dir, base_model=str(base_dir))
     encoded = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
@@ -209,12 +205,10 @@ def plot_routing(base_dir: Path, gate_dir: Path, messages: list[dict[str, Any]],
     axis.set_xlabel("assistant tokens of one held-out storefront episode (in order)")
     axis.set_ylabel("decoder layer")
     axis.set_yticks(range(grid.shape[0]))
-    handles = [matplotlib.patches.Patch(color=cmap(i), label=name) for i, name in enumerate(names)]
+    handles = [Patch(color=cmap(i), label=name) for i, name in enumerate(names)]
     axis.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=len(names))
     axis.set_title("TRACE routing: the slot each layer's gate chose for each generated token")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
     shares = {name: float((grid == i).float().mean()) for i, name in enumerate(names)}
     return ("Share of assistant tokens × layers per slot: "
             + ", ".join(f"{name} {share:.0%}" for name, share in shares.items()) + ".")

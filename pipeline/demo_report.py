@@ -9,6 +9,24 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+def pyplot() -> Any:
+    """matplotlib.pyplot drawing to files only (no display here)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(figure: Any, path: Path) -> Path:
+    """Lay out, write as PNG and free the figure."""
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    pyplot().close(figure)
+    return path
+
+
 def _fmt(cell: dict[str, float] | None) -> str:
     return "-" if cell is None else f"{cell['mean']:.3f} ± {cell['std']:.3f}"
 
@@ -17,11 +35,7 @@ def plot_sft_curve(log: list[dict[str, Any]], path: Path) -> Path | None:
     """Loss and token accuracy of the base agent's SFT against training time (PNG)."""
     if not log:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display here
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, loss_axis = plt.subplots(figsize=(7, 3.5))
     minutes = [row["seconds"] / 60 for row in log]
     loss_axis.plot(minutes, [row["loss"] for row in log], color="tab:blue", label="loss (assistant tokens)")
@@ -33,10 +47,7 @@ def plot_sft_curve(log: list[dict[str, Any]], path: Path) -> Path | None:
     accuracy_axis.set_ylabel("token accuracy", color="tab:orange")
     accuracy_axis.set_ylim(0, 1)
     loss_axis.set_title("Base agent: supervised fine-tuning on storefront demonstrations")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 def plot_training_curves(curves: dict[str, list[dict[str, Any]]], episodes_per_iteration: int, path: Path
@@ -45,11 +56,7 @@ def plot_training_curves(curves: dict[str, list[dict[str, Any]]], episodes_per_i
     curves = {name: curve for name, curve in curves.items() if curve}
     if not curves:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(7, 3.8))
     for name, curve in curves.items():
         axis.plot([(row["iteration"] + 1) * episodes_per_iteration for row in curve],
@@ -59,21 +66,14 @@ def plot_training_curves(curves: dict[str, list[dict[str, Any]]], episodes_per_i
     axis.set_ylim(-0.02, 1.02)
     axis.legend(fontsize=7)
     axis.set_title("GRPO runs: success rate of the training episodes")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 def plot_pass_vs_rollouts(points: dict[str, tuple[int, float, float]], path: Path) -> Path | None:
     """Held-out storefront pass^1 (mean ± std over seeds, temperature 1) against rollouts used (PNG)."""
     if len(points) < 2:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, axis = plt.subplots(figsize=(6, 3.6))
     for name, (episodes, mean, std) in points.items():
         axis.errorbar([episodes], [mean], yerr=[std], fmt="o", capsize=4, label=name)
@@ -82,10 +82,7 @@ def plot_pass_vs_rollouts(points: dict[str, tuple[int, float, float]], path: Pat
     axis.set_ylim(0, 1)
     axis.legend(fontsize=7)
     axis.set_title("Held-out storefront tasks against rollouts used")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 def results_rows(evaluate: dict[str, Any], summarize: Callable[[dict[str, Any], str], dict[str, Any]]

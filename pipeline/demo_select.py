@@ -19,7 +19,6 @@ from common.io import InputError, atomic_write_json, atomic_write_jsonl, load_js
 from pipeline import rule_labeler
 from pipeline._summarize import summarize_paths
 from pipeline.aggregate_capabilities import aggregate, format_table, write_outputs
-from pipeline.demo_tau2 import candidates_with_examples
 from pipeline.labels_to_run import labels_to_run
 
 
@@ -45,7 +44,7 @@ def select_on_results(results_path: Path, folder: Path, planted: dict[str, float
     planted_capabilities = sorted({FLAW_CAPABILITY[f] for f, share in planted.items() if share > 0})
     figures: dict[str, Any] = {"trajectories": len(summary), "failed": n_failed,
                                "planted_capabilities": planted_capabilities}
-    candidates, dropped = candidates_with_examples(verdicts, summary)
+    candidates, dropped = rule_labeler.candidates_with_examples(verdicts, summary)
     atomic_write_json(folder / "candidates.json", candidates)
     kept = [c["name"] for c in candidates["candidates"]]
     figures["candidates"] = [c["name"] for c in rule_labeler.CANDIDATES]

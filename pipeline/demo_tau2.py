@@ -60,30 +60,6 @@ def rule_verdicts_for(result_files: list[Path], summary: list[dict]) -> dict[str
 DEMO_FILES = re.compile(r"^(run_\d+\.json|labels_\d+\.jsonl)$")  # what run_selection writes into labels/
 
 
-def candidates_with_examples(verdicts: dict[str, dict[str, str]], summary: list[dict]) -> tuple[dict, list[str]]:
-    """Phase 1 output from the fixed candidates: ({"candidates": [...]}, names dropped).
-
-    Each candidate gets up to two failed trajectories where the rules say LACKING and one passed trajectory
-    where they say PRESENT. A candidate with no failed LACKING example is dropped: the Phase-1 check of
-    prompts/*/capability_selection.md refuses a candidate without a failed example.
-    """
-    by_id = {record["id"]: record for record in summary}
-    candidates, dropped = [], []
-    for candidate in rule_labeler.CANDIDATES:
-        name = candidate["name"]
-        failed = [tid for tid in sorted(verdicts) if by_id[tid]["passed"] is False and verdicts[tid][name] == "LACKING"]
-        passed = [tid for tid in sorted(verdicts) if by_id[tid]["passed"] is True and verdicts[tid][name] == "PRESENT"]
-        if not failed:
-            dropped.append(name)
-            continue
-        examples = [{"task_id": tid, "reward": by_id[tid]["reward"], "note": "rule verdict LACKING"}
-                    for tid in failed[:2]]
-        examples += [{"task_id": tid, "reward": by_id[tid]["reward"], "note": "rule verdict PRESENT"}
-                     for tid in passed[:1]]
-        candidates.append({**candidate, "example_trajectories": examples})
-    return {"candidates": candidates}, dropped
-
-
 def remove_stale_label_files(labels_dir: Path, n_runs: int) -> list[Path]:
     """Delete run_NN.json / labels_NN.jsonl files of an earlier demo beyond this one's `n_runs`."""
     if not labels_dir.is_dir():
@@ -106,7 +82,7 @@ def run_selection(run_dir: Path, n_runs: int, k: int, rho: float, delta: float) 
           f"({len(summary) - n_failed} passed, {n_failed} failed) -> {select_dir / 'summary.jsonl'}")
 
     verdicts = rule_verdicts_for(TAU2_RESULTS, summary)
-    candidates, dropped = candidates_with_examples(verdicts, summary)
+    candidates, dropped = rule_labeler.candidates_with_examples(verdicts, summary)
     kept = [candidate["name"] for candidate in candidates["candidates"]]
     verdicts = {tid: {name: labels[name] for name in kept} for tid, labels in verdicts.items()}
     atomic_write_json(select_dir / "candidates.json", candidates)

@@ -196,5 +196,29 @@ def noisy_labeler(
     return records
 
 
+def candidates_with_examples(verdicts: dict[str, dict[str, str]], summary: list[dict]) -> tuple[dict, list[str]]:
+    """Phase 1 output from the fixed candidates: ({"candidates": [...]}, names dropped).
+
+    Each candidate gets up to two failed trajectories where the rules say LACKING and one passed trajectory
+    where they say PRESENT. A candidate with no failed LACKING example is dropped: the Phase-1 check of
+    prompts/*/capability_selection.md refuses a candidate without a failed example.
+    """
+    by_id = {record["id"]: record for record in summary}
+    candidates, dropped = [], []
+    for candidate in CANDIDATES:
+        name = candidate["name"]
+        failed = [tid for tid in sorted(verdicts) if by_id[tid]["passed"] is False and verdicts[tid][name] == "LACKING"]
+        passed = [tid for tid in sorted(verdicts) if by_id[tid]["passed"] is True and verdicts[tid][name] == "PRESENT"]
+        if not failed:
+            dropped.append(name)
+            continue
+        examples = [{"task_id": tid, "reward": by_id[tid]["reward"], "note": "rule verdict LACKING"}
+                    for tid in failed[:2]]
+        examples += [{"task_id": tid, "reward": by_id[tid]["reward"], "note": "rule verdict PRESENT"}
+                     for tid in passed[:1]]
+        candidates.append({**candidate, "example_trajectories": examples})
+    return {"candidates": candidates}, dropped
+
+
 def candidate_names() -> Iterable[str]:
     return [c["name"] for c in CANDIDATES]

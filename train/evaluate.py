@@ -142,10 +142,7 @@ def game_config_overrides(game: str, config_path: str | None) -> dict[str, Any] 
         raise InputError("--config is supported for the storefront game (its StorefrontConfig fields)")
     from benchmarks.storefront.run import load_config
 
-    config = load_config(config_path)
-    fields = dataclasses.asdict(config)
-    fields["request_counts"] = tuple(fields["request_counts"])
-    return fields
+    return dataclasses.asdict(load_config(config_path))
 
 
 if __name__ == "__main__":

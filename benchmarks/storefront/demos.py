@@ -59,11 +59,11 @@ def parse_planted(text: str) -> dict[str, float]:
     for pair in filter(None, (p.strip() for p in text.split(","))):
         flaw, sep, share = pair.partition("=")
         try:
-            planted[flaw.strip()] = float(share) if sep else float("nan")
+            if not sep:
+                raise ValueError
+            planted[flaw.strip()] = float(share)
         except ValueError:
             raise ValueError(f"--plant: write FLAW=SHARE pairs, got {pair!r}") from None
-        if not sep:
-            raise ValueError(f"--plant: write FLAW=SHARE pairs, got {pair!r}")
     return check_planted(planted, "--plant")
 
 
