@@ -430,6 +430,7 @@ from train.config import load_config
 from train.grpo import GRPOTrainer, Sequence
 from train.policy import LoraPolicy, load_base_model
 from train.backends import HFBackend
+from train.distributed import exit_worker
 
 game_path, model_dir, out_dir = sys.argv[1:4]
 if len(sys.argv) == 4:
@@ -454,6 +455,9 @@ mine = sequences[rank::2] if dist.is_initialized() else sequences
 stats = trainer.update(mine)
 if rank == 0:
     print("STATS " + json.dumps(stats))
+if dist.is_initialized():
+    dist.destroy_process_group()
+exit_worker(0)
 '''
 
 
@@ -661,6 +665,7 @@ import dataclasses, sys
 from pathlib import Path
 import game_registry
 from train.__main__ import main
+from train.distributed import exit_worker
 
 game_path, *argv = sys.argv[1:]
 game_registry._import_game_file(Path(game_path))
@@ -676,7 +681,7 @@ class OddSeedsConstant(Letter):
 
 game_registry.register_game(dataclasses.replace(
     letter, name="capability_odd_seeds_constant", make_env=lambda config=None: OddSeedsConstant(config)))
-sys.exit(main(["--game", "capability_odd_seeds_constant", *argv]))
+exit_worker(main(["--game", "capability_odd_seeds_constant", *argv]))
 '''
 
 
@@ -748,6 +753,7 @@ import torch, torch.distributed as dist
 import game_registry
 from train.backends import RolloutBackend
 from train.config import load_config
+from train.distributed import exit_worker
 from train.grpo import GRPOTrainer, Sequence
 from train.policy import LoraPolicy, load_base_model
 
@@ -776,6 +782,7 @@ stats = trainer.update(sequences)
 if dist.get_rank() == 0:
     print("STATS " + json.dumps(stats))
 dist.destroy_process_group()
+exit_worker(0)  # as `python -m train` ends: gloo's teardown at interpreter exit can abort a finished rank
 '''
 
 

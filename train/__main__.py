@@ -26,7 +26,7 @@ from common.io import InputError
 from train.backends import HFBackend
 from train.checkpoint import check_resumable, latest_checkpoint
 from train.config import load_config
-from train.distributed import world
+from train.distributed import exit_worker, world
 from train.grpo import GRPOTrainer
 from train.policy import LoraPolicy, count_parameters, load_base_model
 from train.vllm_backend import VLLMError, backend_from_env
@@ -137,4 +137,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_worker(main())
