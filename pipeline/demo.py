@@ -105,7 +105,7 @@ class Demo:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from benchmarks.storefront.demos import make_demonstrations
+        from benchmarks.storefront.demos import make_demonstrations, make_openings
         from train.sft import SFTConfig, tokenize_chats, train_sft
         from train.tiny import build_tiny_model
 
@@ -119,6 +119,16 @@ class Demo:
         tokenizer = AutoTokenizer.from_pretrained(str(folder / "init"), local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(folder / "init"), local_files_only=True,
                                                      dtype=torch.float32).to(_device())
+        openings_figures = None
+        if s.openings:  # the curriculum's first stage: copying values into calls (its own schedule)
+            # Their own seed stream: other tasks than the demonstrations'.
+            openings = make_openings(s.openings, s.demo_seed + 1, self.storefront)
+            openings_log: list[dict[str, Any]] = []
+            openings_sft = SFTConfig(epochs=s.openings_epochs, lr=s.lr, warmup_steps=s.warmup_steps,
+                                     batch_tokens=s.batch_tokens, seed=s.seed)
+            openings_figures = {**train_sft(model, tokenize_chats(tokenizer, openings), openings_sft,
+                                            tokenizer.pad_token_id, log=openings_log),
+                                "chats": len(openings), "log": openings_log}
         chats = tokenize_chats(tokenizer, demos)
         log: list[dict[str, Any]] = []
         sft = SFTConfig(epochs=s.epochs, lr=s.lr, warmup_steps=s.warmup_steps, batch_tokens=s.batch_tokens,
@@ -127,9 +137,9 @@ class Demo:
         model.save_pretrained(folder / "model")
         tokenizer.save_pretrained(folder / "model")
         atomic_write_json(folder / "model" / "sft_info.json", {"config": dataclasses.asdict(sft), **figures,
-                                                               "log": log})
+                                                               "log": log, "openings": openings_figures})
         shown = sum(r["reward"] < 1 for r in demos)
-        return {**figures, "parameters": sum(p.numel() for p in model.parameters()),
+        return {**figures, "openings": openings_figures, "parameters": sum(p.numel() for p in model.parameters()),
                 "demonstrations": len(demos), "demonstrations_failing_by_plant": shown,
                 "mean_tokens": sum(len(c.input_ids) for c in chats) / len(chats), "log": log}
 

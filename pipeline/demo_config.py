@@ -40,6 +40,10 @@ class BaseAgentSettings:
     num_layers: int = 4
     num_heads: int = 8
     tools_view: str = "compact"
+    # Curriculum: first SFT on expert openings (demonstrations cut after the first order look-up, where
+    # values are copied into calls), then on the whole demonstrations. 0 skips it.
+    openings: int = 0
+    openings_epochs: float = 1.0
     epochs: float = 1.0
     lr: float = 2e-3
     warmup_steps: int = 50
@@ -55,7 +59,11 @@ class BaseAgentSettings:
         if self.tools_view not in TOOLS_VIEWS:
             raise ValueError(f"base.tools_view must be one of {', '.join(TOOLS_VIEWS)}, got {self.tools_view!r}")
         _number(owner, "epochs", self.epochs, 1e-6)
+        _number(owner, "openings_epochs", self.openings_epochs, 1e-6)
         _number(owner, "lr", self.lr, 1e-9, 1.0)
+        if isinstance(self.openings, bool) or not isinstance(self.openings, int) or self.openings < 0:
+            raise ValueError(f"base.openings must be an int >= 0 (0 skips the openings curriculum), "
+                             f"got {self.openings!r}")
 
 
 @dataclass

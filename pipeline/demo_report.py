@@ -111,6 +111,11 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
                   f"{base['demonstrations_failing_by_plant']:,} demonstrations fail their task because of a plant), "
                   f"{base['steps']} steps, {base['tokens_per_s']:.0f} tokens/s, final loss {base['final_loss']:.3f}, "
                   f"token accuracy {base['final_token_accuracy']:.3f}.", ""]
+        openings = base.get("openings")
+        if openings:
+            lines[-1:] = [f"Before it, a curriculum stage on {openings['chats']:,} expert openings (cut after the "
+                          f"first order look-up): {openings['steps']} steps in {openings['seconds'] / 60:.1f} min, "
+                          f"final loss {openings['final_loss']:.3f}.", ""]
         curve = plot_sft_curve(base.get("log") or [], run_dir / "sft_curve.png")
         if curve:
             lines += ["![SFT curve](sft_curve.png)", ""]

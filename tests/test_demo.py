@@ -86,6 +86,28 @@ def test_demonstrations_are_reproducible_and_plants_cost_exactly_their_tasks(dem
         make_demonstrations(1, 0, demo_config, {"drop_hash": 1.5}, progress=False)
 
 
+def test_openings_end_at_the_first_order_look_up_and_plant_nothing(demo_config):
+    from benchmarks.storefront.demos import make_demonstrations, make_openings, opening
+
+    whole = make_demonstrations(40, 3, demo_config, {}, progress=False)
+    openings = make_openings(40, 3, demo_config, progress=False)
+    cut_short = 0
+    for record, cut in zip(whole, openings):
+        assert cut["messages"] == record["messages"][: len(cut["messages"])] and cut["flaws"] == []
+        calls = [c["name"] for m in cut["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+        assert calls[0].startswith("find_user_id_by_")  # the identification is copied first
+        if "get_order_details" in calls:  # cut right after the first look-up
+            assert calls.count("get_order_details") == 1
+            assert cut["messages"][-1]["tool_calls"][0]["name"] == "get_order_details"
+            cut_short += len(cut["messages"]) < len(record["messages"])
+        else:  # a request that needs no order (a user's own address) is kept whole
+            assert cut == record
+    assert cut_short >= 30
+    assert sum(len(c["messages"]) for c in openings) < 0.7 * sum(len(r["messages"]) for r in whole)
+    no_look_up = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello."}]}
+    assert opening(no_look_up) == no_look_up
+
+
 # ---- SFT ------------------------------------------------------------------------------------------------
 
 
@@ -203,7 +225,8 @@ def test_demo_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
         config.storefront_config(REPO)
     cases = {"base: {hidden: 3}\n": "unknown key", "select: {k: 11, runs: 10}\n": "k=11",
              "colour: red\n": "unknown section", "loop: {capabilities: [flying]}\n": "candidate capabilities",
-             "base: {planted: {skip_status_check: 2}}\n": r"share in \[0, 1\]"}
+             "base: {planted: {skip_status_check: 2}}\n": r"share in \[0, 1\]",
+             "base: {openings: -5}\n": "base.openings must be an int >= 0"}
     for text, message in cases.items():
         path = tmp_path / "bad.yaml"
         path.write_text(text)

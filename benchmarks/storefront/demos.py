@@ -88,6 +88,26 @@ def make_demonstrations(n: int, seed: int, config: StorefrontConfig, planted: di
     return records
 
 
+def opening(record: dict[str, Any]) -> dict[str, Any]:
+    """The demonstration cut after the assistant's first order look-up (`get_order_details`): the request,
+    the identification and the look-ups, the turns where values the customer gave are copied into calls.
+    A demonstration with no look-up is kept whole."""
+    messages = record["messages"]
+    for end, message in enumerate(messages):
+        calls = (message.get("tool_calls") or []) if message["role"] == "assistant" else []
+        if any(call["name"] == "get_order_details" for call in calls):
+            return {**record, "messages": messages[: end + 1]}
+    return record
+
+
+def make_openings(n: int, seed: int, config: StorefrontConfig, progress: bool = True) -> list[dict[str, Any]]:
+    """`n` expert demonstrations cut to their openings (`opening`), for a curriculum that trains copying
+    first: a tiny model learns the format and the phrases long before it copies an email or an order id
+    from the conversation into a call, and openings put several such copies in a few hundred tokens.
+    Nothing is planted: the flaws act after the look-up."""
+    return [opening(record) for record in make_demonstrations(n, seed, config, {}, progress=progress)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.storefront.demos",
                                      description="Storefront demonstrations (expert, some with planted flaws).")
