@@ -29,6 +29,7 @@ class EpisodeRequest:
     seed: int  # the game instance (GRPO groups share a seed)
     sample_idx: int  # index within the group
     hinted: bool = False  # sample with the game's hint prompt
+    trial: int = 0  # the customer's wording, for games whose reset takes a trial (the storefront); 0 = default
 
 
 @dataclass
@@ -99,7 +100,8 @@ class ChatTokenizer:
 
 
 def start_episode(spec: GameSpec, game: Game, request: EpisodeRequest, chat: ChatTokenizer) -> Episode:
-    conversation = prompt_variant(game.reset(request.seed), spec, request.hinted)
+    opening = game.reset(request.seed, trial=request.trial) if request.trial else game.reset(request.seed)
+    conversation = prompt_variant(opening, spec, request.hinted)
     tools = game.get_tool_schemas()
     ids = chat.prompt_ids(conversation, tools)
     return Episode(

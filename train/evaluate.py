@@ -7,8 +7,10 @@ Every episode of a run is played at once through the in-process rollout backend 
 storefront tasks take seconds on the tiny model, where `benchmarks.storefront.run --agent hf:...` plays them
 one by one (it stays the reference path for any agent). Task i gets the seed `benchmarks.storefront.run.
 task_seed(seed, i)`, so two runs with the same `--seed` play the same tasks. `--samples K` plays each task K
-times with independent samples (sample_idx 0..K-1, written as trials): pass^k is then the chance that K
-samples of the agent all pass; at temperature 0 the samples are identical, so use K = 1 there.
+times; as in τ²-bench's trials, sample k of a task is played with the customer's wording k where the game has
+wordings (the storefront's `reset(seed, trial=k)`), so pass^k is the chance that the agent passes the same
+task K times, however the customer puts it, and stays meaningful at temperature 0. Games without wordings
+replay the same opening with independent samples.
 
 Writes τ²-bench-format results (`benchmarks.results`), with `info["pass_hat_k"]` per request kind for games
 whose episodes report `request_kinds` (the storefront does), and prints the table.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import sys
 import time
 from pathlib import Path
@@ -47,14 +50,16 @@ def evaluate_model(model: torch.nn.Module, tokenizer: Any, game: str, *, n_tasks
     spec = get_game(game)
     chat = ChatTokenizer(tokenizer)
     backend = HFBackend(model, tokenizer.pad_token_id, seed=sampler_seed)
-    requests = [EpisodeRequest(task_seed(seed, i), s) for i in range(n_tasks) for s in range(samples)]
+    trials = "trial" in inspect.signature(spec.make().reset).parameters  # the customer's wordings
+    requests = [EpisodeRequest(task_seed(seed, i), s, trial=s if trials else 0)
+                for i in range(n_tasks) for s in range(samples)]
     simulations = []
     for start in range(0, len(requests), batch_size):
         episodes = run_episodes(spec, requests[start : start + batch_size], backend, chat, temperature=temperature,
                                 max_episode_tokens=max_episode_tokens, game_overrides=game_overrides)
         for ep in episodes:
             sim = episode_to_simulation(ep, sim_id=f"{ep.request.seed}-s{ep.request.sample_idx}")
-            sim["trial"] = ep.request.sample_idx  # pass^k groups a task's samples as its trials
+            sim["trial"] = ep.request.sample_idx  # pass^k groups a task's samples (wordings) as its trials
             simulations.append(sim)
     hat = {**pass_hat_k(simulations, samples), **pass_hat_k(simulations, samples, groups=request_kinds)}
     return simulations, hat

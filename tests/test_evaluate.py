@@ -1,0 +1,54 @@
+"""train.evaluate: a task's samples are its trials — on the storefront, the customer's wordings (τ²-bench)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _load(model_dir: Path):
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
+    return model, tokenizer
+
+
+def test_storefront_samples_are_played_with_the_customers_wordings(tiny_model_dir):
+    from benchmarks.storefront.config import StorefrontConfig
+    from benchmarks.storefront.env import StorefrontGame
+    from benchmarks.storefront.run import task_seed
+    from train.evaluate import evaluate_model
+
+    model, tokenizer = _load(tiny_model_dir)
+    sims, hat = evaluate_model(model, tokenizer, "storefront", n_tasks=3, seed=1000, samples=3, temperature=0.0,
+                               max_episode_tokens=2600)
+    assert len(sims) == 9 and {s["trial"] for s in sims} == {0, 1, 2}
+    game = StorefrontGame(StorefrontConfig())
+    for sim in sims:
+        # Each sample opens exactly as the game does for that task and wording (trial).
+        expected = game.reset(int(sim["task_id"]), trial=sim["trial"])
+        assert sim["messages"][1]["content"] == expected[1]["content"]
+    openings = {}
+    for sim in sims:
+        openings.setdefault(sim["task_id"], set()).add(sim["messages"][1]["content"])
+    assert any(len(texts) > 1 for texts in openings.values()), "greedy samples of a task must differ in wording"
+    assert {str(task_seed(1000, i)) for i in range(3)} == {str(t) for t in openings}
+    assert set(hat["all"]["pass_hat_k"]) <= {1, 2, 3} and hat["all"]["n_tasks"] == 3
+
+
+def test_a_game_without_wordings_replays_the_same_opening(tiny_model_dir):
+    from train.evaluate import evaluate_model
+
+    import game_registry
+
+    game_registry._import_game_file(REPO / "tests" / "games" / "capability_letter_density_game.py")
+    model, tokenizer = _load(tiny_model_dir)
+    sims, _ = evaluate_model(model, tokenizer, "capability_letter_density", n_tasks=2, seed=7, samples=2,
+                             temperature=1.0, max_episode_tokens=400)
+    assert len(sims) == 4
+    by_task = {}
+    for sim in sims:
+        by_task.setdefault(sim["task_id"], []).append(sim["messages"][1]["content"])
+    assert all(len(set(texts)) == 1 for texts in by_task.values())
