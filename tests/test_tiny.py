@@ -472,3 +472,40 @@ def test_real_tau2_conversations_render_append_only_with_masks(tok):
         out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
         masked_text = tok.decode([i for i, keep in zip(out["input_ids"], out["assistant_masks"], strict=True) if keep])
         assert masked_text == "".join(_assistant_generated_text(m) for m in assistant_turns)
+
+
+def _value_tokens_in_prose_and_json(word_split: str, value: str) -> tuple[list[str], list[str]]:
+    """The tokens of `value` where a user says it and where a tool call's JSON argument holds it."""
+    from train.tiny import train_tokenizer
+
+    corpus = [f"My email is {name}{digit}@x.io. " + json.dumps({"email": f"{name}{digit}@x.io", "first_name": name})
+              for name in ("chen", "maya", "liam", "sofia", "omar") for digit in range(10)] * 4
+    tokenizer = train_tokenizer(corpus, vocab_size=400, word_split=word_split)
+    prose = [tokenizer.decode([i]) for i in tokenizer.encode(f"My email is {value}.")]
+    in_json = [tokenizer.decode([i]) for i in tokenizer.encode(json.dumps({"email": value}))]
+    return prose, in_json
+
+
+def test_isolated_word_split_makes_a_copied_value_the_same_tokens():
+    # The tiny model copies values from the user's words into tool calls: with "isolated" words the value
+    # is the same token sequence in both places; with the Qwen split its first word carries the space.
+    prose, in_json = _value_tokens_in_prose_and_json("isolated", "chen2@x.io")
+    value = ["chen", "2", "@", "x", ".", "io"]
+    assert "".join(value) == "chen2@x.io"
+    start = prose.index("chen")
+    assert prose[start:start + len(value)] == value
+    assert in_json[in_json.index("chen"):in_json.index("chen") + len(value)] == value
+    prose, in_json = _value_tokens_in_prose_and_json("qwen", "chen2@x.io")
+    assert " chen" in prose and "chen" in in_json and "chen" not in prose
+
+
+def test_word_split_is_checked_and_recorded(tmp_path):
+    from train.tiny import train_tokenizer
+
+    with pytest.raises(ValueError, match="word_split must be one of qwen, isolated"):
+        train_tokenizer(["some text"], word_split="bytes")
+    out = build_tiny_model(tmp_path / "m", corpus_texts=["Hello there, chen2@x.io"] * 20, vocab_size=300,
+                           hidden_size=32, num_layers=1, num_heads=2, word_split="isolated")
+    assert json.loads((out / BUILD_INFO_FILE).read_text())["word_split"] == "isolated"
+    reloaded = AutoTokenizer.from_pretrained(str(out), local_files_only=True)  # the split travels in the files
+    assert [reloaded.decode([i]) for i in reloaded.encode("there chen")] == ["there", " ", "chen"]
