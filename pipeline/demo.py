@@ -114,7 +114,7 @@ class Demo:
         atomic_write_jsonl(folder / "demonstrations.jsonl", demos)
         build_tiny_model(folder / "init", chats=demos[: s.tokenizer_chats], vocab_size=s.vocab_size,
                          hidden_size=s.hidden_size, num_layers=s.num_layers, num_heads=s.num_heads, seed=s.seed,
-                         tools_view=s.tools_view, word_split=s.word_split, corpus_info={"source": "storefront demonstrations",
+                         tools_view=s.tools_view, corpus_info={"source": "storefront demonstrations",
                                                                "chats": min(s.tokenizer_chats, len(demos))})
         tokenizer = AutoTokenizer.from_pretrained(str(folder / "init"), local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(folder / "init"), local_files_only=True,

@@ -14,7 +14,6 @@ from typing import Any
 from benchmarks.storefront.demos import check_planted
 from common.io import InputError, load_yaml_mapping
 from train.chat_template import TOOLS_VIEWS
-from train.tiny import WORD_SPLITS
 
 
 def _positive_int(owner: str, name: str, value: Any) -> None:
@@ -41,7 +40,6 @@ class BaseAgentSettings:
     num_layers: int = 4
     num_heads: int = 8
     tools_view: str = "compact"
-    word_split: str = "qwen"  # train.tiny.PRETOKENIZE_PATTERNS: "isolated" makes copied values the same tokens
     # Curriculum: first SFT on expert openings (demonstrations cut after the first order look-up, where
     # values are copied into calls), then on the whole demonstrations. 0 skips it.
     openings: int = 0
@@ -60,8 +58,6 @@ class BaseAgentSettings:
         self.planted = check_planted(self.planted, "base.planted")
         if self.tools_view not in TOOLS_VIEWS:
             raise ValueError(f"base.tools_view must be one of {', '.join(TOOLS_VIEWS)}, got {self.tools_view!r}")
-        if self.word_split not in WORD_SPLITS:
-            raise ValueError(f"base.word_split must be one of {', '.join(WORD_SPLITS)}, got {self.word_split!r}")
         _number(owner, "epochs", self.epochs, 1e-6)
         _number(owner, "openings_epochs", self.openings_epochs, 1e-6)
         _number(owner, "lr", self.lr, 1e-9, 1.0)

@@ -55,25 +55,12 @@ BUILD_INFO_FORMAT = "trace-tiny-model/1"
 BYTE_ALPHABET_SIZE = 256
 MIN_VOCAB_SIZE = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS) + len(TOOL_TOKENS)
 
-# How text is cut into pieces before BPE (then bytes map to symbols). Both split digits one by one (numbers
-# and ids generalise) and group newlines.
-#  "qwen": the Qwen2/3 split: letters keep one leading non-letter, so `"name` or ` the` is one piece.
-#  "isolated": a letter run is always a piece of its own and the space before it another. A value then reads
-#     as the same tokens in the user's words (` chen2@x.io`) and in a JSON argument (`"chen2@x.io"`), so
-#     copying it into a tool call is an identity map; with "qwen" it is ` chen` -> `chen`, a mapping a tiny
-#     model must learn name by name (measured: it copied 10% of the emails and names it was given).
-#     Costs more tokens per text: a space token before each word, +35% on storefront demonstrations.
-PRETOKENIZE_PATTERNS = {
-    "qwen": (
-        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
-        r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-    ),
-    "isolated": (
-        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|\p{L}+|\p{N}"""
-        r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-    ),
-}
-WORD_SPLITS = tuple(PRETOKENIZE_PATTERNS)
+# Qwen2/3 pre-tokenizer split: letters keep one leading non-letter (so `"name` or ` the` is one piece),
+# digits are split one by one (numbers and ids generalise), newlines group. Then bytes map to symbols.
+PRETOKENIZE_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 
 # The built-in corpus is generated from this fixed seed, independent of the model seed.
 BUILTIN_CORPUS_SEED = 20240601
@@ -619,16 +606,13 @@ def train_tokenizer(
     min_frequency: int = 2,
     max_length: int = 4096,
     tools_view: str = "full",
-    word_split: str = "qwen",
 ) -> "PreTrainedTokenizerFast":
     """Train a byte-level BPE tokenizer and wrap it as a transformers fast tokenizer with CHAT_TEMPLATE.
 
     `corpus_texts` are plain strings; `chats` are records `{"messages": [...], "tools": [...]}` rendered with
     the chat template first. With neither, the built-in corpus is used. `tools_view` picks how the template
     lists tool schemas (`train.chat_template.TOOLS_VIEWS`: "full" JSON schemas, or "compact" one-line
-    signatures for a model too small to spend ~1,300 prompt tokens on them). `word_split` picks how text is cut
-    before BPE (`PRETOKENIZE_PATTERNS`: "qwen", or "isolated" words for a model that must copy values).
-    `vocab_size` counts everything
+    signatures for a model too small to spend ~1,300 prompt tokens on them). `vocab_size` counts everything
     (256 byte symbols, merges, chat tokens); BPE stops earlier when the corpus runs out of pairs seen
     `min_frequency` times. Returns a `PreTrainedTokenizerFast` (eos `<|im_end|>`, pad `<|endoftext|>`).
     """
@@ -639,8 +623,6 @@ def train_tokenizer(
         raise ValueError(f"vocab_size={vocab_size} is below the minimum {MIN_VOCAB_SIZE}; use e.g. 512")
     if min_frequency < 1:
         raise ValueError(f"min_frequency must be >= 1, got {min_frequency}")
-    if word_split not in PRETOKENIZE_PATTERNS:
-        raise ValueError(f"word_split must be one of {', '.join(WORD_SPLITS)}, got {word_split!r}")
     if corpus_texts is None and chats is None:
         corpus_texts, chats = builtin_corpus()
     template = chat_template(tools_view)  # raises on an unknown view before any work
@@ -651,7 +633,7 @@ def train_tokenizer(
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERNS[word_split]), behavior="isolated"),
+            pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -756,7 +738,6 @@ def build_tiny_model(
     seed: int = 0,
     corpus_info: dict[str, Any] | None = None,
     tools_view: str = "full",
-    word_split: str = "qwen",
 ) -> Path:
     """Train the tokenizer, build a random-init Qwen3ForCausalLM and save both to `out_dir`.
 
@@ -778,7 +759,7 @@ def build_tiny_model(
     builtin = corpus_texts is None and chats is None
     tokenizer = train_tokenizer(
         corpus_texts, chats, vocab_size=config.vocab_size, max_length=config.max_position_embeddings,
-        tools_view=tools_view, word_split=word_split,
+        tools_view=tools_view,
     )
     model = _make_model(config, tokenizer)
 
@@ -792,7 +773,6 @@ def build_tiny_model(
             "config": asdict(config),
             "tokenizer_vocab_size": len(tokenizer),
             "tools_view": tools_view,
-            "word_split": word_split,
             "num_parameters": sum(p.numel() for p in model.parameters()),
             "corpus": corpus_info or {"source": "builtin" if builtin else "api"},
         }
@@ -890,9 +870,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="weight-initialisation seed")
     parser.add_argument("--tools-view", choices=TOOLS_VIEWS, default="full",
                         help="how the chat template lists tool schemas: full JSON (default) or compact signatures")
-    parser.add_argument("--word-split", choices=WORD_SPLITS, default="qwen",
-                        help="pre-tokenizer: qwen (words keep a leading space; default) or isolated (a word is "
-                             "its own piece, so values copy as the same tokens)")
     args = parser.parse_args(argv)
 
     try:
@@ -928,7 +905,6 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         corpus_info=corpus_info,
         tools_view=args.tools_view,
-        word_split=args.word_split,
     )
     info = json.loads((out / BUILD_INFO_FILE).read_text(encoding="utf-8"))
     print(
