@@ -119,20 +119,19 @@ class Demo:
         tokenizer = AutoTokenizer.from_pretrained(str(folder / "init"), local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(folder / "init"), local_files_only=True,
                                                      dtype=torch.float32).to(_device())
+        sft = SFTConfig(epochs=s.epochs, lr=s.lr, warmup_steps=s.warmup_steps, batch_tokens=s.batch_tokens,
+                        seed=s.seed)
         openings_figures = None
         if s.openings:  # the curriculum's first stage: copying values into calls (its own schedule)
             # Their own seed stream: other tasks than the demonstrations'.
             openings = make_openings(s.openings, s.demo_seed + 1, self.storefront)
             openings_log: list[dict[str, Any]] = []
-            openings_sft = SFTConfig(epochs=s.openings_epochs, lr=s.lr, warmup_steps=s.warmup_steps,
-                                     batch_tokens=s.batch_tokens, seed=s.seed)
+            openings_sft = dataclasses.replace(sft, epochs=s.openings_epochs)
             openings_figures = {**train_sft(model, tokenize_chats(tokenizer, openings), openings_sft,
                                             tokenizer.pad_token_id, log=openings_log),
                                 "chats": len(openings), "log": openings_log}
         chats = tokenize_chats(tokenizer, demos)
         log: list[dict[str, Any]] = []
-        sft = SFTConfig(epochs=s.epochs, lr=s.lr, warmup_steps=s.warmup_steps, batch_tokens=s.batch_tokens,
-                        seed=s.seed)
         figures = train_sft(model, chats, sft, tokenizer.pad_token_id, log=log)
         model.save_pretrained(folder / "model")
         tokenizer.save_pretrained(folder / "model")
