@@ -3,9 +3,11 @@
 The games train skills for the built-in target benchmark `storefront`, so they keep its conversation
 shape and only change what is asked:
 
-- **Tools**: a subset of the storefront's own tools. `subset_toolkit` subclasses `StorefrontTools` and
-  drops the tools a game does not offer, so the schemas the model sees are byte-identical to the target's
-  (same methods, same docstrings).
+- **Tools**: the storefront's full toolkit (`StorefrontTools`), so the tool list the model sees is the
+  target's, byte for byte. An agent trained on the target calls tools a game has no use for (it looks the
+  user's details up, say); offering only a game's subset turned those habits into unknown-tool errors and
+  put a game out of reach of an agent that passes the same request in the target. A write the plan does
+  not make changes the database, which every game's action part compares with the expected one.
 - **System prompt**: the storefront's written policy (`benchmarks.storefront.policy.POLICY`), unchanged.
 - **Conversation**: as in the target, the customer opens with the request(s) but not who they are
   (unless the config sets `identity_in_opening`); the expert asks `AUTH_QUESTION`, looks the user up, and
@@ -56,26 +58,6 @@ GREETINGS = ("Hi.", "Hello!", "Hi there.", "")
 CONFIRM_SUFFIX = " Shall I proceed?"
 # Game request kinds that the customer speaks of as one of the target's kinds.
 USER_KIND = {"return_to_gift_card": "return"}
-
-
-# --------------------------------------------------------------------------------------------------
-# Tools
-# --------------------------------------------------------------------------------------------------
-def subset_toolkit(class_name: str, keep: tuple[str, ...]) -> type[StorefrontTools]:
-    """A `StorefrontTools` subclass offering only the tools in `keep` (in the storefront's order).
-
-    Dropped tools are overridden with None, which `Toolkit` treats as "no longer a tool": their schemas
-    disappear and calling them is an unknown-tool error. Kept tools are the storefront's own methods,
-    so their schemas are identical to the target benchmark's.
-    """
-    available = StorefrontTools.tool_names()
-    unknown = [name for name in keep if name not in available]
-    if unknown or not keep:
-        raise ValueError(f"{class_name}: keep must name storefront tools; unknown {unknown}, "
-                         f"available: {', '.join(available)}")
-    dropped = {name: None for name in available if name not in keep}
-    return type(class_name, (StorefrontTools,), {"__doc__": f"Storefront tools limited to {', '.join(keep)}.",
-                                                  **dropped})
 
 
 # --------------------------------------------------------------------------------------------------

@@ -23,8 +23,9 @@ Stopping after the first of two requests scores 0.5.
 
 Difficulty: `n_requests` (declared knob, harder as it rises).
 
-Tools (the storefront's own schemas): find_user_id_by_email, find_user_id_by_name_zip, get_order_details,
-cancel_pending_order, modify_pending_order_address, return_delivered_order_items, modify_user_address.
+Tools: the storefront's full toolkit, the target agent's own schemas (a tool the game has no use for is
+still offered, as in the target; a write the plan does not make changes the database and voids the
+action part).
 """
 from __future__ import annotations
 
@@ -51,7 +52,6 @@ from games._storefront_game_kit import (
     money,
     new_address,
     original_payment_method,
-    subset_toolkit,
 )
 
 CAPABILITY = "multi_step_task_completion"
@@ -65,10 +65,6 @@ ACTION_WEIGHT, COMMUNICATION_WEIGHT = 0.6, 0.4
 
 HINT = ("Hint: the user asked for several things. Handle them one by one (look up, act, tell the result) and "
         "after each 'Thanks.' go on with the next request until every one is done.")
-
-MultiStepTools = subset_toolkit("MultiStepTools", (
-    "find_user_id_by_email", "find_user_id_by_name_zip", "get_order_details", "cancel_pending_order",
-    "modify_pending_order_address", "return_delivered_order_items", "modify_user_address"))
 
 
 @dataclass
@@ -97,7 +93,6 @@ class MultiStepTaskCompletionGame(StorefrontCapabilityGame):
 
     game_name = GAME_NAME
     capability = CAPABILITY
-    toolkit_class = MultiStepTools
     keeps_start_db = True  # to check that nothing outside the requests changed
 
     def __init__(self, config: MultiStepTaskCompletionConfig | None = None) -> None:

@@ -10,22 +10,25 @@ Expert (oracle): ask who the customer is, look them up, look the order up, then 
 the change and say so, or change nothing and tell the customer the status. 6 turns (4 when refusing).
 
 Reward (in [0, 1]; success = 1.0):
-  0.6  action: the final database equals the expected one (the write made when allowed; no write at all
-       when not allowed; any other write also breaks it) and the policy's procedure holds (no call before
-       authentication, no write on an order not looked up, no id that was never shown);
+  0.6  action: the order was looked up (get_order_details on it), the final database equals the expected
+       one (the write made when allowed; no write at all when not allowed; any other write also breaks it)
+       and the policy's procedure holds (no call before authentication, no write on an order not looked
+       up, no id that was never shown);
   0.4  communication, only on top of the action part, in an honest reply (no pasted tool output, no
        other status, amount or order id than the instance's):
        allowed:     after the write, the order id (cancel, address change) or the refund amount (return);
        not allowed: after the order's look-up, a reply names the order and asserts its actual status.
-A refusal without looking scores 0.6 on a forbidden instance and 0 on an allowed one; acting without
-looking scores 0 everywhere (the policy says look first).
+Nothing scores without the look-up: the check is the capability, and an agent that does nothing (or
+refuses unseen, or hands over to a human) would otherwise earn the action part on every forbidden
+instance, more than an honest attempt that slips.
 
 Difficulty: `eligibility_claim_rate` (declared knob, harder as it rises): the customer claims the order is
 eligible ("It has not shipped yet."), truthfully or not, which tempts an agent to skip the look-up.
 `violating_fraction` is a class prior, not a difficulty: it moves the share of refusals.
 
-Tools (the storefront's own schemas): find_user_id_by_email, find_user_id_by_name_zip, get_order_details,
-cancel_pending_order, modify_pending_order_address, return_delivered_order_items.
+Tools: the storefront's full toolkit, the target agent's own schemas (a tool the game has no use for is
+still offered, as in the target; a write the plan does not make changes the database and voids the
+action part).
 """
 from __future__ import annotations
 
@@ -50,7 +53,6 @@ from games._storefront_game_kit import (
     money,
     new_address,
     original_payment_method,
-    subset_toolkit,
 )
 
 CAPABILITY = "precondition_verification"
@@ -74,10 +76,6 @@ ORACLE_TURNS = 6  # ask identity, look the user up, look the order up, confirm, 
 
 HINT = ("Hint: call get_order_details first and read status. Cancel or change the address only if it is "
         "'pending'; return only if 'delivered'. Otherwise change nothing and tell the user the status.")
-
-PreconditionTools = subset_toolkit("PreconditionTools", (
-    "find_user_id_by_email", "find_user_id_by_name_zip", "get_order_details", "cancel_pending_order",
-    "modify_pending_order_address", "return_delivered_order_items"))
 
 
 @dataclass
@@ -105,7 +103,6 @@ class PreconditionVerificationGame(StorefrontCapabilityGame):
 
     game_name = GAME_NAME
     capability = CAPABILITY
-    toolkit_class = PreconditionTools
 
     def __init__(self, config: PreconditionVerificationConfig | None = None) -> None:
         super().__init__(config or PreconditionVerificationConfig())
@@ -154,7 +151,8 @@ class PreconditionVerificationGame(StorefrontCapabilityGame):
     def score(self) -> dict[str, float]:
         request = self.instance.requests[0]
         info = request.info
-        action_ok = self.db == self.expected_db and not self.policy_violations()
+        action_ok = (self.looked_up_order(info["order_id"]) and self.db == self.expected_db
+                     and not self.policy_violations())
         replies = self.told()
         if not info["allowed"]:  # report what the look-up showed
             told = replies.tells_status(info["status"], order_id=info["order_id"],

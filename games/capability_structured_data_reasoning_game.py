@@ -28,8 +28,9 @@ Reward (in [0, 1]; success = 1.0):
 Difficulty (declared knobs, harder as they rise): `n_distractor_items` (look-alike items in the order)
 and `min_payment_methods` (payment methods the refund target hides among).
 
-Tools (the storefront's own schemas): find_user_id_by_email, find_user_id_by_name_zip, get_user_details,
-get_order_details, get_product_details, return_delivered_order_items, exchange_delivered_order_items.
+Tools: the storefront's full toolkit, the target agent's own schemas (a tool the game has no use for is
+still offered, as in the target; a write the plan does not make changes the database and voids the
+action part).
 """
 from __future__ import annotations
 
@@ -51,7 +52,6 @@ from games._storefront_game_kit import (
     check_int,
     identity_sentence,
     money,
-    subset_toolkit,
 )
 
 CAPABILITY = "structured_data_reasoning"
@@ -64,10 +64,6 @@ ORACLE_TURNS = 7  # ask identity, look the user up, order, user or product recor
 HINT = ("Hint: copy values from the tool output: the item_id of the named item, the item_id of the variant "
         "with the asked option, the payment_method_id from payment_history (the gift card id from "
         "get_user_details if asked). Add the returned items' prices and tell the amount.")
-
-StructuredDataTools = subset_toolkit("StructuredDataTools", (
-    "find_user_id_by_email", "find_user_id_by_name_zip", "get_user_details", "get_order_details",
-    "get_product_details", "return_delivered_order_items", "exchange_delivered_order_items"))
 
 
 @dataclass
@@ -100,7 +96,6 @@ class StructuredDataReasoningGame(StorefrontCapabilityGame):
 
     game_name = GAME_NAME
     capability = CAPABILITY
-    toolkit_class = StructuredDataTools
 
     def __init__(self, config: StructuredDataReasoningConfig | None = None) -> None:
         super().__init__(config or StructuredDataReasoningConfig())

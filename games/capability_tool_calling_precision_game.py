@@ -32,8 +32,9 @@ Reward (in [0, 1]; success = 1.0), mostly on exactness:
 Difficulty (declared knobs, harder as they rise): `looseness` (how far the customer's writing is from the
 arguments) and `name_zip_rate` (customers who identify by name and a leading-zero zip, not by email).
 
-Tools (the storefront's own schemas): find_user_id_by_email, find_user_id_by_name_zip, get_order_details,
-cancel_pending_order, modify_pending_order_address, return_delivered_order_items, modify_user_address.
+Tools: the storefront's full toolkit, the target agent's own schemas (a tool the game has no use for is
+still offered, as in the target; a write the plan does not make changes the database and voids the
+action part).
 """
 from __future__ import annotations
 
@@ -59,7 +60,6 @@ from games._storefront_game_kit import (
     money,
     new_address,
     original_payment_method,
-    subset_toolkit,
 )
 
 CAPABILITY = "tool_calling_precision"
@@ -76,10 +76,6 @@ ORACLE_TURNS = 6  # ask identity, look the user up, look the order up, confirm, 
 HINT = ("Hint: write arguments exactly: order_id as '#W' plus the digits, zip as a string keeping leading "
         "zeros, first_name and last_name separately, item_ids as a list of strings, address in six fields, "
         "reason exactly 'no longer needed' or 'ordered by mistake'.")
-
-PrecisionTools = subset_toolkit("PrecisionTools", (
-    "find_user_id_by_email", "find_user_id_by_name_zip", "get_order_details", "cancel_pending_order",
-    "modify_pending_order_address", "return_delivered_order_items", "modify_user_address"))
 
 
 @dataclass
@@ -126,7 +122,6 @@ class ToolCallingPrecisionGame(StorefrontCapabilityGame):
 
     game_name = GAME_NAME
     capability = CAPABILITY
-    toolkit_class = PrecisionTools
 
     def __init__(self, config: ToolCallingPrecisionConfig | None = None) -> None:
         super().__init__(config or ToolCallingPrecisionConfig())

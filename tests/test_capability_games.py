@@ -85,16 +85,57 @@ def test_all_four_games_are_registered():
 
 
 @pytest.mark.parametrize("name", GAMES)
-def test_tool_schemas_are_a_byte_identical_subset_of_the_target(name):
-    target = {s["function"]["name"]: json.dumps(s, sort_keys=True)
-              for s in get_game("storefront").make_env().get_tool_schemas()}
+def test_tool_schemas_are_the_targets_own_full_list(name):
+    # The agent trained on the target sees the same tool list here; a subset made its habits (looking the
+    # user's details up) unknown-tool errors and put a game out of reach of an agent that passes the target.
+    target = [json.dumps(s, sort_keys=True) for s in get_game("storefront").make_env().get_tool_schemas()]
     game = get_game(name).make_env()
     before_reset = game.get_tool_schemas()
     game.reset(0)
     schemas = game.get_tool_schemas()
-    assert schemas == before_reset and 0 < len(schemas) < len(target)
-    for schema in schemas:
-        assert json.dumps(schema, sort_keys=True) == target[schema["function"]["name"]]
+    assert schemas == before_reset
+    assert [json.dumps(s, sort_keys=True) for s in schemas] == target
+
+
+def with_extra_reads(game) -> str:
+    """The oracle, plus the target's habit of reading the user's details right after authenticating."""
+    text = game.oracle_response()
+    user_id = game.instance.user.user_id
+    if game.authenticated() and not game.successful_calls("get_user_details"):
+        return render_tool_call("get_user_details", {"user_id": user_id})
+    return text
+
+
+@pytest.mark.parametrize("name", GAMES)
+def test_a_read_the_game_does_not_need_costs_nothing(name):
+    spec = get_game(name)
+    for seed in range(20):
+        game = spec.make_env()
+        play(spec, game, seed, with_extra_reads)
+        assert game.successful_calls("get_user_details") and reward_of(game) == 1.0
+
+
+def unplanned_default_address_change(game) -> str:
+    """The oracle, with an unasked default-address change (a write the game's plan never makes) first."""
+    if game.authenticated() and not any(r.name == "modify_user_address" for r in game.state.tool_calls):
+        address = dict(game.instance.user.address.to_dict(), address1="1 Elsewhere Rd")
+        return render_tool_call("modify_user_address", {"user_id": game.instance.user.user_id, **address})
+    return game.oracle_response()
+
+
+@pytest.mark.parametrize("name", GAMES)
+def test_a_write_the_plan_does_not_make_voids_the_action(name):
+    spec = get_game(name)
+    checked = 0
+    for seed in range(20):
+        game = spec.make_env()
+        play(spec, game, seed, unplanned_default_address_change)
+        if any(r.kind == "modify_user_address" for r in game.instance.requests):
+            continue  # this instance asks for one: not unplanned
+        assert game.successful_calls("modify_user_address"), seed
+        assert reward_of(game) < 0.5, (seed, game.get_summary()["reward_parts"])
+        checked += 1
+    assert checked >= 10
 
 
 @pytest.mark.parametrize("name", GAMES)
@@ -240,15 +281,35 @@ def test_precondition_acting_without_looking_fails_everywhere():
     assert max(allowed) == 0.0
 
 
-def test_precondition_refusing_without_looking_is_partial_credit():
+def test_precondition_refusing_without_looking_earns_nothing():
+    # Doing nothing leaves a forbidden instance's database right; without the look-up it must not pay,
+    # or a policy that never checks out-earns an honest attempt that slips.
     spec = get_game(GAMES[0])
     rewards = {True: set(), False: set()}
     for seed in range(80):
         game = spec.make_env()
         play(spec, game, seed, RefuseWithoutLooking())
         rewards[game.instance.requests[0].info["allowed"]].add(reward_of(game))
-    assert rewards[False] == {0.6}  # DB right, status never read so never told
+    assert rewards[False] == {0.0}
     assert rewards[True] == {0.0}
+
+
+def test_precondition_looking_then_refusing_without_telling_earns_the_action_part():
+    spec = get_game(GAMES[0])
+    seen = 0
+    for seed in range(40):
+        game = spec.make_env()
+
+        def look_then_stop(game) -> str | None:
+            text = game.oracle_response()
+            return "Sorry, I cannot change that order." if game.looked_up_order(
+                game.instance.requests[0].info["order_id"]) else text
+
+        play(spec, game, seed, look_then_stop)
+        if not game.instance.requests[0].info["allowed"]:
+            seen += 1
+            assert reward_of(game) == 0.6  # looked, changed nothing, never said the status
+    assert seen >= 10
 
 
 def test_multi_step_stopping_after_the_first_request_gets_half():
