@@ -52,3 +52,27 @@ def test_a_game_without_wordings_replays_the_same_opening(tiny_model_dir):
     for sim in sims:
         by_task.setdefault(sim["task_id"], []).append(sim["messages"][1]["content"])
     assert all(len(set(texts)) == 1 for texts in by_task.values())
+
+
+def test_an_adapter_is_evaluated_merged_with_the_same_outputs(tiny_model_dir, tmp_path):
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    from train.evaluate import load_policy_model
+
+    model, _ = _load(tiny_model_dir)
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():  # a non-zero adapter, so merging it changes the weights
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn_like(param) * 0.05)
+    peft_model.save_pretrained(str(tmp_path / "adapter"))
+
+    merged, _ = load_policy_model(tiny_model_dir, tmp_path / "adapter")
+    assert not isinstance(merged, PeftModel) and not any("lora" in n for n, _ in merged.named_parameters())
+    plain, _ = load_policy_model(tiny_model_dir)
+    unmerged = PeftModel.from_pretrained(_load(tiny_model_dir)[0], str(tmp_path / "adapter")).eval()
+    ids = torch.randint(0, plain.config.vocab_size, (2, 12))
+    with torch.no_grad():
+        expected = unmerged(ids).logits
+        assert torch.allclose(merged(ids).logits, expected, atol=1e-4)
+        assert not torch.allclose(plain(ids).logits, expected, atol=1e-3)  # the adapter matters

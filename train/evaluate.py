@@ -79,7 +79,8 @@ def format_pass_table(hat: dict[str, Any]) -> str:
 
 
 def load_policy_model(model_dir: str | Path, adapter_dir: str | Path | None = None) -> tuple[torch.nn.Module, Any]:
-    """(model in eval mode, tokenizer): a transformers folder, with a PEFT adapter or a routed gate folder."""
+    """(model in eval mode, tokenizer): a transformers folder, with a PEFT adapter (merged into the weights) or a
+    routed gate folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from moe_gate import load_capability_model
@@ -97,7 +98,9 @@ def load_policy_model(model_dir: str | Path, adapter_dir: str | Path | None = No
 
         if not Path(adapter_dir).is_dir():
             raise InputError(f"{adapter_dir}: adapter folder not found")
-        model = PeftModel.from_pretrained(model, str(adapter_dir))
+        # Merged into the weights for evaluation: the same function to float rounding, without two extra
+        # matmuls per adapted layer at every decoding step (the demo's final step evaluates five adapters).
+        model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     return model.eval(), tokenizer
 
 
