@@ -189,7 +189,7 @@ class Demo:
         return model.to(_device()), tokenizer
 
     def environments(self, folder: Path) -> dict[str, Any]:
-        from pipeline.demo_loop import calibrate_capability
+        from pipeline.demo_loop import calibrate_capability, not_trained_because
 
         selected = self.records["select"]["figures"]["selected"]
         forced = self.config.loop.capabilities
@@ -206,10 +206,12 @@ class Demo:
             result = calibrate_capability(capability, model, tokenizer, {"short_ids": self.short_ids()},
                                           self.config.loop)
             out[capability] = result
+            skipped = not_trained_because(result, self.config.loop.band, forced=bool(forced))
             print(f"  {capability}: {result['status']}"
                   + (f" ({result['knob']}={result['value']!r}, success {result['success_rate']:.2f})"
                      if result.get("knob") and result.get("success_rate") is not None else "")
-                  + (f" — {result['detail']}" if result.get("detail") else ""), flush=True)
+                  + (f" — {result['detail']}" if result.get("detail") else "")
+                  + (f" — not trained: {skipped}" if skipped else ""), flush=True)
         atomic_write_json(folder / "environments.json", out)
         return {"capabilities": out, "forced": bool(forced)}
 
@@ -218,9 +220,12 @@ class Demo:
         return self.storefront.order_id_digits == 3 and self.storefront.short_emails
 
     def trainable(self) -> dict[str, dict[str, Any]]:
-        """Capabilities with a valid game, and the game overrides calibration chose for them."""
-        envs = self.records["environments"]["figures"]["capabilities"]
-        return {c: e["game_overrides"] for c, e in envs.items() if e["status"] not in ("no_game", "invalid")}
+        """Capabilities with a valid game that calibration did not find too hard, and the game overrides it chose."""
+        from pipeline.demo_loop import not_trained_because
+
+        figures = self.records["environments"]["figures"]
+        return {c: e["game_overrides"] for c, e in figures["capabilities"].items()
+                if not_trained_because(e, self.config.loop.band, forced=figures["forced"]) is None}
 
     def train(self, folder: Path) -> dict[str, Any]:
         from pipeline.demo_loop import game_for, train_lora

@@ -81,6 +81,26 @@ def calibrate_capability(capability: str, model: Any, tokenizer: Any, game_overr
             "game_overrides": overrides}
 
 
+def not_trained_because(environment: dict[str, Any], band: list[float], forced: bool = False) -> str | None:
+    """Why Step 3 skips a capability's game (None: it is trained).
+
+    No game, or one that failed validation, cannot be trained. A game that calibration left below the band
+    at its easiest value is skipped too: as in the paper, an environment must be calibrated before it is
+    used, and GRPO learns nothing from groups the agent never wins (they are filtered as constant), so it
+    would only spend rollouts (and raise the baselines' matched budget). A game above the band at its
+    hardest value is still trained: its groups vary and it is the nearest to the band there is. Capabilities
+    the config forces (`loop.capabilities`, e.g. the fast profile's) are trained whatever calibration found.
+    """
+    status = environment["status"]
+    if status in ("no_game", "invalid"):
+        return environment.get("detail") or status
+    rate = environment.get("success_rate")
+    if not forced and status == "out_of_range" and rate is not None and rate < band[0]:
+        return (f"too hard for the base agent even at {environment.get('knob')}={environment.get('value')!r} "
+                f"(success {rate:.2f} < {band[0]:g})")
+    return None
+
+
 def grpo_config(game: str, model_dir: Path, output_dir: Path, game_overrides: dict[str, Any], settings: Any,
                 iterations: int) -> Any:
     """The GRPO config of one demo run: configs/grpo_tiny.yaml with the demo's budget."""

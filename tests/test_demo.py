@@ -275,3 +275,21 @@ def test_step1_with_llm_labelers_goes_through_label_trajectories(tmp_path, demo_
     assert figures["selected"] == [] and figures["recall"] == 0.0
     with pytest.raises(ValueError, match="go together"):
         SelectSettings(labeler_url="http://x")
+
+
+def test_a_game_too_hard_at_its_easiest_value_is_not_trained():
+    from pipeline.demo_loop import not_trained_because
+
+    band = [0.2, 0.6]
+    env = {"status": "in_band", "knob": "k", "value": 1, "success_rate": 0.3}
+    assert not_trained_because(env, band) is None
+    too_hard = {**env, "status": "out_of_range", "value": 0, "success_rate": 0.02}
+    assert "too hard" in not_trained_because(too_hard, band) and "k=0" in not_trained_because(too_hard, band)
+    # Above the band at its hardest value: its groups still vary, so it is trained.
+    assert not_trained_because({**env, "status": "out_of_range", "success_rate": 0.8}, band) is None
+    assert not_trained_because({**env, "status": "not_found", "success_rate": 0.1}, band) is None
+    assert not_trained_because({"status": "invalid", "detail": "probe x scores"}, band) == "probe x scores"
+    assert not_trained_because({"status": "no_game", "detail": "no registered game"}, band) == "no registered game"
+    assert not_trained_because({"status": "no_knob", "value": None}, band) is None
+    assert not_trained_because(too_hard, band, forced=True) is None  # loop.capabilities: trained anyway
+    assert not_trained_because({"status": "invalid", "detail": "bad"}, band, forced=True) == "bad"
