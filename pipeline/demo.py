@@ -206,7 +206,7 @@ class Demo:
             result = calibrate_capability(capability, model, tokenizer, {"short_ids": self.short_ids()},
                                           self.config.loop)
             out[capability] = result
-            skipped = not_trained_because(result, self.config.loop.band, forced=bool(forced))
+            skipped = not_trained_because(result, self.config.loop.group_size, forced=bool(forced))
             print(f"  {capability}: {result['status']}"
                   + (f" ({result['knob']}={result['value']!r}, success {result['success_rate']:.2f})"
                      if result.get("knob") and result.get("success_rate") is not None else "")
@@ -225,7 +225,7 @@ class Demo:
 
         figures = self.records["environments"]["figures"]
         return {c: e["game_overrides"] for c, e in figures["capabilities"].items()
-                if not_trained_because(e, self.config.loop.band, forced=figures["forced"]) is None}
+                if not_trained_because(e, self.config.loop.group_size, forced=figures["forced"]) is None}
 
     def train(self, folder: Path) -> dict[str, Any]:
         from pipeline.demo_loop import game_for, train_lora

@@ -81,24 +81,35 @@ def calibrate_capability(capability: str, model: Any, tokenizer: Any, game_overr
             "game_overrides": overrides}
 
 
-def not_trained_because(environment: dict[str, Any], band: list[float], forced: bool = False) -> str | None:
+def no_signal_rate(group_size: int) -> float:
+    """The success rate below which most GRPO groups of `group_size` episodes hold no success at all."""
+    return 1.0 - 0.5 ** (1.0 / group_size)
+
+
+def not_trained_because(environment: dict[str, Any], group_size: int, forced: bool = False) -> str | None:
     """Why Step 3 skips a capability's game (None: it is trained).
 
-    No game, or one that failed validation, cannot be trained. A game that calibration left below the band
-    at its easiest value is skipped too: as in the paper, an environment must be calibrated before it is
-    used, and GRPO learns nothing from groups the agent never wins (they are filtered as constant), so it
-    would only spend rollouts (and raise the baselines' matched budget). A game above the band at its
-    hardest value is still trained: its groups vary and it is the nearest to the band there is. Capabilities
+    No game, or one that failed validation, cannot be trained. A game that calibration found too hard at
+    every value it tried is skipped when even its best success rate is below `no_signal_rate(group_size)`:
+    then most groups hold no success, GRPO filters them as constant, and training would only spend rollouts
+    (and raise the baselines' matched budget). A game out of the band but above that rate (just below the
+    band, or above it at its hardest value) is trained at the nearest value: its groups vary. Capabilities
     the config forces (`loop.capabilities`, e.g. the fast profile's) are trained whatever calibration found.
     """
     status = environment["status"]
     if status in ("no_game", "invalid"):
         return environment.get("detail") or status
-    rate = environment.get("success_rate")
-    if not forced and status == "out_of_range" and rate is not None and rate < band[0]:
-        return (f"too hard for the base agent even at {environment.get('knob')}={environment.get('value')!r} "
-                f"(success {rate:.2f} < {band[0]:g})")
-    return None
+    if forced or status != "out_of_range" or environment.get("success_rate") is None:
+        return None
+    tried = environment.get("history") or [{"value": environment.get("value"),
+                                            "success_rate": environment["success_rate"]}]
+    best = max(h["success_rate"] for h in tried)
+    floor = no_signal_rate(group_size)
+    if best >= floor:
+        return None
+    values = ", ".join(repr(h["value"]) for h in tried)
+    return (f"too hard for the base agent: success at most {best:.2f} at every {environment.get('knob')} value tried "
+            f"({values}), below {floor:.2f}, where most groups of {group_size} hold no success")
 
 
 def grpo_config(game: str, model_dir: Path, output_dir: Path, game_overrides: dict[str, Any], settings: Any,

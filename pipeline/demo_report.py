@@ -179,7 +179,7 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
 
 def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: Any, results: dict[str, Any],
                    summarize: Callable[[dict[str, Any], str], dict[str, Any]]) -> list[str]:
-    from pipeline.demo_loop import not_trained_because
+    from pipeline.demo_loop import no_signal_rate, not_trained_because
 
     lines: list[str] = []
     envs = records.get("environments", {}).get("figures", {}).get("capabilities")
@@ -197,13 +197,14 @@ def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: An
                       "|---|---|---|---|---|---|---|---|"]
             for capability, e in envs.items():
                 rate = e.get("success_rate")
-                skipped = not_trained_because(e, config.loop.band, forced=forced)
+                skipped = not_trained_because(e, config.loop.group_size, forced=forced)
                 lines.append(f"| {capability} | {e.get('game', '-')} | {e.get('validated', '-')} | {e.get('knob', '-')} | "
                              f"{e.get('value', '-')!r} | {'-' if rate is None else f'{rate:.2f}'} | {e['status']} | "
                              f"{'no: ' + skipped if skipped else 'yes'} |")
             lines += ["", f"Band: success rate in [{config.loop.band[0]:g}, {config.loop.band[1]:g}] for the base agent. "
-                      "A game below it at its easiest value is not trained (GRPO would see groups it never wins), unless the config "
-                      "sets the capabilities to train.", ""]
+                      f"A game out of the band is trained at the nearest value tried, unless its best success rate is below "
+                      f"{no_signal_rate(config.loop.group_size):.2f}, where most groups of {config.loop.group_size} hold no "
+                      "success (unless the config sets the capabilities to train).", ""]
     loop = config.loop
     per_iteration = loop.groups_per_iteration * loop.group_size
     curves = {f"LoRA {c}": run["curve"] for c, run in records.get("train", {}).get("figures", {}).get("adapters", {}).items()}

@@ -277,19 +277,25 @@ def test_step1_with_llm_labelers_goes_through_label_trajectories(tmp_path, demo_
         SelectSettings(labeler_url="http://x")
 
 
-def test_a_game_too_hard_at_its_easiest_value_is_not_trained():
-    from pipeline.demo_loop import not_trained_because
+def test_a_game_too_hard_at_every_value_tried_is_not_trained():
+    from pipeline.demo_loop import no_signal_rate, not_trained_because
 
-    band = [0.2, 0.6]
+    assert abs(no_signal_rate(8) - 0.0830) < 1e-3  # (1 - p)^8 = 1/2: half the groups of 8 hold no success
     env = {"status": "in_band", "knob": "k", "value": 1, "success_rate": 0.3}
-    assert not_trained_because(env, band) is None
-    too_hard = {**env, "status": "out_of_range", "value": 0, "success_rate": 0.02}
-    assert "too hard" in not_trained_because(too_hard, band) and "k=0" in not_trained_because(too_hard, band)
-    # Above the band at its hardest value: its groups still vary, so it is trained.
-    assert not_trained_because({**env, "status": "out_of_range", "success_rate": 0.8}, band) is None
-    assert not_trained_because({**env, "status": "not_found", "success_rate": 0.1}, band) is None
-    assert not_trained_because({"status": "invalid", "detail": "probe x scores"}, band) == "probe x scores"
-    assert not_trained_because({"status": "no_game", "detail": "no registered game"}, band) == "no registered game"
-    assert not_trained_because({"status": "no_knob", "value": None}, band) is None
-    assert not_trained_because(too_hard, band, forced=True) is None  # loop.capabilities: trained anyway
-    assert not_trained_because({"status": "invalid", "detail": "bad"}, band, forced=True) == "bad"
+    assert not_trained_because(env, 8) is None
+    too_hard = {**env, "status": "out_of_range", "value": 2, "success_rate": 0.0,
+                "history": [{"value": 2, "success_rate": 0.0}, {"value": 0, "success_rate": 0.02}]}
+    reason = not_trained_because(too_hard, 8)
+    assert "too hard" in reason and "at most 0.02" in reason and "(2, 0)" in reason
+    # Just below the band: its groups still vary, so it is trained at the nearest value.
+    near = {**too_hard, "history": [{"value": 0, "success_rate": 0.19}], "success_rate": 0.19}
+    assert not_trained_because(near, 8) is None
+    assert not_trained_because(too_hard, 64) is None  # groups of 64 at 2% mostly hold a success
+    # Above the band at its hardest value: trained.
+    assert not_trained_because({**env, "status": "out_of_range", "success_rate": 0.8}, 8) is None
+    assert not_trained_because({**env, "status": "not_found", "success_rate": 0.1}, 8) is None
+    assert not_trained_because({"status": "invalid", "detail": "probe x scores"}, 8) == "probe x scores"
+    assert not_trained_because({"status": "no_game", "detail": "no registered game"}, 8) == "no registered game"
+    assert not_trained_because({"status": "no_knob", "value": None}, 8) is None
+    assert not_trained_because(too_hard, 8, forced=True) is None  # loop.capabilities: trained anyway
+    assert not_trained_because({"status": "invalid", "detail": "bad"}, 8, forced=True) == "bad"
