@@ -67,7 +67,7 @@ def evaluate_seeds(model: torch.nn.Module, tokenizer: Any, game: str, *, n_tasks
         raise ValueError(f"seeds must be distinct and at least one, got {seeds!r}")
     spec = get_game(game)
     chat = ChatTokenizer(tokenizer)
-    backend = HFBackend(model, tokenizer.pad_token_id, seed=sampler_seed, max_batch_size=batch_size)
+    backend = HFBackend(model, tokenizer.pad_token_id, seed=sampler_seed)
     trials = "trial" in inspect.signature(spec.make().reset).parameters  # the customer's wordings
     requests = [EpisodeRequest(task_seed(seed, i), s, trial=s if trials else 0)
                 for seed in seeds for i in range(n_tasks) for s in range(samples)]
