@@ -145,27 +145,26 @@ class Demo:
     def _evaluate(self, model_dir: Path, adapter: Path | None, folder: Path, seeds: list[int], n_tasks: int,
                   samples: int, label: str, greedy: bool = True) -> dict[str, Any]:
         from benchmarks.results import write_results
-        from train.evaluate import evaluate_seeds, load_policy_model
+        from train.evaluate import evaluate_model, load_policy_model
 
         model, tokenizer = load_policy_model(model_dir, adapter)
         model.to(_device())
         runs: dict[str, Any] = {}
-        modes = [("greedy", 0.0, 1)] if greedy else []
-        for mode, temperature, k in modes + [("sampled", self.config.evaluate.temperature, samples)]:
-            started = time.time()  # every seed's episodes share the batches of one call
-            by_seed = evaluate_seeds(
-                model, tokenizer, "storefront", n_tasks=n_tasks, seeds=list(seeds), samples=k, temperature=temperature,
-                game_overrides=self.storefront_fields(), max_episode_tokens=self.config.evaluate.max_episode_tokens)
-            seconds = round(time.time() - started, 1)
-            for seed, (simulations, hat) in by_seed.items():
+        for seed in seeds:
+            modes = [("greedy", 0.0, 1)] if greedy else []
+            for mode, temperature, k in modes + [("sampled", self.config.evaluate.temperature, samples)]:
+                started = time.time()
+                simulations, hat = evaluate_model(
+                    model, tokenizer, "storefront", n_tasks=n_tasks, seed=seed, samples=k, temperature=temperature,
+                    game_overrides=self.storefront_fields(), max_episode_tokens=self.config.evaluate.max_episode_tokens)
                 path = folder / f"{label}_seed{seed}_{mode}.json"
                 write_results(path, simulations, None, {"model": str(model_dir), "adapter": str(adapter or ""),
                                                         "seed": seed, "temperature": temperature, "samples": k})
                 runs[f"{seed}/{mode}"] = {"path": str(path.relative_to(self.run_dir)), "pass_hat_k": {
                     g: {"n_tasks": v["n_tasks"], **{str(kk): p for kk, p in v["pass_hat_k"].items()}}
-                    for g, v in hat.items()}, "seconds_all_seeds": seconds}
-                print(f"  {label} seed {seed} {mode}: pass^1 {hat['all']['pass_hat_k'][1]:.3f}", flush=True)
-            print(f"  {label} {mode}: {len(seeds)} seeds x {n_tasks} tasks x {k} in {seconds:.0f} s", flush=True)
+                    for g, v in hat.items()}, "seconds": round(time.time() - started, 1)}
+                print(f"  {label} seed {seed} {mode}: pass^1 {hat['all']['pass_hat_k'][1]:.3f} "
+                      f"({time.time() - started:.0f} s)", flush=True)
         return runs
 
     def evaluate(self, folder: Path) -> dict[str, Any]:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -77,21 +76,3 @@ def test_an_adapter_is_evaluated_merged_with_the_same_outputs(tiny_model_dir, tm
         expected = unmerged(ids).logits
         assert torch.allclose(merged(ids).logits, expected, atol=1e-4)
         assert not torch.allclose(plain(ids).logits, expected, atol=1e-3)  # the adapter matters
-
-
-def test_several_seeds_in_one_batch_give_each_seeds_own_tasks(tiny_model_dir):
-    from train.evaluate import evaluate_model, evaluate_seeds
-
-    model, tokenizer = _load(tiny_model_dir)
-    kwargs = dict(n_tasks=2, samples=2, temperature=0.0, max_episode_tokens=2600)
-    together = evaluate_seeds(model, tokenizer, "storefront", seeds=[1000, 2000], **kwargs)
-    assert list(together) == [1000, 2000]
-    for seed in (1000, 2000):
-        alone, hat = evaluate_model(model, tokenizer, "storefront", seed=seed, **kwargs)
-        sims, hat_together = together[seed]
-        assert [(s["task_id"], s["trial"]) for s in sims] == [(s["task_id"], s["trial"]) for s in alone]
-        # Greedy episodes are the same whether a seed is played alone or beside another one.
-        assert [s["messages"] for s in sims] == [s["messages"] for s in alone]
-        assert hat_together == hat
-    with pytest.raises(ValueError, match="distinct"):
-        evaluate_seeds(model, tokenizer, "storefront", seeds=[1000, 1000], **kwargs)

@@ -42,36 +42,17 @@ def request_kinds(sim: dict[str, Any]) -> list[str]:
 
 def evaluate_model(model: torch.nn.Module, tokenizer: Any, game: str, *, n_tasks: int, seed: int, samples: int = 1,
                    temperature: float = 0.0, game_overrides: dict[str, Any] | None = None,
-                   max_episode_tokens: int = 4096, sampler_seed: int = 0, batch_size: int = 512
+                   max_episode_tokens: int = 4096, sampler_seed: int = 0, batch_size: int = 128
                    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Play `n_tasks` × `samples` episodes; returns (simulations, pass^k by request kind and "all")."""
-    return evaluate_seeds(model, tokenizer, game, n_tasks=n_tasks, seeds=[seed], samples=samples,
-                          temperature=temperature, game_overrides=game_overrides,
-                          max_episode_tokens=max_episode_tokens, sampler_seed=sampler_seed,
-                          batch_size=batch_size)[seed]
-
-
-def evaluate_seeds(model: torch.nn.Module, tokenizer: Any, game: str, *, n_tasks: int, seeds: list[int],
-                   samples: int = 1, temperature: float = 0.0, game_overrides: dict[str, Any] | None = None,
-                   max_episode_tokens: int = 4096, sampler_seed: int = 0, batch_size: int = 512
-                   ) -> dict[int, tuple[list[dict[str, Any]], dict[str, Any]]]:
-    """`evaluate_model` for several evaluation seeds at once: {seed: (simulations, pass^k)}.
-
-    The seeds' episodes share batches. Turns are sampled in lock-step (every active episode waits for the
-    longest completion of the round), so a round costs about the same for 50 episodes as for 450 on a small
-    model; one batch for all seeds plays them in the rounds one seed needs.
-    """
     if n_tasks < 1 or samples < 1:
         raise ValueError(f"n_tasks and samples must be >= 1, got {n_tasks} and {samples}")
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be distinct and at least one, got {seeds!r}")
     spec = get_game(game)
     chat = ChatTokenizer(tokenizer)
     backend = HFBackend(model, tokenizer.pad_token_id, seed=sampler_seed)
     trials = "trial" in inspect.signature(spec.make().reset).parameters  # the customer's wordings
     requests = [EpisodeRequest(task_seed(seed, i), s, trial=s if trials else 0)
-                for seed in seeds for i in range(n_tasks) for s in range(samples)]
-    per_seed = n_tasks * samples  # requests are grouped by evaluation seed, in `seeds` order
+                for i in range(n_tasks) for s in range(samples)]
     simulations = []
     for start in range(0, len(requests), batch_size):
         episodes = run_episodes(spec, requests[start : start + batch_size], backend, chat, temperature=temperature,
@@ -80,11 +61,8 @@ def evaluate_seeds(model: torch.nn.Module, tokenizer: Any, game: str, *, n_tasks
             sim = episode_to_simulation(ep, sim_id=f"{ep.request.seed}-s{ep.request.sample_idx}")
             sim["trial"] = ep.request.sample_idx  # pass^k groups a task's samples (wordings) as its trials
             simulations.append(sim)
-    out = {}
-    for index, seed in enumerate(seeds):
-        sims = simulations[index * per_seed : (index + 1) * per_seed]
-        out[seed] = sims, {**pass_hat_k(sims, samples), **pass_hat_k(sims, samples, groups=request_kinds)}
-    return out
+    hat = {**pass_hat_k(simulations, samples), **pass_hat_k(simulations, samples, groups=request_kinds)}
+    return simulations, hat
 
 
 def format_pass_table(hat: dict[str, Any]) -> str:
