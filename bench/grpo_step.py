@@ -2,7 +2,7 @@
 
 Usage (from the repo root):
     python bench/grpo_step.py [--iterations 3 --groups 2 --group-size 8] [--game NAME]
-                              [--max-turn-tokens 160 --max-episode-tokens 1600] [--model-dir DIR]
+                              [--max-turn-tokens 160 --max-episode-tokens 2400] [--model-dir DIR]
 
 Both trainers get the same tiny random-init Qwen3 model (built into a temp dir: vocab 1024, hidden 192,
 4 layers, the CPU-demo size, unless --model-dir is given), the same LoRA (r 8, alpha 16, every linear layer
@@ -19,9 +19,10 @@ tokens/s of both backends (sampled tokens / wall time of the episode loop), and 
 Exit 0 when the speedup reaches --target (1.5), 1 when it does not, 2 on bad arguments, 3 when TRL fails.
 
 The default is 2 groups of 8 (16 episodes) per iteration, not the 8 groups of the issue's example: the
-capability games open with a ~1,200-token prompt (policy + tool schemas); on 2 CPU cores 16 episodes take
-~17 s per iteration per side and 32 take ~30 s, so 8 groups would need ~10 minutes for the whole run
-instead of ~2.5. Pass --groups 8 on a bigger machine.
+capability games open with a ~2,000-token prompt (policy + the storefront's full tool list as JSON schemas);
+on 2 CPU cores 16 episodes took ~17 s per iteration per side and 32 ~30 s with the earlier ~1,200-token
+prompt (a tool subset), so 8 groups would need ~10 minutes for the whole run instead of ~2.5. Pass
+--groups 8 on a bigger machine.
 """
 from __future__ import annotations
 
@@ -76,9 +77,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--group-size", type=int, default=8, help="episodes per group (default 8)")
     parser.add_argument("--max-turn-tokens", type=int, default=None,
                         help="tokens sampled per assistant turn (default: the game's max_gen_tokens)")
-    parser.add_argument("--max-episode-tokens", type=int, default=1600,
-                        help="token budget per episode, prompt included (default 1600: the ~1,200-token opening "
-                             "plus two to three turns)")
+    parser.add_argument("--max-episode-tokens", type=int, default=2400,
+                        help="token budget per episode, prompt included (default 2400: the ~2,000-token opening "
+                             "with the storefront's full tool list, plus two to three turns)")
     parser.add_argument("--micro-batch", type=int, default=16, help="sequences per forward/backward (default 16)")
     parser.add_argument("--learning-rate", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
     parser.add_argument("--model-dir", type=Path, default=None,
