@@ -193,6 +193,12 @@ class CapabilityModel(nn.Module):
         return self.mode == "token" and self._forced_slot is None
 
     @property
+    def supports_row_dropping(self) -> bool:
+        """Whether a sampler may drop finished rows from a batch between decoding passes (train.backends.
+        HFBackend). Trajectory/global routing keeps each row's decision from the prefill pass, by batch row."""
+        return self.mode == "token"
+
+    @property
     def n_slots(self) -> int:
         return len(self.slot_names)
 

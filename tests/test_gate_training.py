@@ -93,6 +93,24 @@ def test_routed_model_works_with_the_rollout_backend_and_the_log_prob_scorers(ad
     assert torch.allclose(shared, full, atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["token", "trajectory", "global"])
+def test_routed_batch_whose_rows_stop_at_different_steps_samples_each_row_as_alone(adapters, mode):
+    """The sampler drops rows that stopped from its batch; trajectory/global routing keeps per-row decisions
+    from the prefill, so it must keep every row (supports_row_dropping), token routing may drop them."""
+    model = build_capability_model(make_tiny_base(), adapters, mode=mode).eval()
+    randomise_gate(model, seed=1)
+    prompts = [[5, 17, 33, 8], [3, 90, 41, 7, 25, 66], [64, 2, 33, 33, 9], [70, 71, 5, 32]]
+    free = HFBackend(model, pad_token_id=0, seed=0).generate(prompts, SamplingParams(max_new_tokens=8, temperature=0))
+    stops = (free[0].token_ids[1], free[2].token_ids[3])  # rows stop early at different steps
+    params = SamplingParams(max_new_tokens=8, temperature=0, stop_token_ids=stops)
+    batched = HFBackend(model, pad_token_id=0, seed=0).generate(prompts, params)
+    assert len({len(c.token_ids) for c in batched}) > 1
+    for prompt, completion in zip(prompts, batched):
+        (alone,) = HFBackend(model, pad_token_id=0, seed=0).generate([prompt], params)
+        assert completion.token_ids == alone.token_ids
+        assert torch.allclose(torch.tensor(completion.logprobs), torch.tensor(alone.logprobs), atol=1e-5)
+
+
 def test_gate_config_refuses_lora_keys_and_unknown_labels(tmp_path):
     with pytest.raises(ValueError, match="trains only the gates"):
         MoEGateConfig(adapters={"a": "x"}, grpo={"lora_r": 8})

@@ -190,3 +190,41 @@ def test_routed_gate_model_samples_the_same_with_the_cache(tmp_path, mode):
         assert fast.prefill_stats.prefill_tokens < plain.prefill_stats.prefill_tokens
     else:  # the route is decided per sequence on the prefill pass: everything is prefilled
         assert fast.prefill_stats == plain.prefill_stats
+
+
+def test_rows_that_stop_leave_the_batch_and_their_samples_stay_the_same(tiny_model_dir):
+    """Finished rows are dropped from the decoding batch (and their keys/values kept for the next turn): the
+    same greedy tokens and log-probs as a sampler that decodes every row to the end, with fewer rows run."""
+    model = _lora(load_base_model(str(tiny_model_dir))[0])  # varied greedy tokens (the random base repeats one)
+    prompts = [[(11 * i + 3 * row) % 300 + 20 for i in range(12 + row)] for row in range(8)]
+    free = HFBackend(model, 0, prefix_cache=False).generate(prompts, SamplingParams(max_new_tokens=12, temperature=0))
+    # Each row stops where it first emits a token of its own: rows finish at different steps.
+    stops = tuple(sorted({c.token_ids[min(row, 9)] for row, c in enumerate(free)}))
+    params = SamplingParams(max_new_tokens=12, temperature=0, stop_token_ids=stops)
+
+    rows_run = []
+    hook = model.register_forward_pre_hook(lambda m, a, kw: rows_run.append(kw["input_ids"].shape[0]),
+                                           with_kwargs=True)
+    try:
+        dropping = HFBackend(model, 0, prefix_cache=True)
+        first = dropping.generate(prompts, params)
+        dropped_rows = list(rows_run)
+        model.supports_row_dropping = False  # the reference: every row decodes until the last one stops
+        rows_run.clear()
+        keeping = HFBackend(model, 0, prefix_cache=True)
+        _same_completions(first, keeping.generate(prompts, params))
+        kept_rows = list(rows_run)
+    finally:
+        hook.remove()
+        del model.supports_row_dropping
+    lengths = sorted(len(c.token_ids) for c in first)
+    assert lengths[0] < lengths[-1]  # rows did stop at different steps
+    assert sum(dropped_rows) < sum(kept_rows) and min(dropped_rows) < len(prompts)
+
+    # The next turn continues every row from the keys/values kept, dropped rows included.
+    second = [p + c.token_ids + [40, 41, 42] for p, c in zip(prompts, first)]
+    before = dropping.prefill_stats.prefill_tokens
+    _same_completions(dropping.generate(second, params),
+                      HFBackend(model, 0, prefix_cache=False).generate(second, params))
+    # At most the stop token (sampled last, never run) + 3 observation tokens + a few recomputed columns per row.
+    assert dropping.prefill_stats.prefill_tokens - before <= len(second) * (4 + max(lengths) - min(lengths))

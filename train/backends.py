@@ -104,6 +104,25 @@ class _CachedRows:
     token_ids: list[list[int]]  # per row: the tokens whose keys/values it holds, from its start column
 
 
+class _FilledColumnsLayer(StaticLayer):
+    """A static cache layer that hands attention only the columns filled so far.
+
+    transformers' `StaticLayer` returns (and masks) all `max_cache_len` columns at every step, so each decoding
+    step of a turn read the keys/values of the columns its longest completion might reach (prompt + up to
+    max_new_tokens): reading the cache is what decoding costs on CPU. Storage stays preallocated; only the
+    view handed to attention (and the mask's width) is trimmed to the filled columns.
+    """
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = super().update(key_states, value_states, *args, **kwargs)
+        filled = int(self.cumulative_length)
+        return keys[:, :, :filled], values[:, :, :filled]  # [B, H, filled, D]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return int(self.get_seq_length()) + query_length, 0
+
+
 # A shared prefix within one call is prefilled on its own only when at least this long (a separate forward
 # for a few tokens costs more than it saves).
 MIN_SHARED_PREFIX = 16
@@ -164,6 +183,11 @@ class HFBackend(RolloutBackend):
     router that decides per sequence) or when a layer's cache is not a plain static one (sliding window):
     those calls prefill everything.
     `prefill_stats` sums what the prefill passes cost.
+
+    Decoding reads every row's keys/values at every step, so it runs only what is needed: rows that stopped
+    leave the batch once they are a quarter of it (their keys/values are kept for the prefix cache), unless
+    the model keeps per-row state between passes (`supports_row_dropping` False: trajectory/global routing),
+    and attention sees only the cache columns filled so far (`_FilledColumnsLayer`).
     """
 
     def __init__(self, model: torch.nn.Module, pad_token_id: int, *, seed: int = 0, max_batch_size: int = 256,
@@ -200,8 +224,7 @@ class HFBackend(RolloutBackend):
             chunk = prompts[start : start + self.max_batch_size]
             completions, rows = self._generate_batch(chunk, params, sources + produced if use_cache else None)
             out.extend(completions)
-            if rows is not None:
-                produced.append(rows)
+            produced.extend(rows)
         self._kept, self._kept_weights = (produced, weights) if use_cache else ([], [])
         return out
 
@@ -231,11 +254,11 @@ class HFBackend(RolloutBackend):
     @torch.no_grad()
     def _generate_batch(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, sources: list[_CachedRows] | None
-    ) -> tuple[list[Completion], _CachedRows | None]:
+    ) -> tuple[list[Completion], list[_CachedRows]]:
         """Completions of `prompts`, and (when `sources` is given: the prefix cache is on) the cache rows of
         the sequences produced, for the next call. `sources` are cached rows the prompts may continue."""
         if not prompts:
-            return [], None
+            return [], []
         device = next(self.model.parameters()).device
         was_training = self.model.training
         self.model.eval()
@@ -248,7 +271,7 @@ class HFBackend(RolloutBackend):
     def _sample(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, sources: list[_CachedRows] | None,
         device: torch.device,
-    ) -> tuple[list[Completion], _CachedRows | None]:
+    ) -> tuple[list[Completion], list[_CachedRows]]:
         batch, longest = len(prompts), max(len(p) for p in prompts)
         input_ids = torch.full((batch, longest), self.pad_token_id, dtype=torch.long, device=device)  # [B, P]
         attention_mask = torch.zeros((batch, longest), dtype=torch.long, device=device)  # [B, P]
@@ -262,8 +285,8 @@ class HFBackend(RolloutBackend):
         # A preallocated (static) KV cache: a growing cache re-concatenates every layer's keys and values
         # at each step, which dominated decoding time on CPU.
         total = longest + params.max_new_tokens
-        cache = StaticCache(config=self._config(), max_cache_len=total)
-        if sources is not None and not all(type(layer) is StaticLayer for layer in cache.layers):
+        cache = self._new_cache(total)
+        if sources is not None and not all(type(layer) is _FilledColumnsLayer for layer in cache.layers):
             sources = None  # sliding-window (rolling) layers: columns do not map to positions one to one
         if sources is None:
             logits = self._prefill(cache, input_ids, attention_mask, position_ids, 0)  # [B, V]
@@ -272,50 +295,74 @@ class HFBackend(RolloutBackend):
         full_mask = torch.cat(  # [B, P + N]; generated columns switch on as they are written
             [attention_mask, torch.zeros((batch, params.max_new_tokens), dtype=torch.long, device=device)], 1
         )
-        next_position = position_ids[:, -1:] + 1  # [B, 1]
-        tokens = torch.empty((batch, params.max_new_tokens), dtype=torch.long, device=device)  # [B, N]
+        next_position = position_ids[:, -1:] + 1  # [A, 1]: rows still in the batch (A <= B)
+        tokens = torch.full((batch, params.max_new_tokens), self.pad_token_id, dtype=torch.long, device=device)  # [B, N]
         logprobs = torch.zeros((batch, params.max_new_tokens), dtype=torch.float32, device=device)  # [B, N]
         lengths = torch.full((batch,), params.max_new_tokens, dtype=torch.long, device=device)  # [B]
-        finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [B]
+        alive = torch.arange(batch, device=device)  # [A] original row of each row still decoding
+        finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [A]
+        compact = bool(getattr(self.model, "supports_row_dropping", True))
         fed = 0  # sampled tokens that went through the model (their keys/values are in the cache)
+        dropped: list[_CachedRows] = []  # keys/values of rows that left the batch early (prefix cache on)
         for step in range(params.max_new_tokens):
             if params.temperature == 0:
-                step_logprobs = torch.log_softmax(logits.float(), dim=-1)  # [B, V]
-                token = step_logprobs.argmax(dim=-1)  # [B]
+                step_logprobs = torch.log_softmax(logits.float(), dim=-1)  # [A, V]
+                token = step_logprobs.argmax(dim=-1)  # [A]
             else:
-                step_logprobs = torch.log_softmax(logits.float() / params.temperature, dim=-1)  # [B, V]
-                token = torch.multinomial(step_logprobs.exp(), 1, generator=self.generator).squeeze(-1)  # [B]
+                step_logprobs = torch.log_softmax(logits.float() / params.temperature, dim=-1)  # [A, V]
+                token = torch.multinomial(step_logprobs.exp(), 1, generator=self.generator).squeeze(-1)  # [A]
             token = torch.where(finished, torch.full_like(token, self.pad_token_id), token)
-            tokens[:, step] = token
-            logprobs[:, step] = step_logprobs.gather(-1, token[:, None]).squeeze(-1)
+            tokens[alive, step] = token
+            logprobs[alive, step] = torch.where(finished, 0.0, step_logprobs.gather(-1, token[:, None]).squeeze(-1))
             hit_stop = torch.isin(token, stop) & ~finished
-            lengths = torch.where(hit_stop, torch.full_like(lengths, step + 1), lengths)
+            lengths[alive[hit_stop]] = step + 1
             finished |= hit_stop
             if bool(finished.all()) or step + 1 == params.max_new_tokens:
                 break
+            # Rows that stopped leave the batch once they are a quarter of it: decoding cost is rows x cache
+            # columns, and in a multi-turn batch most rows stop long before the longest one (measured on the
+            # demo's storefront: 40% of row-steps were finished rows). Dropping copies the cache once.
+            n_done = int(finished.sum())
+            if compact and n_done and n_done * 4 >= len(alive):
+                keep = (~finished).nonzero().squeeze(-1)  # [A'] positions within the batch
+                if sources is not None:
+                    gone = finished.nonzero().squeeze(-1)
+                    dropped.append(self._rows_of(cache, gone, [int(alive[g]) for g in gone], prompts, tokens,
+                                                 lengths, fed, longest))
+                cache.reorder_cache(keep)
+                alive, finished = alive[keep], finished[keep]
+                full_mask, next_position, token = full_mask[keep], next_position[keep], token[keep]
             full_mask[:, longest + step] = 1
             output = self.model(
                 input_ids=token[:, None], attention_mask=full_mask[:, : longest + step + 1],
                 position_ids=next_position, cache=cache, use_cache=True,
             )
             fed += 1
-            logits = output.logits[:, -1, :]  # [B, V]
+            logits = output.logits[:, -1, :]  # [A, V]
             next_position = next_position + 1
         completions = []
-        produced = []
         for row in range(batch):
             n = int(lengths[row])
             ids = tokens[row, :n].tolist()
             reason = "stop" if ids and ids[-1] in params.stop_token_ids else "length"
             completions.append(Completion(ids, logprobs[row, :n].tolist(), reason))
-            produced.append(list(prompts[row]) + ids[: min(n, fed)])
         if sources is None:
-            return completions, None
-        rows = _CachedRows(
-            [(layer.keys, layer.values) for layer in cache.layers],
-            [longest - len(p) for p in prompts], produced,
-        )
-        return completions, rows
+            return completions, []
+        rows = self._rows_of(cache, torch.arange(len(alive), device=device), alive.tolist(), prompts, tokens,
+                             lengths, fed, longest)
+        return completions, dropped + [rows]
+
+    @staticmethod
+    def _rows_of(cache: StaticCache, positions: torch.Tensor, originals: list[int], prompts: Sequence[Sequence[int]],
+                 tokens: torch.Tensor, lengths: torch.Tensor, fed: int, longest: int) -> _CachedRows:
+        """The cache rows at `positions` (batch rows `originals`) as reusable cached sequences: each holds its
+        prompt and the sampled tokens that went through the model (`fed` of them, at most its own length)."""
+        whole = len(positions) == cache.layers[0].keys.shape[0]
+        layers = [(layer.keys, layer.values) if whole else
+                  (layer.keys.index_select(0, positions), layer.values.index_select(0, positions))
+                  for layer in cache.layers]
+        produced = [list(prompts[r]) + tokens[r, : min(int(lengths[r]), fed)].tolist() for r in originals]
+        return _CachedRows(layers, [longest - len(prompts[r]) for r in originals], produced)
 
     def _prefill(
         self, cache: StaticCache, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -404,7 +451,7 @@ class HFBackend(RolloutBackend):
             input_ids[row, longest - len(prefix) :] = torch.tensor(prefix, dtype=torch.long)
             attention_mask[row, longest - len(prefix) :] = 1
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # [C, S]
-        cache = StaticCache(config=self._config(), max_cache_len=longest)
+        cache = self._new_cache(longest)
         self._prefill(cache, input_ids, attention_mask, position_ids, 0)
         layers = [(layer.keys, layer.values) for layer in cache.layers]
         return [_CachedRows(layers, [longest - len(p) for p in prefixes], prefixes)]
@@ -416,29 +463,29 @@ class HFBackend(RolloutBackend):
         """Write columns [0, first) of every distinct prompt's row from its cached source row (zeros on
         padding), through `Cache.update` (which also sets the cache length to `first`). Some row has columns
         there (first > 0 means a row is longer than the prefilled tail, so it shares that much with a source)."""
-        device = sources[chosen[0][0]].layers[0][0].device
-        column = torch.arange(first, device=device)[None, :]  # [1, F]
-        per_source: dict[int, list[int]] = {}
-        for u, (s, _) in enumerate(chosen):
-            if len(distinct[u]) > longest - first:  # the row has columns before `first`
-                per_source.setdefault(s, []).append(u)
+        # Per row, its cached columns are one contiguous run of its source row, shifted by the difference of
+        # the two paddings: a slice copy per row (a gather over [rows, columns] indices cost 3x more).
+        copies = []  # (destination row, first destination column, source, source row, first source column)
+        for u, (s, r) in enumerate(chosen):
+            row_start = longest - len(distinct[u])
+            if row_start < first:  # the row has columns before `first`
+                copies.append((u, row_start, sources[s], r, sources[s].starts[r]))
         for layer_index in range(len(cache.layers)):
-            keys = values = None
-            for s, users in per_source.items():
-                src_keys, src_values = sources[s].layers[layer_index]  # [N, H, T, D]
-                if keys is None:
-                    shape = (len(distinct), src_keys.shape[1], first, src_keys.shape[3])
-                    keys = torch.zeros(shape, dtype=src_keys.dtype, device=device)  # [U, H, F, D]
-                    values = torch.zeros(shape[:3] + (src_values.shape[3],), dtype=src_values.dtype, device=device)
-                src_rows = torch.tensor([chosen[u][1] for u in users], device=device)  # [n]
-                row_start = torch.tensor([longest - len(distinct[u]) for u in users], device=device)[:, None]  # [n, 1]
-                src_start = torch.tensor([sources[s].starts[chosen[u][1]] for u in users], device=device)[:, None]
-                valid = column >= row_start  # [n, F]
-                src_column = torch.where(valid, column - row_start + src_start, 0)  # [n, F]
-                for dest, src in ((keys, src_keys), (values, src_values)):
-                    gathered = src[src_rows[:, None], :, src_column].transpose(1, 2)  # [n, F, H, D] -> [n, H, F, D]
-                    dest[torch.tensor(users, device=device)] = torch.where(valid[:, None, :, None], gathered, 0)
+            src_keys, src_values = copies[0][2].layers[layer_index]  # [N, H, T, D]
+            keys = src_keys.new_zeros((len(distinct), src_keys.shape[1], first, src_keys.shape[3]))  # [U, H, F, D]
+            values = src_values.new_zeros((len(distinct), src_values.shape[1], first, src_values.shape[3]))
+            for u, row_start, source, r, src_start in copies:
+                src_keys, src_values = source.layers[layer_index]
+                width = first - row_start
+                keys[u, :, row_start:first] = src_keys[r, :, src_start : src_start + width]
+                values[u, :, row_start:first] = src_values[r, :, src_start : src_start + width]
             cache.update(keys, values, layer_index)
+
+    def _new_cache(self, columns: int) -> StaticCache:
+        """A static cache of `columns` columns whose plain layers attend over the filled columns only."""
+        cache = StaticCache(config=self._config(), max_cache_len=columns)
+        cache.layers = [_FilledColumnsLayer(columns) if type(layer) is StaticLayer else layer for layer in cache.layers]
+        return cache
 
     def _config(self) -> Any:
         """The base model's config (through a PEFT wrapper if there is one)."""
