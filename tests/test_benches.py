@@ -75,3 +75,15 @@ def test_rollout_backends_bench_puts_a_vllm_server_side_by_side():
     expected = figures["multi_turn_hf_cache_tokens_per_s"] / figures["multi_turn_vllm_tokens_per_s"]
     assert ratio == pytest.approx(expected, rel=0.01, abs=0.002)
     assert figures["single_turn_vllm_tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("target, code", [("0", 0), ("1e12", 1)])
+def test_sft_step_bench_reports_the_shared_prefix_speedup(target, code):
+    result, figures = _run("bench/sft_step.py", "--demos", "12", "--epochs", "1", "--batch-tokens", "8192",
+                           "--threads", "1", "--target", target)
+    assert result.returncode == code, result.stderr[-2000:]
+    speedup = _headline(result, "shared_prefix_speedup")
+    ratio = figures["shared_tokens_per_s"] / figures["unshared_tokens_per_s"]
+    assert speedup == pytest.approx(ratio, rel=0.01, abs=0.002)
+    # The same training either way, up to float rounding.
+    assert figures["shared_final_loss"] == pytest.approx(figures["unshared_final_loss"], abs=2e-4)

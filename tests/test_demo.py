@@ -147,6 +147,46 @@ def test_sft_trains_only_assistant_tokens_and_lowers_the_loss(tiny_model_dir, de
     assert figures["steps"] >= 6 and after < before - 0.5
 
 
+def test_sft_runs_the_shared_opening_once_with_the_same_loss_and_gradients(tiny_model_dir, demo_config):
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from benchmarks.storefront.demos import make_demonstrations
+    from train.sft import batch_loss, make_batches, tokenize_chats
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    chats = tokenize_chats(tokenizer, make_demonstrations(8, 0, demo_config, {}, progress=False), progress=False)
+    batches = make_batches(chats, 1 << 16, tokenizer.pad_token_id, random.Random(0), share_prefix=True)
+    (batch,) = batches  # all 8 in one batch
+    assert batch.prefix_len >= 100  # the system prompt and tools
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    results = []
+    for prefix_len in (batch.prefix_len, 0):
+        model.zero_grad()
+        loss, n_trained, n_correct = batch_loss(model, batch._replace(prefix_len=prefix_len))
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        results.append((loss.item(), n_trained, n_correct, grads))
+    (shared_loss, *shared_counts, shared_grads), (plain_loss, *plain_counts, plain_grads) = results
+    assert shared_counts == plain_counts and abs(shared_loss - plain_loss) < 1e-5
+    for name, grad in plain_grads.items():
+        assert torch.allclose(shared_grads[name], grad, rtol=1e-4, atol=1e-6), name
+
+
+def test_the_shared_opening_stops_before_the_first_trained_token():
+    from train.sft import TokenizedChat, shared_prefix_len
+
+    opening = list(range(10, 60))
+    a = TokenizedChat(opening + [1, 2, 3], [0] * 45 + [1] * 8)  # trains from index 45 (inside the opening)
+    b = TokenizedChat(opening + [4, 5], [0] * 50 + [1] * 2)
+    assert shared_prefix_len([a, b]) == 44  # the output at 44 predicts token 45, which a trains on
+    assert shared_prefix_len([b, TokenizedChat(opening[:40] + [7, 8], [0] * 40 + [1] * 2)]) == 39
+    assert shared_prefix_len([a]) == 0  # one row: nothing to share
+    assert shared_prefix_len([TokenizedChat(opening, [0] * 20 + [1] * 30), b]) == 0  # 19 < MIN_SHARED_PREFIX
+
+
 def test_sft_config_rejects_bad_values():
     from train.sft import SFTConfig
 
