@@ -296,7 +296,7 @@ class HFBackend(RolloutBackend):
             [attention_mask, torch.zeros((batch, params.max_new_tokens), dtype=torch.long, device=device)], 1
         )
         next_position = position_ids[:, -1:] + 1  # [A, 1]: rows still in the batch (A <= B)
-        tokens = torch.full((batch, params.max_new_tokens), self.pad_token_id, dtype=torch.long, device=device)  # [B, N]
+        tokens = torch.empty((batch, params.max_new_tokens), dtype=torch.long, device=device)  # [B, N]
         logprobs = torch.zeros((batch, params.max_new_tokens), dtype=torch.float32, device=device)  # [B, N]
         lengths = torch.full((batch,), params.max_new_tokens, dtype=torch.long, device=device)  # [B]
         alive = torch.arange(batch, device=device)  # [A] original row of each row still decoding
@@ -313,7 +313,7 @@ class HFBackend(RolloutBackend):
                 token = torch.multinomial(step_logprobs.exp(), 1, generator=self.generator).squeeze(-1)  # [A]
             token = torch.where(finished, torch.full_like(token, self.pad_token_id), token)
             tokens[alive, step] = token
-            logprobs[alive, step] = torch.where(finished, 0.0, step_logprobs.gather(-1, token[:, None]).squeeze(-1))
+            logprobs[alive, step] = step_logprobs.gather(-1, token[:, None]).squeeze(-1)
             hit_stop = torch.isin(token, stop) & ~finished
             lengths[alive[hit_stop]] = step + 1
             finished |= hit_stop

@@ -149,6 +149,25 @@ def token_logprobs(
     )
 
 
+def logits_after_prefix(
+    model: torch.nn.Module, prefix_ids: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits of B continuations of ONE shared prefix, running the prefix once: (prefix logits [1, P, V],
+    continuation logits [B, T, V]). The prefix's keys/values are repeated for every row, differentiably, so the
+    prefix gets every row's gradient. prefix_ids: [P]; input_ids: [B, T] right-padded; attention_mask: [B, T]."""
+    batch, seq_len = input_ids.shape
+    prefix_len = prefix_ids.numel()
+    prefix = model(input_ids=prefix_ids[None], use_cache=True)
+    cache = prefix.cache
+    cache.batch_repeat_interleave(batch)  # [1, ...] -> [B, ...]
+    full_mask = torch.cat([attention_mask.new_ones((batch, prefix_len)), attention_mask], dim=1)  # [B, P + T]
+    positions = prefix_len + torch.arange(seq_len, device=input_ids.device).expand(batch, seq_len)  # [B, T]
+    continuation = model(
+        input_ids=input_ids, attention_mask=full_mask, position_ids=positions, cache=cache, use_cache=True
+    )
+    return prefix.logits, continuation.logits
+
+
 def token_logprobs_after_prefix(
     model: torch.nn.Module,
     prefix_ids: torch.Tensor,
@@ -175,19 +194,11 @@ def token_logprobs_after_prefix(
     _check_ids_and_mask(input_ids, attention_mask)
     if prefix_ids.dim() != 1 or prefix_ids.numel() < 1:
         raise ValueError(f"prefix_ids must be a non-empty 1-D tensor; got shape {tuple(prefix_ids.shape)}.")
-    batch, seq_len = input_ids.shape
-    prefix_len = prefix_ids.numel()
-    prefix = model(input_ids=prefix_ids[None], use_cache=True)
-    cache = prefix.cache
-    cache.batch_repeat_interleave(batch)  # [1, ...] -> [B, ...]; differentiable, so prefix gets every row's grad
-    full_mask = torch.cat([attention_mask.new_ones((batch, prefix_len)), attention_mask], dim=1)  # [B, P + T]
-    positions = prefix_len + torch.arange(seq_len, device=input_ids.device).expand(batch, seq_len)  # [B, T]
-    continuation = model(
-        input_ids=input_ids, attention_mask=full_mask, position_ids=positions, cache=cache, use_cache=True
-    )
+    batch = input_ids.shape[0]
+    prefix_logits, continuation_logits = logits_after_prefix(model, prefix_ids, input_ids, attention_mask)
     # Put the prefix's last position in front: logits[:, t] then predicts token t of the extended sequence.
-    last = prefix.logits[:, -1:].expand(batch, 1, prefix.logits.shape[-1])  # [B, 1, V]
-    logits = torch.cat([last, continuation.logits], dim=1)  # [B, 1 + T, V]
+    last = prefix_logits[:, -1:].expand(batch, 1, prefix_logits.shape[-1])  # [B, 1, V]
+    logits = torch.cat([last, continuation_logits], dim=1)  # [B, 1 + T, V]
     ids = torch.cat([prefix_ids[-1:].expand(batch, 1), input_ids], dim=1)  # [B, 1 + T]
     mask = torch.cat([attention_mask.new_ones((batch, 1)), attention_mask], dim=1)  # [B, 1 + T]
     return logprobs_from_logits(logits, ids, mask, temperature=temperature, chunk_tokens=chunk_tokens)[:, 1:]

@@ -15,7 +15,7 @@ Shared prefix (`share_prefix`, on by default): the chats of a batch usually open
 prompt and tools (a third of a storefront demonstration), which nothing trains. The batch's longest common
 untrained opening runs through the model once, its keys/values are repeated for every row (gradients flow
 back from every row), and only the rest runs per row: the same loss and gradients up to float rounding,
-1.32x the tokens/s on the demo's SFT (bench/sft_step.py).
+1.35x the tokens/s on storefront demonstrations (bench/sft_step.py).
 
 Why not TRL's SFTTrainer: on this 2-core machine the same data trained 1.5x faster with this loop (length-
 grouped, token-budget batches; measured ~6,900 vs ~4,600 tokens/s, ../shared/design/CPU-DEMO-SIZING.md), and
@@ -38,6 +38,7 @@ import torch
 from tqdm import tqdm
 
 from common.io import InputError, atomic_write_json, check_output_path, load_jsonl
+from train.logprobs import logits_after_prefix
 
 INFO_FILE = "sft_info.json"
 
@@ -163,13 +164,8 @@ def batch_loss(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, int,
     """(mean loss over trained tokens, trained tokens, correctly predicted trained tokens)."""
     shared = batch.prefix_len
     if shared:  # the opening once, its keys/values repeated for every row; only the rest runs per row
-        rows, width = batch.input_ids.shape
-        opening = model(input_ids=batch.input_ids[:1, :shared], use_cache=True)
-        cache = opening.cache
-        cache.batch_repeat_interleave(rows)  # [1, ...] -> [B, ...]; differentiable
-        positions = torch.arange(shared, width, device=batch.input_ids.device).expand(rows, width - shared)
-        logits = model(input_ids=batch.input_ids[:, shared:], attention_mask=batch.attention_mask,
-                       position_ids=positions, cache=cache, use_cache=True).logits  # [B, T-S, V]
+        _, logits = logits_after_prefix(model, batch.input_ids[0, :shared], batch.input_ids[:, shared:],
+                                        batch.attention_mask[:, shared:])  # [B, T-S, V]
     else:
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits  # [B, T, V]
     # Position t predicts token t+1; the opening's outputs predict untrained tokens only (shared_prefix_len).
