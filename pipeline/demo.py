@@ -207,8 +207,8 @@ class Demo:
             out[capability] = result
             skipped = not_trained_because(result, self.config.loop.group_size, forced=bool(forced))
             print(f"  {capability}: {result['status']}"
-                  + (f" ({result['knob']}={result['value']!r}, success {result['success_rate']:.2f})"
-                     if result.get("knob") and result.get("success_rate") is not None else "")
+                  + (f" ({', '.join(f'{k}={v!r}' for k, v in result['settings'].items())}, "
+                     f"success {result['success_rate']:.2f})" if result.get("settings") else "")
                   + (f" — {result['detail']}" if result.get("detail") else "")
                   + (f" — not trained: {skipped}" if skipped else ""), flush=True)
         atomic_write_json(folder / "environments.json", out)

@@ -2,8 +2,9 @@
 
 - `calibrate_capability`: Step 2 for one selected capability: its registered game (`capability_<name>`,
   with ids shaped like the demo's storefront) is validated (`pipeline.validate_game.validate`, probes
-  included), then its first declared difficulty knob is bisected (`pipeline.recalibrate.search_knob`)
-  with rollouts of the base agent itself until its success rate is in the band.
+  included), then its declared difficulty knobs are bisected in order (`pipeline.recalibrate.search_knob`)
+  with rollouts of the base agent itself until its success rate is in the band: a knob that cannot reach
+  the band stays at its value nearest to it while the next knob moves.
 - `train_lora`: one GRPO LoRA run (`train.grpo.GRPOTrainer`, the code of `python -m train`) on any game
   spec: a capability game (Step 3), the storefront itself (the direct-GRPO baseline) or a mix of the
   selected games (the single-adapter baseline). The GRPO loop is the same in all three.
@@ -53,8 +54,8 @@ def model_collector(model: Any, tokenizer: Any, base_overrides: dict[str, Any], 
 
 def calibrate_capability(capability: str, model: Any, tokenizer: Any, game_overrides: dict[str, Any],
                          settings: Any) -> dict[str, Any]:
-    """Validate the capability's game and move its declared difficulty knob into the band."""
-    from pipeline.recalibrate import search_knob
+    """Validate the capability's game and move its declared difficulty knobs (`search_knobs`) into the band."""
+    from pipeline.recalibrate import search_knobs
     from pipeline.validate_game import validate
 
     spec = game_for(capability)
@@ -67,18 +68,12 @@ def calibrate_capability(capability: str, model: Any, tokenizer: Any, game_overr
         return {**result, "status": "invalid", "detail": "; ".join(report["failures"])}
     if not spec.difficulty_knobs:
         return {**result, "status": "no_knob", "value": None, "game_overrides": dict(game_overrides)}
-    knob = spec.difficulty_knobs[0]
     collect = model_collector(model, tokenizer, game_overrides, settings.calibration_tasks,
                               settings.calibration_samples)
-    search = search_knob(spec, knob.name, list(knob.values), collect, band=tuple(settings.band),
-                         max_rounds=settings.max_rounds)
-    overrides = dict(game_overrides)
-    if search["value"] is not None:
-        overrides[knob.name] = search["value"]
-    return {**result, "status": search["status"], "knob": knob.name, "value": search["value"],
-            "success_rate": search["success_rate"], "history": [
-                {"value": h["value"], "success_rate": h["success_rate"]} for h in search["history"]],
-            "game_overrides": overrides}
+    search = search_knobs(spec, collect, band=tuple(settings.band), max_rounds=settings.max_rounds)
+    history = [{k: probe[k] for k in ("knob", "value", "success_rate")} for probe in search["history"]]
+    return {**result, **{k: search[k] for k in ("status", "knob", "value", "success_rate", "settings")},
+            "history": history, "game_overrides": {**game_overrides, **search["settings"]}}
 
 
 def no_signal_rate(group_size: int) -> float:
@@ -107,9 +102,10 @@ def not_trained_because(environment: dict[str, Any], group_size: int, forced: bo
     floor = no_signal_rate(group_size)
     if best >= floor:
         return None
-    values = ", ".join(repr(h["value"]) for h in tried)
-    return (f"too hard for the base agent: success at most {best:.2f} at every {environment.get('knob')} value tried "
-            f"({values}), below {floor:.2f}, where most groups of {group_size} hold no success")
+    knobs = list(dict.fromkeys(h.get("knob", environment.get("knob")) for h in tried))
+    values = ", ".join(repr(h["value"]) if len(knobs) == 1 else f"{h.get('knob')}={h['value']!r}" for h in tried)
+    return (f"too hard for the base agent: success at most {best:.2f} at every {' / '.join(map(str, knobs))} "
+            f"value tried ({values}), below {floor:.2f}, where most groups of {group_size} hold no success")
 
 
 def grpo_config(game: str, model_dir: Path, output_dir: Path, game_overrides: dict[str, Any], settings: Any,

@@ -31,6 +31,14 @@ def _fmt(cell: dict[str, float] | None) -> str:
     return "-" if cell is None else f"{cell['mean']:.3f} ± {cell['std']:.3f}"
 
 
+def _difficulty(environment: dict[str, Any]) -> str:
+    """The knob settings calibration chose ('-' when none), e.g. `n_distractor_items=0, min_payment_methods=2`."""
+    settings = environment.get("settings")
+    if settings is None and environment.get("knob"):  # an environments.json written before knobs moved in turn
+        settings = {environment["knob"]: environment.get("value")}
+    return ", ".join(f"{k}={v!r}" for k, v in (settings or {}).items()) or "-"
+
+
 def plot_sft_curve(log: list[dict[str, Any]], path: Path) -> Path | None:
     """Loss and token accuracy of the base agent's SFT against training time (PNG)."""
     if not log:
@@ -193,16 +201,17 @@ def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: An
         if not envs:
             lines += ["Nothing was selected in Step 1, so no environment was built.", ""]
         else:
-            lines += ["| capability | game | validated | knob | value | base success | status | trained |",
-                      "|---|---|---|---|---|---|---|---|"]
+            lines += ["| capability | game | validated | difficulty | base success | status | trained |",
+                      "|---|---|---|---|---|---|---|"]
             for capability, e in envs.items():
                 rate = e.get("success_rate")
                 skipped = not_trained_because(e, config.loop.group_size, forced=forced)
-                lines.append(f"| {capability} | {e.get('game', '-')} | {e.get('validated', '-')} | {e.get('knob', '-')} | "
-                             f"{e.get('value', '-')!r} | {'-' if rate is None else f'{rate:.2f}'} | {e['status']} | "
+                lines.append(f"| {capability} | {e.get('game', '-')} | {e.get('validated', '-')} | "
+                             f"{_difficulty(e)} | {'-' if rate is None else f'{rate:.2f}'} | {e['status']} | "
                              f"{'no: ' + skipped if skipped else 'yes'} |")
             lines += ["", f"Band: success rate in [{config.loop.band[0]:g}, {config.loop.band[1]:g}] for the base agent. "
-                      f"A game out of the band is trained at the nearest value tried, unless its best success rate is below "
+                      f"Knobs move in the game's declared order; one that cannot reach the band stays at its nearest value while the "
+                      f"next moves. A game out of the band is trained at the nearest value tried, unless its best success rate is below "
                       f"{no_signal_rate(config.loop.group_size):.2f}, where most groups of {config.loop.group_size} hold no "
                       "success (unless the config sets the capabilities to train).", ""]
     loop = config.loop

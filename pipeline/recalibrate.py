@@ -278,8 +278,9 @@ def search_knob(
         return measured[index]
 
     def result(status: str, chosen: dict[str, Any] | None) -> dict[str, Any]:
-        if chosen is None and history:  # report the closest probe to the band's centre
-            chosen = min(history, key=lambda m: abs(m["success_rate"] - (low + high) / 2))
+        if chosen is None and history:  # the probe closest to the band's centre; among equals the latest,
+            # which bisection moved furthest toward the band (all at 0.0: the easiest value tried)
+            chosen = min(reversed(history), key=lambda m: abs(m["success_rate"] - (low + high) / 2))
         return {
             "status": status, "value": chosen["value"] if chosen else None,
             "success_rate": chosen["success_rate"] if chosen else None,
@@ -299,6 +300,31 @@ def search_knob(
         lo, hi = (mid + 1, hi) if go_up else (lo, mid - 1)
     all_sides = {_band_side(m["success_rate"], band) for m in history}
     return result("not_found" if len(all_sides) == 2 else "out_of_range", None)
+
+
+def search_knobs(spec: GameSpec, collect: Collect, band: tuple[float, float] = DEFAULT_BAND,
+                 max_rounds: int = 5) -> dict[str, Any]:
+    """`search_knob` over every declared difficulty knob in declared order, until one brings the game into `band`.
+
+    A knob that cannot reach the band (too hard at its easiest value, or too easy at its hardest) stays at
+    its value nearest to the band while the next knob moves. Returns the last search's status, knob, value
+    and success rate, plus "settings" ({knob: chosen value} of every knob searched) and "history" (every
+    probe, each with its "knob").
+    """
+    if not spec.difficulty_knobs:
+        raise ValueError(f"game {spec.name!r} declares no difficulty knob")
+    settings: dict[str, Any] = {}
+    history: list[dict[str, Any]] = []
+    for knob in spec.difficulty_knobs:
+        pinned = dict(settings)
+        search = search_knob(spec, knob.name, list(knob.values), lambda s, o: collect(s, {**pinned, **o}),
+                             band=band, max_rounds=max_rounds)
+        history += [{**probe, "knob": knob.name} for probe in search["history"]]
+        if search["value"] is not None:
+            settings[knob.name] = search["value"]
+        if search["status"] != "out_of_range":
+            break
+    return {**search, "knob": knob.name, "settings": settings, "history": history}
 
 
 def policy_collector(

@@ -338,4 +338,7 @@ def test_a_game_too_hard_at_every_value_tried_is_not_trained():
     assert not_trained_because({"status": "no_game", "detail": "no registered game"}, 8) == "no registered game"
     assert not_trained_because({"status": "no_knob", "value": None}, 8) is None
     assert not_trained_because(too_hard, 8, forced=True) is None  # loop.capabilities: trained anyway
+    two_knobs = {**too_hard, "knob": "b", "history": [{"knob": "a", "value": 2, "success_rate": 0.0},
+                                                      {"knob": "b", "value": 5, "success_rate": 0.01}]}
+    assert "every a / b value tried (a=2, b=5)" in not_trained_because(two_knobs, 8)
     assert not_trained_because({"status": "invalid", "detail": "bad"}, 8, forced=True) == "bad"

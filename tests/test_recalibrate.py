@@ -7,7 +7,9 @@ import pytest
 
 import toy_games as toy
 from common.io import InputError
-from pipeline.recalibrate import decide, main, parse_knob_value, policy_collector, search_knob
+from benchmarks.results import make_simulation
+from game_registry import DifficultyKnob
+from pipeline.recalibrate import decide, main, parse_knob_value, policy_collector, search_knob, search_knobs
 
 
 def rollouts(tmp_path, name: str, successes: int, total: int = 10, samples: int = 2):
@@ -152,6 +154,43 @@ def test_collector_writes_tau2_simulations():
     assert {(s["task_id"], s["sample_idx"]) for s in sims} == {(t, i) for t in range(3) for i in range(2)}
     assert all(s["reward_info"]["reward"] == 1.0 for s in sims)  # the oracle always wins
     assert sims[0]["messages"][0]["role"] == "system"
+
+
+def _collector_with_rates(rate_of):
+    """A collector whose success rate is a set function of the knob settings: it tests the order in which
+    knobs are searched, not a model. Records every call's settings in `.calls`."""
+
+    def collect(spec, overrides):
+        collect.calls.append(dict(overrides))
+        wins = round(rate_of(overrides) * 20)
+        return [make_simulation(task_id=str(i), messages=[], reward_info={"reward": float(i < wins)},
+                                termination_reason="agent_stop") for i in range(20)]
+
+    collect.calls = []
+    return collect
+
+
+TWO_KNOBS = (DifficultyKnob("n_keys", "increase", (1, 2, 3)), DifficultyKnob("n_items", "increase", (2, 4, 6, 8)))
+
+
+def test_search_knobs_moves_the_next_knob_from_where_the_first_one_stopped():
+    spec = toy.make_spec(difficulty_knobs=TWO_KNOBS)
+    # Out of reach at every n_keys while the vault is large; one key in a small vault is in band.
+    collect = _collector_with_rates(lambda o: 0.4 if o["n_keys"] == 1 and o.get("n_items", 8) <= 4 else 0.0)
+    result = search_knobs(spec, collect, band=(0.2, 0.6))
+    assert result["status"] == "in_band" and result["settings"] == {"n_keys": 1, "n_items": 4}
+    assert result["knob"] == "n_items" and result["success_rate"] == 0.4
+    first = [c for c in collect.calls if "n_items" not in c]
+    assert [c["n_keys"] for c in first] == [2, 1]  # bisected from the middle to the easiest value
+    assert all(c["n_keys"] == 1 for c in collect.calls[len(first):])  # the first knob stays at its easiest
+    assert [(h["knob"], h["value"]) for h in result["history"]] == [("n_keys", 2), ("n_keys", 1), ("n_items", 4)]
+
+    in_reach = _collector_with_rates(lambda o: 0.4 if o["n_keys"] == 1 else 0.0)
+    stopped = search_knobs(spec, in_reach, band=(0.2, 0.6))
+    assert stopped["settings"] == {"n_keys": 1} and all("n_items" not in c for c in in_reach.calls)
+
+    never = search_knobs(spec, _collector_with_rates(lambda o: 0.0), band=(0.2, 0.6))
+    assert never["status"] == "out_of_range" and never["settings"] == {"n_keys": 1, "n_items": 2}
 
 
 def test_search_over_str_values_learns_the_direction_from_their_order():
