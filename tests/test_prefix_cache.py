@@ -155,6 +155,26 @@ def test_a_disabled_lora_is_not_continued_with_the_lora_cache(tiny_model_dir):
     assert fast.prefill_stats.prefill_tokens == plain.prefill_stats.prefill_tokens
 
 
+def test_a_lora_policy_is_sampled_merged_and_re_merged_after_each_weight_change(tiny_model_dir):
+    model = _lora(load_base_model(str(tiny_model_dir))[0])
+    merged = HFBackend(model, 0, seed=2, merge_lora=True)
+    live = HFBackend(model, 0, seed=2, merge_lora=False)
+    params = SamplingParams(max_new_tokens=6, temperature=1.0)
+    prompts = [[(3 * i + r) % 300 + 20 for i in range(30)] for r in range(3)]
+    _same_completions(merged.generate(prompts, params), live.generate(prompts, params))
+    runner = merged._runner
+    assert runner is not model and not any(hasattr(m, "lora_A") for m in runner.modules())  # really merged
+    with torch.no_grad():  # an optimizer step on the adapter, in place
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.mul_(-2.0)
+    _same_completions(merged.generate(prompts, params), live.generate(prompts, params))  # re-merged
+    assert merged._runner is not runner
+    with model.disable_adapter():  # the base model: sampled live, not through the merged copy
+        _same_completions(merged.generate(prompts, params), live.generate(prompts, params))
+        assert merged._runner is model
+
+
 def test_prefix_cache_off_prefills_everything_and_bounds_what_is_kept(tiny_model_dir):
     model, _ = load_base_model(str(tiny_model_dir))
     fast, plain = _pair(model, max_batch_size=2)
@@ -206,12 +226,12 @@ def test_rows_that_stop_leave_the_batch_and_their_samples_stay_the_same(tiny_mod
     hook = model.register_forward_pre_hook(lambda m, a, kw: rows_run.append(kw["input_ids"].shape[0]),
                                            with_kwargs=True)
     try:
-        dropping = HFBackend(model, 0, prefix_cache=True)
+        dropping = HFBackend(model, 0, prefix_cache=True, merge_lora=False)  # the hook counts the live model's rows
         first = dropping.generate(prompts, params)
         dropped_rows = list(rows_run)
         model.supports_row_dropping = False  # the reference: every row decodes until the last one stops
         rows_run.clear()
-        keeping = HFBackend(model, 0, prefix_cache=True)
+        keeping = HFBackend(model, 0, prefix_cache=True, merge_lora=False)
         _same_completions(first, keeping.generate(prompts, params))
         kept_rows = list(rows_run)
     finally:

@@ -23,6 +23,7 @@ trainer, so that every old log-prob in a batch comes from one source and the ste
 """
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -188,16 +189,26 @@ class HFBackend(RolloutBackend):
     leave the batch once they are a quarter of it (their keys/values are kept for the prefix cache), unless
     the model keeps per-row state between passes (`supports_row_dropping` False: trajectory/global routing),
     and attention sees only the cache columns filled so far (`_FilledColumnsLayer`).
+
+    A PEFT LoRA policy is sampled through a copy with the adapter merged into its weights (`merge_lora=True`,
+    the default; PEFT's `merge_and_unload`), re-made whenever the policy's weights change: an unmerged LoRA
+    layer adds two matmuls and an add at every decoding step (measured: 8 groups x 8 storefront episodes on
+    the demo's base agent, 19.5 s -> 17.1 s). The same function to float rounding (~1e-7 in fp32); the live
+    policy is sampled as is when an adapter is disabled, when its parameters are sharded (FSDP) or when
+    it is not a PEFT model.
     """
 
     def __init__(self, model: torch.nn.Module, pad_token_id: int, *, seed: int = 0, max_batch_size: int = 256,
-                 prefix_cache: bool = True):
+                 prefix_cache: bool = True, merge_lora: bool = True):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.model = model
         self.pad_token_id = pad_token_id
         self.max_batch_size = max_batch_size
         self.prefix_cache = prefix_cache
+        self.merge_lora = merge_lora
+        self._runner: torch.nn.Module = model  # what the forward passes of the current call run
+        self._merged: tuple[list[tuple[Any, ...]], torch.nn.Module] | None = None  # (policy weights, merged copy)
         self.prefill_stats = PrefillStats()
         device = next(model.parameters()).device
         self.generator = torch.Generator(device=device)
@@ -214,9 +225,11 @@ class HFBackend(RolloutBackend):
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
         use_cache = self.prefix_cache and bool(getattr(self.model, "supports_prefix_cache", True))
-        weights = self._weights_version() if use_cache else []
+        merge = self.merge_lora and self._mergeable()
+        weights = self._weights_version() if use_cache or merge else []
         if not use_cache or weights != self._kept_weights:
             self._kept = []
+        self._runner = self._merged_copy(weights) if merge else self.model
         sources = list(self._kept)
         produced: list[_CachedRows] = []
         out: list[Completion] = []
@@ -239,6 +252,24 @@ class HFBackend(RolloutBackend):
 
     def close(self) -> None:
         self.clear_prefix_cache()
+        self._merged, self._runner = None, self.model
+
+    def _mergeable(self) -> bool:
+        """A PEFT LoRA model whose adapters are all enabled and whose parameters are plain local tensors."""
+        if not hasattr(self.model, "merge_and_unload") or not hasattr(self.model, "peft_config"):
+            return False
+        layers = [m for m in self.model.modules() if hasattr(m, "_disable_adapters")]
+        return (bool(layers) and not any(m._disable_adapters for m in layers)
+                and all(type(p.data) is torch.Tensor for p in self.model.parameters()))
+
+    def _merged_copy(self, weights: list[tuple[Any, ...]]) -> torch.nn.Module:
+        """The policy with its adapter merged, re-made when `weights` (the policy's version) changed."""
+        if self._merged is None or self._merged[0] != weights:
+            self._merged = None  # free the old copy before making the new one
+            merged = copy.deepcopy(self.model).merge_and_unload().eval()
+            merged.requires_grad_(False)
+            self._merged = (weights, merged)
+        return self._merged[1]
 
     def _weights_version(self) -> list[tuple[Any, ...]]:
         """What the model computes with: (storage address, in-place version counter) of every parameter and
@@ -259,14 +290,14 @@ class HFBackend(RolloutBackend):
         the sequences produced, for the next call. `sources` are cached rows the prompts may continue."""
         if not prompts:
             return [], []
-        device = next(self.model.parameters()).device
-        was_training = self.model.training
-        self.model.eval()
+        device = next(self._runner.parameters()).device
+        was_training = self._runner.training
+        self._runner.eval()
         try:
             return self._sample(prompts, params, sources, device)
         finally:
             if was_training:
-                self.model.train()
+                self._runner.train()
 
     def _sample(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, sources: list[_CachedRows] | None,
@@ -333,7 +364,7 @@ class HFBackend(RolloutBackend):
                 alive, finished = alive[keep], finished[keep]
                 full_mask, next_position, token = full_mask[keep], next_position[keep], token[keep]
             full_mask[:, longest + step] = 1
-            output = self.model(
+            output = self._runner(
                 input_ids=token[:, None], attention_mask=full_mask[:, : longest + step + 1],
                 position_ids=next_position, cache=cache, use_cache=True,
             )
@@ -371,7 +402,7 @@ class HFBackend(RolloutBackend):
         """Run columns `first:` of the left-padded batch through the model (the cache holds columns :first);
         returns the last column's logits [B, V]."""
         self.prefill_stats.prefill_tokens += input_ids.shape[0] * (input_ids.shape[1] - first)
-        output = self.model(
+        output = self._runner(
             input_ids=input_ids[:, first:], attention_mask=attention_mask, position_ids=position_ids[:, first:],
             cache=cache, use_cache=True, logits_to_keep=1,
         )
