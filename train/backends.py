@@ -193,9 +193,9 @@ class HFBackend(RolloutBackend):
     A PEFT LoRA policy is sampled through a copy with the adapter merged into its weights (`merge_lora=True`,
     the default; PEFT's `merge_and_unload`), re-made whenever the policy's weights change: an unmerged LoRA
     layer adds two matmuls and an add at every decoding step (measured: 8 groups x 8 storefront episodes on
-    the demo's base agent, 19.5 s -> 17.1 s). The same function to float rounding (~1e-7 in fp32); the live
-    policy is sampled as is when an adapter is disabled, when its parameters are sharded (FSDP) or when
-    it is not a PEFT model.
+    the demo's base agent, 19.5 s -> 16.6 s; the base model alone: 16.5 s). The same function to float
+    rounding (~1e-7 in fp32); the live policy is sampled as is when an adapter is disabled, when its
+    parameters are sharded (FSDP) or when it is not a PEFT model.
     """
 
     def __init__(self, model: torch.nn.Module, pad_token_id: int, *, seed: int = 0, max_batch_size: int = 256,
