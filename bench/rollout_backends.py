@@ -3,7 +3,7 @@
 Usage (from the repo root):
     python bench/rollout_backends.py [--model DIR] [--groups 4 --group-size 4] [--max-episode-tokens N]
                                      [--single-turn-tokens 64] [--vllm-url URL [--vllm-model NAME]]
-                                     [--threads N] [--target 1.0]
+                                     [--threads N] [--target 1.0] [--lora]
 
 The model is --model (default: the CPU-demo tiny model, vocab 1024, hidden 192, 4 layers, built with
 train.tiny into a temp dir). Two workloads, each run by every side on the same prompts and batch:
@@ -17,7 +17,11 @@ Sides: hf_nocache (HFBackend(prefix_cache=False): every call prefills every prom
 (the default: keys/values kept across turns, identical prompts and shared prefixes prefilled once) and,
 with --vllm-url, vllm (train/vllm_backend.py's VLLMBackend against that server; it must serve the same
 model: start it on --model's folder). Both HF sides use one seed, so they sample the same tokens: the
-bench checks it (identical_samples=1). A side's tokens/s is sampled tokens / wall time of the workload.
+bench checks it (identical_samples=1). With --lora the model is first wrapped in a LoRA shaped like
+configs/grpo_tiny.yaml's (r 8 on every linear layer, non-zero weights), as GRPO samples it: the HF sides
+then sample through a merged copy (HFBackend's default), and a side hf_cache_unmerged (merge_lora=False)
+runs the LoRA layers at every step; `lora_merge_speedup=` compares the two. A side's tokens/s is sampled
+tokens / wall time of the workload.
 Printed: per side and workload the tokens/s and seconds (multi_turn seconds = one GRPO iteration's
 rollout), the HF sides' prefill tokens (rows x columns run before decoding), and as the last line
 `prefix_cache_speedup=<multi_turn hf_cache tokens/s / hf_nocache tokens/s>`, or with --vllm-url
@@ -66,6 +70,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--target", type=float, default=1.0, help="headline ratio to reach for exit 0 (default 1)")
+    parser.add_argument("--lora", action="store_true",
+                        help="sample the model under a LoRA, merged (default) and unmerged (hf_cache_unmerged)")
     args = parser.parse_args(argv)
     for name in ("groups", "group_size", "single_turn_tokens"):
         if getattr(args, name) < 1:
@@ -82,6 +88,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.vllm_url is not None and not args.vllm_url.startswith(("http://", "https://")):
         raise InputError(f"--vllm-url must start with http:// or https://, got {args.vllm_url!r}")
     return args
+
+
+def _with_lora(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` under configs/grpo_tiny.yaml's LoRA shape, with non-zero weights (B starts at zero in training)."""
+    from peft import LoraConfig, get_peft_model
+
+    grpo = yaml.safe_load((REPO_ROOT / "configs/grpo_tiny.yaml").read_text())
+    wrapped = get_peft_model(model, LoraConfig(r=grpo["lora_r"], lora_alpha=grpo["lora_alpha"],
+                                               target_modules=grpo["lora_target_modules"], task_type="CAUSAL_LM"))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in wrapped.named_parameters():
+            if "lora_" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.02)
+    return wrapped
 
 
 def served_model(url: str) -> str:
@@ -113,6 +134,8 @@ def run(args: argparse.Namespace, model_dir: Path) -> int:
     from train.policy import load_base_model
 
     model, tokenizer = load_base_model(str(model_dir))
+    if args.lora:
+        model = _with_lora(model)
     spec = get_game(GAME)
     overrides = yaml.safe_load(GAME_CONFIG.read_text()) or {}
     chat = ChatTokenizer(tokenizer)
@@ -127,6 +150,8 @@ def run(args: argparse.Namespace, model_dir: Path) -> int:
         "hf_nocache": HFBackend(model, tokenizer.pad_token_id, seed=args.seed, prefix_cache=False),
         "hf_cache": HFBackend(model, tokenizer.pad_token_id, seed=args.seed, prefix_cache=True),
     }
+    if args.lora:
+        sides["hf_cache_unmerged"] = HFBackend(model, tokenizer.pad_token_id, seed=args.seed, merge_lora=False)
     scratch = tempfile.TemporaryDirectory(prefix="rollout-bench-")
     if args.vllm_url:
         from train.vllm_backend import VLLMBackend
@@ -175,12 +200,15 @@ def run(args: argparse.Namespace, model_dir: Path) -> int:
         for name, count in prefill[workload].items():
             print(f"{workload}_{name}_prefill_tokens={count}")
         print(f"{workload}_prefill_tokens_saved={prefill[workload]['hf_nocache'] - prefill[workload]['hf_cache']}")
-    identical = all(samples[w]["hf_cache"] == samples[w]["hf_nocache"] for w in samples)
+    identical = all(samples[w][name] == samples[w]["hf_nocache"] for w in samples for name in samples[w]
+                    if name.startswith("hf_"))
     print(f"identical_samples={int(identical)}")
     rate = {name: tokens / seconds for name, (seconds, tokens) in figures["multi_turn"].items()}
     for workload in figures:
         per_side = {name: tokens / seconds for name, (seconds, tokens) in figures[workload].items()}
         print(f"{workload}_prefix_cache_speedup={per_side['hf_cache'] / per_side['hf_nocache']:.3f}")
+    if "hf_cache_unmerged" in rate:
+        print(f"lora_merge_speedup={rate['hf_cache'] / rate['hf_cache_unmerged']:.3f}")
     if "vllm" in rate:
         headline_name, headline = "hf_vs_vllm", rate["hf_cache"] / rate["vllm"]
     else:

@@ -59,6 +59,15 @@ def test_rollout_backends_bench_reports_the_prefix_cache_speedup(target, code):
     assert speedup == pytest.approx(ratio, rel=0.01, abs=0.002)
 
 
+def test_rollout_backends_bench_compares_merged_and_unmerged_lora_sampling():
+    result, figures = _run("bench/rollout_backends.py", "--groups", "1", "--group-size", "2", "--max-episode-tokens",
+                           "2080", "--single-turn-tokens", "4", "--threads", "1", "--lora", "--target", "0")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert figures["identical_samples"] == 1  # merged or not, the same samples
+    ratio = figures["multi_turn_hf_cache_tokens_per_s"] / figures["multi_turn_hf_cache_unmerged_tokens_per_s"]
+    assert figures["lora_merge_speedup"] == pytest.approx(ratio, rel=0.01, abs=0.002)
+
+
 def test_rollout_backends_bench_puts_a_vllm_server_side_by_side():
     sys.path.insert(0, str(REPO / "tests"))
     from test_vllm_backend import StubVLLM  # an OpenAI-protocol stub of vLLM on 127.0.0.1
