@@ -175,6 +175,29 @@ def test_a_lora_policy_is_sampled_merged_and_re_merged_after_each_weight_change(
         assert merged._runner is model
 
 
+def test_a_lora_on_a_tied_lm_head_is_sampled_live(tiny_model_dir):
+    """Merging a LoRA on lm_head into a model whose lm_head is tied to the embeddings would change both."""
+    from peft import LoraConfig, get_peft_model
+
+    model, _ = load_base_model(str(tiny_model_dir))
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight  # tied
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "lm_head"]))
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.2)
+    sampler = HFBackend(model, 0, seed=2)
+    params = SamplingParams(max_new_tokens=6, temperature=1.0)
+    prompts = [[(3 * i + r) % 300 + 20 for i in range(30)] for r in range(2)]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # PEFT warns when asked to merge into a tied weight
+        got = sampler.generate(prompts, params)
+    assert sampler._runner is model
+    _same_completions(got, HFBackend(model, 0, seed=2, merge_lora=False).generate(prompts, params))
+
+
 def test_prefix_cache_off_prefills_everything_and_bounds_what_is_kept(tiny_model_dir):
     model, _ = load_base_model(str(tiny_model_dir))
     fast, plain = _pair(model, max_batch_size=2)

@@ -24,6 +24,7 @@ trainer, so that every old log-prob in a batch comes from one source and the ste
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -194,8 +195,9 @@ class HFBackend(RolloutBackend):
     the default; PEFT's `merge_and_unload`), re-made whenever the policy's weights change: an unmerged LoRA
     layer adds two matmuls and an add at every decoding step (measured: 8 groups x 8 storefront episodes on
     the demo's base agent, 19.5 s -> 16.6 s; the base model alone: 16.5 s). The same function to float
-    rounding (~1e-7 in fp32); the live policy is sampled as is when an adapter is disabled, when its
-    parameters are sharded (FSDP) or when it is not a PEFT model.
+    rounding (~1e-7 in fp32); the live policy is sampled as is when an adapter is disabled, when a LoRA
+    sits on a tied weight (lm_head tied to the embeddings: merging would change both), when its parameters
+    are sharded (FSDP) or when it is not a PEFT model.
     """
 
     def __init__(self, model: torch.nn.Module, pad_token_id: int, *, seed: int = 0, max_batch_size: int = 256,
@@ -259,8 +261,15 @@ class HFBackend(RolloutBackend):
         if not hasattr(self.model, "merge_and_unload") or not hasattr(self.model, "peft_config"):
             return False
         layers = [m for m in self.model.modules() if hasattr(m, "_disable_adapters")]
-        return (bool(layers) and not any(m._disable_adapters for m in layers)
-                and all(type(p.data) is torch.Tensor for p in self.model.parameters()))
+        if not layers or any(m._disable_adapters for m in layers):
+            return False
+        if not all(type(p.data) is torch.Tensor for p in self.model.parameters()):
+            return False
+        # A LoRA on a tied weight (lm_head tied to the input embeddings) would be merged into both: not the same
+        # function any more (PEFT warns about it). Such a policy is sampled live.
+        uses = Counter(id(p) for _, p in self.model.named_parameters(remove_duplicate=False))
+        return not any(uses[id(m.get_base_layer().weight)] > 1 for m in layers
+                       if hasattr(m, "get_base_layer") and hasattr(m.get_base_layer(), "weight"))
 
     def _merged_copy(self, weights: list[tuple[Any, ...]]) -> torch.nn.Module:
         """The policy with its adapter merged, re-made when `weights` (the policy's version) changed."""
