@@ -24,8 +24,8 @@ trainer, so that every old log-prob in a batch comes from one source and the ste
 from __future__ import annotations
 
 import copy
-from collections import Counter
 from abc import ABC, abstractmethod
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
