@@ -99,7 +99,11 @@ class Demo:
     # ---- steps ------------------------------------------------------------------------------------------
 
     def storefront_fields(self) -> dict[str, Any]:
-        return dataclasses.asdict(self.storefront)
+        """The storefront as the demo plays it: the target's config with `evaluate.max_steps` when set."""
+        fields = dataclasses.asdict(self.storefront)
+        if self.config.evaluate.max_steps is not None:
+            fields["max_steps"] = self.config.evaluate.max_steps
+        return fields
 
     def base(self, folder: Path) -> dict[str, Any]:
         import torch
@@ -370,8 +374,8 @@ def main(argv: list[str] | None = None) -> int:
           f"on {_device()} -> {run_dir}", flush=True)
     sections = {name: dataclasses.asdict(getattr(config, name)) for name in SECTIONS}
     storefront = {"storefront": demo.storefront_fields()}
-    try:
-        demo.step("base", {**sections["base"], **storefront}, (), demo.base)
+    try:  # the demonstrations are played on the target's own config (its max_steps, not evaluate.max_steps)
+        demo.step("base", {**sections["base"], "storefront": dataclasses.asdict(demo.storefront)}, (), demo.base)
         demo.step("evaluate", {**sections["evaluate"], **storefront}, ("base",), demo.evaluate)
         demo.step("select", {**sections["select"], **storefront, "evaluate": sections["evaluate"]}, ("base",),
                   demo.select)

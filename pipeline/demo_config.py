@@ -75,10 +75,16 @@ class EvaluateSettings:
     samples: int = 4  # temperature-1 samples per task (pass^k for k = 1..samples)
     temperature: float = 1.0
     max_episode_tokens: int = 4096
+    # Assistant turns per storefront episode the demo plays (evaluation, Step 1's analysis runs, direct GRPO),
+    # like τ²-bench's `--max-steps`: a run setting, not part of a task. None keeps the storefront config's
+    # max_steps. The expert demonstrations of the base step always use the storefront's own limit.
+    max_steps: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("tasks", "samples", "max_episode_tokens"):
             _positive_int("evaluate", name, getattr(self, name))
+        if self.max_steps is not None:
+            _positive_int("evaluate", "max_steps", self.max_steps)
         if not isinstance(self.seeds, list) or not self.seeds or not all(
                 isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
             raise ValueError(f"evaluate.seeds must be a non-empty list of ints, got {self.seeds!r}")

@@ -266,7 +266,8 @@ def test_demo_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
     cases = {"base: {hidden: 3}\n": "unknown key", "select: {k: 11, runs: 10}\n": "k=11",
              "colour: red\n": "unknown section", "loop: {capabilities: [flying]}\n": "candidate capabilities",
              "base: {planted: {skip_status_check: 2}}\n": r"share in \[0, 1\]",
-             "base: {openings: -5}\n": "base.openings must be an int >= 0"}
+             "base: {openings: -5}\n": "base.openings must be an int >= 0",
+             "evaluate: {max_steps: 0}\n": "evaluate.max_steps must be an int >= 1"}
     for text, message in cases.items():
         path = tmp_path / "bad.yaml"
         path.write_text(text)
@@ -342,3 +343,28 @@ def test_a_game_too_hard_at_every_value_tried_is_not_trained():
                                                       {"knob": "b", "value": 5, "success_rate": 0.01}]}
     assert "every a / b value tried (a=2, b=5)" in not_trained_because(two_knobs, 8)
     assert not_trained_because({"status": "invalid", "detail": "bad"}, 8, forced=True) == "bad"
+
+
+def test_evaluate_max_steps_limits_the_episodes_the_demo_plays_but_not_the_demonstrations(tmp_path):
+    import dataclasses
+
+    from benchmarks.storefront.config import StorefrontConfig
+    from benchmarks.storefront.game import StorefrontGame
+    from game_registry import parse_hermes_action
+    from pipeline.demo import Demo
+    from pipeline.demo_config import load_demo_config
+
+    config = load_demo_config(REPO / "configs/demo.yaml")
+    demo = Demo(config, tmp_path, fresh=False, profile="default")
+    played = demo.storefront_fields()
+    assert played["max_steps"] == config.evaluate.max_steps < demo.storefront.max_steps
+    unlimited = dataclasses.replace(config, evaluate=dataclasses.replace(config.evaluate, max_steps=None))
+    assert Demo(unlimited, tmp_path, False, "default").storefront_fields()["max_steps"] == demo.storefront.max_steps
+
+    game = StorefrontGame(StorefrontConfig(**played))  # an agent that looks up a missing order forever
+    game.reset(7)
+    while not game.done:
+        game.step(parse_hermes_action('<tool_call>{"name": "get_order_details", "arguments": {"order_id": "#W1"}}'
+                                      '</tool_call>'))
+    turns = sum(m["role"] == "assistant" for m in game.get_messages())
+    assert turns == config.evaluate.max_steps and game.get_summary()["termination_reason"] == "max_steps"
