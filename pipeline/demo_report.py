@@ -46,7 +46,13 @@ def plot_sft_curve(log: list[dict[str, Any]], path: Path) -> Path | None:
     plt = pyplot()
     figure, loss_axis = plt.subplots(figsize=(7, 3.5))
     minutes = [row["seconds"] / 60 for row in log]
-    loss_axis.plot(minutes, [row["loss"] for row in log], color="tab:blue", label="loss (assistant tokens)")
+    losses = [row["loss"] for row in log]
+    # Each logged loss is one batch's: the raw line is noisy, so a running mean over 9 log rows is drawn on top.
+    window = 9
+    smoothed = [sum(losses[max(0, i - window + 1): i + 1]) / (i + 1 - max(0, i - window + 1))
+                for i in range(len(losses))]
+    loss_axis.plot(minutes, losses, color="tab:blue", alpha=0.3, linewidth=0.8, label="loss, one batch")
+    loss_axis.plot(minutes, smoothed, color="tab:blue", label=f"loss, mean of {window} logged batches")
     loss_axis.set_xlabel("SFT time (minutes)")
     loss_axis.set_ylabel("loss", color="tab:blue")
     loss_axis.set_yscale("log")
@@ -54,8 +60,14 @@ def plot_sft_curve(log: list[dict[str, Any]], path: Path) -> Path | None:
     accuracy_axis.plot(minutes, [row["token_accuracy"] for row in log], color="tab:orange", label="token accuracy")
     accuracy_axis.set_ylabel("token accuracy", color="tab:orange")
     accuracy_axis.set_ylim(0, 1)
+    loss_axis.legend(fontsize=7, loc="lower left")
     loss_axis.set_title("Base agent: supervised fine-tuning on storefront demonstrations")
     return save_figure(figure, path)
+
+
+def curve_episodes(curve: list[dict[str, Any]], episodes_per_iteration: int) -> list[int]:
+    """Episodes used by the end of each logged iteration (metrics count iterations from 1)."""
+    return [row["iteration"] * episodes_per_iteration for row in curve]
 
 
 def plot_training_curves(curves: dict[str, list[dict[str, Any]]], episodes_per_iteration: int, path: Path
@@ -67,7 +79,7 @@ def plot_training_curves(curves: dict[str, list[dict[str, Any]]], episodes_per_i
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(7, 3.8))
     for name, curve in curves.items():
-        axis.plot([(row["iteration"] + 1) * episodes_per_iteration for row in curve],
+        axis.plot(curve_episodes(curve, episodes_per_iteration),
                   [row["success_rate"] for row in curve], marker="o", markersize=3, label=name)
     axis.set_xlabel("episodes (rollouts) used")
     axis.set_ylabel("success rate on its training game")
@@ -77,19 +89,40 @@ def plot_training_curves(curves: dict[str, list[dict[str, Any]]], episodes_per_i
     return save_figure(figure, path)
 
 
-def plot_pass_vs_rollouts(points: dict[str, tuple[int, float, float]], path: Path) -> Path | None:
-    """Held-out storefront pass^1 (mean ± std over seeds, temperature 1) against rollouts used (PNG)."""
+MODE_TITLES = {"greedy": "greedy", "sampled": "temperature 1"}
+
+
+def plot_pass_vs_rollouts(points: dict[str, tuple[int, dict[str, tuple[float, float]]]], path: Path
+                          ) -> Path | None:
+    """Held-out storefront pass^1 (mean ± std over seeds) against rollouts used, one panel per decoding mode
+    (PNG). `points`: {model: (episodes, {mode: (mean, std)})}. Models that used the same number of episodes
+    (TRACE and the baselines) are drawn side by side around it, each with its mean written next to it."""
     if len(points) < 2:
         return None
     plt = pyplot()
-    figure, axis = plt.subplots(figsize=(6, 3.6))
-    for name, (episodes, mean, std) in points.items():
-        axis.errorbar([episodes], [mean], yerr=[std], fmt="o", capsize=4, label=name)
-    axis.set_xlabel("training episodes (rollouts) used after SFT")
-    axis.set_ylabel("storefront pass^1 (T=1)")
-    axis.set_ylim(0, 1)
-    axis.legend(fontsize=7)
-    axis.set_title("Held-out storefront tasks against rollouts used")
+    modes = [m for m in MODE_TITLES if any(m in cells for _, cells in points.values())]
+    figure, axes = plt.subplots(1, len(modes), figsize=(5.2 * len(modes), 4.0), sharey=True, squeeze=False)
+    colors = {name: f"C{i}" for i, name in enumerate(points)}
+    at_x: dict[int, list[str]] = {}
+    for name, (episodes, _) in points.items():
+        at_x.setdefault(episodes, []).append(name)
+    spread = 0.045 * max(max(at_x), 1)
+    for axis, mode in zip(axes[0], modes):
+        for episodes, names in at_x.items():
+            for i, name in enumerate(names):
+                cell = points[name][1].get(mode)
+                if cell is None:
+                    continue
+                x = episodes + (i - (len(names) - 1) / 2) * spread
+                axis.errorbar([x], [cell[0]], yerr=[cell[1]], fmt="o", capsize=3, color=colors[name], label=name)
+                axis.annotate(f"{cell[0]:.2f}", (x, cell[0]), textcoords="offset points", xytext=(4, 4), fontsize=6)
+        axis.set_xlabel("training episodes (rollouts) used after SFT")
+        axis.set_title(f"pass^1, {MODE_TITLES[mode]}")
+        axis.set_ylim(0, 1)
+        axis.grid(alpha=0.3)
+    axes[0][0].set_ylabel("held-out storefront pass^1")
+    axes[0][-1].legend(fontsize=7, loc="upper left")
+    figure.suptitle("Held-out storefront tasks against rollouts used (mean ± std over evaluation seeds)")
     return save_figure(figure, path)
 
 
@@ -239,11 +272,15 @@ def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: An
         budget = baselines.get("budget_episodes", 0)
         points = {}
         for label, runs in {"base": base_runs, **final}.items():
-            row = summarize(runs, "sampled").get("all", {}).get("pass^1")
             episodes = 0 if label == "base" else (budget if label in ("TRACE", "direct GRPO", "single-adapter GRPO")
                                                   else records["train"]["figures"]["adapters"][label.split(":", 1)[1]]["episodes"])
-            if row:
-                points[label] = (episodes, row["mean"], row["std"])
+            cells = {}
+            for mode in MODE_TITLES:
+                row = summarize(runs, mode).get("all", {}).get("pass^1")
+                if row:
+                    cells[mode] = (row["mean"], row["std"])
+            if cells:
+                points[label] = (episodes, cells)
         png = plot_pass_vs_rollouts(points, run_dir / "pass_vs_rollouts.png")
         if png:
             lines += ["![pass rate against rollouts](pass_vs_rollouts.png)", ""]

@@ -368,3 +368,10 @@ def test_evaluate_max_steps_limits_the_episodes_the_demo_plays_but_not_the_demon
                                       '</tool_call>'))
     turns = sum(m["role"] == "assistant" for m in game.get_messages())
     assert turns == config.evaluate.max_steps and game.get_summary()["termination_reason"] == "max_steps"
+
+
+def test_training_curves_end_at_the_episodes_each_run_used():
+    from pipeline.demo_report import curve_episodes
+
+    metrics = [{"iteration": i, "success_rate": 0.1 * i} for i in range(1, 9)]  # as train.grpo logs them
+    assert curve_episodes(metrics, 64) == [64 * i for i in range(1, 9)]  # 8 iterations x 64 = 512, not 576
