@@ -193,6 +193,7 @@ class Demo:
 
     def environments(self, folder: Path) -> dict[str, Any]:
         from pipeline.demo_loop import calibrate_capability, not_trained_because
+        from pipeline.demo_report import difficulty_text
 
         selected = self.records["select"]["figures"]["selected"]
         forced = self.config.loop.capabilities
@@ -211,8 +212,8 @@ class Demo:
             out[capability] = result
             skipped = not_trained_because(result, self.config.loop.group_size, forced=bool(forced))
             print(f"  {capability}: {result['status']}"
-                  + (f" ({', '.join(f'{k}={v!r}' for k, v in result['settings'].items())}, "
-                     f"success {result['success_rate']:.2f})" if result.get("settings") else "")
+                  + (f" ({difficulty_text(result)}, success {result['success_rate']:.2f})"
+                     if result.get("settings") else "")
                   + (f" — {result['detail']}" if result.get("detail") else "")
                   + (f" — not trained: {skipped}" if skipped else ""), flush=True)
         atomic_write_json(folder / "environments.json", out)

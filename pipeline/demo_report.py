@@ -31,7 +31,7 @@ def _fmt(cell: dict[str, float] | None) -> str:
     return "-" if cell is None else f"{cell['mean']:.3f} ± {cell['std']:.3f}"
 
 
-def _difficulty(environment: dict[str, Any]) -> str:
+def difficulty_text(environment: dict[str, Any]) -> str:
     """The knob settings calibration chose ('-' when none), e.g. `n_distractor_items=0, min_payment_methods=2`."""
     settings = environment.get("settings")
     if settings is None and environment.get("knob"):  # an environments.json written before knobs moved in turn
@@ -240,7 +240,7 @@ def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: An
                 rate = e.get("success_rate")
                 skipped = not_trained_because(e, config.loop.group_size, forced=forced)
                 lines.append(f"| {capability} | {e.get('game', '-')} | {e.get('validated', '-')} | "
-                             f"{_difficulty(e)} | {'-' if rate is None else f'{rate:.2f}'} | {e['status']} | "
+                             f"{difficulty_text(e)} | {'-' if rate is None else f'{rate:.2f}'} | {e['status']} | "
                              f"{'no: ' + skipped if skipped else 'yes'} |")
             lines += ["", f"Band: success rate in [{config.loop.band[0]:g}, {config.loop.band[1]:g}] for the base agent. "
                       f"Knobs move in the game's declared order; one that cannot reach the band stays at its nearest value while the "
