@@ -245,6 +245,25 @@ def test_bad_game_or_model_exits_2(tiny_model_dir, tmp_path):
     assert bad_model.returncode == 2 and "cannot load model" in bad_model.stderr
 
 
+def test_a_runs_saved_config_reruns_it_as_its_header_says(tiny_model_dir, tmp_path):
+    """config.yaml's header says `python -m train --config <it>`: that command must run without --game/--model."""
+    first = subprocess.run([sys.executable, "-m", "train", "--game", GAME, "--model", str(tiny_model_dir),
+                            *FAST, "--iterations", "1", "--output_dir", str(tmp_path / "first")],
+                           env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    saved = tmp_path / "first" / "config.yaml"
+    header = saved.read_text().splitlines()[0]
+    assert header.endswith(f"python -m train --config {saved}"), header
+    again = subprocess.run([sys.executable, "-m", "train", "--config", str(saved), "--output_dir",
+                            str(tmp_path / "again")], env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (tmp_path / "again" / "config.yaml").read_text().split("\n", 1)[1].replace("again", "first") == \
+        saved.read_text().split("\n", 1)[1]
+    no_model = subprocess.run([sys.executable, "-m", "train", "--game", GAME], env=_env(), cwd=REPO,
+                              capture_output=True, text=True, timeout=120)
+    assert no_model.returncode == 2 and "no model: pass --model" in no_model.stderr, no_model.stderr[-2000:]
+
+
 def test_collect_rollouts_feeds_calibration(tiny_model_dir, tmp_path):
     out = tmp_path / "rollouts.json"
     result = subprocess.run([sys.executable, "-m", "train.collect_rollouts", "--game", GAME, "--model",

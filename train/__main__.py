@@ -2,6 +2,7 @@
 
     python -m train --game capability_<name> --model MODEL [--config configs/grpo.yaml] [--resume DIR]
                     [--key value ...]
+    python -m train --config RUN/config.yaml     # a run's resolved config names its game and model
     torchrun --nproc_per_node=N --master-port=P -m train --game ... --model ...
 
 Any field of train/config.py's GRPOConfig can be set with `--key value` (e.g. `--iterations 20
@@ -34,8 +35,9 @@ from train.vllm_backend import VLLMError, backend_from_env
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, str]]:
     parser = argparse.ArgumentParser(prog="python -m train", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--game", required=True, help="registered game, e.g. capability_precondition_verification")
-    parser.add_argument("--model", required=True, help="base model: local directory or hub id")
+    # Optional on the command line when the config file names them (a run's saved config.yaml does).
+    parser.add_argument("--game", default=None, help="registered game, e.g. capability_precondition_verification")
+    parser.add_argument("--model", default=None, help="base model: local directory or hub id")
     parser.add_argument("--config", default=None, help="YAML config (e.g. configs/grpo.yaml)")
     parser.add_argument("--resume", default=None, type=Path, help="checkpoint dir, or an output dir (latest checkpoint)")
     args, rest = parser.parse_known_args(argv)
@@ -82,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(argv)
     try:
         config = load_config(args.config, overrides, game=args.game, model=args.model)
+        for name in ("game", "model"):
+            if not getattr(config, name):
+                raise InputError(f"no {name}: pass --{name}, or a --config file with a `{name}:` key")
         spec = get_game(config.game)
         _check_game_overrides(spec, config.game_overrides)
     except (InputError, ValueError, KeyError, GameImportError) as err:
