@@ -914,8 +914,10 @@ def test_warmup_schedule_resumes_and_does_not_step_without_an_update(tiny_model_
     straight = _letter_trainer(tiny_model_dir, tmp_path / "a", letter_game, warmup_iterations="4",
                                iterations="3", save_every="1")
     straight.run()
-    lrs = [json.loads(l)["lr"] for l in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    logged = [json.loads(l) for l in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    lrs = [m["lr"] for m in logged]
     assert lrs == pytest.approx([3e-2 * k / 4 for k in (2, 3, 4)])  # the lr for the next update, after k updates
+    assert logged[0]["grad_norm"] > 0 and f"grad norm {logged[0]['grad_norm']:.3g}" in straight.summary_line(logged[0])
 
     resumed = _letter_trainer(tiny_model_dir, tmp_path / "b", letter_game, warmup_iterations="4", iterations="3",
                               save_every="1")

@@ -468,7 +468,11 @@ class GRPOTrainer:
         return last
 
     def summary_line(self, m: dict[str, float]) -> str:
-        """One console line per iteration; an iteration without an update says why instead of a loss."""
+        """One console line per iteration; an iteration without an update says why instead of a loss.
+
+        With an update it shows the gradient norm beside the loss: on-policy, the first step's clipped loss is
+        about 0 by construction (ratio 1, advantages centred within each group), so the loss alone looks like
+        nothing happened."""
         c = self.config
         line = (f"iter {m['iteration']}/{c.iterations}  reward {m['mean_reward']:.3f}  success {m['success_rate']:.3f}"
                 f"  (all episodes {m['mean_reward_all_episodes']:.3f})  constant {m['frac_constant_groups']:.2f}  "
@@ -477,7 +481,8 @@ class GRPOTrainer:
             why = ("every group's rewards were equal, nothing to learn from" if m["frac_constant_groups"] == 1.0
                    else "no group had both a reward spread and generated tokens")
             return line + f"no update: {why}"
-        return line + f"train {m['train_tokens_per_s']:.0f} tok/s  loss {m['loss']:+.4f}"
+        return line + (f"train {m['train_tokens_per_s']:.0f} tok/s  loss {m['loss']:+.4f}  "
+                       f"grad norm {m['grad_norm']:.3g}")
 
     def check_ranks_agree(self) -> None:
         """Raise if the trainable weights differ between ranks (they must: same init, averaged gradients)."""
