@@ -23,6 +23,8 @@ same settings (its own config section and the steps it reads from), so an interr
   environments  Step 2: each selected capability's game (ids shaped like the demo's storefront) is
             validated, probes included, and its declared difficulty knob bisected against the base agent
   train     Step 3: one GRPO LoRA per calibrated capability
+  own_game  each LoRA and the base agent on the LoRA's own game, held-out tasks at the calibrated settings
+            (did the adapter learn its skill, before any transfer to the target?)
   gate      Step 4: router SFT warm start on the capability rollouts, then GRPO on the gates only
   baselines direct GRPO on the storefront itself, and one LoRA on the selected games mixed, each with the
             episodes TRACE's Steps 3-4 used
@@ -147,9 +149,17 @@ class Demo:
                 "mean_tokens": sum(len(c.input_ids) for c in chats) / len(chats), "log": log}
 
     def _evaluate(self, model_dir: Path, adapter: Path | None, folder: Path, seeds: list[int], n_tasks: int,
-                  samples: int, label: str, greedy: bool = True) -> dict[str, Any]:
+                  samples: int, label: str, greedy: bool = True, game: str = "storefront",
+                  game_overrides: dict[str, Any] | None = None, max_episode_tokens: int | None = None
+                  ) -> dict[str, Any]:
+        """`model_dir` (+ `adapter`) on `game` (the storefront as the demo plays it unless given), every seed:
+        greedy (unless `greedy` is False) and `samples` samples at evaluate.temperature; results files in `folder`."""
         from benchmarks.results import write_results
         from train.evaluate import evaluate_model, load_policy_model
+
+        if game == "storefront" and game_overrides is None:
+            game_overrides = self.storefront_fields()
+        max_episode_tokens = max_episode_tokens or self.config.evaluate.max_episode_tokens
 
         model, tokenizer = load_policy_model(model_dir, adapter)
         model.to(_device())
@@ -159,8 +169,8 @@ class Demo:
             for mode, temperature, k in modes + [("sampled", self.config.evaluate.temperature, samples)]:
                 started = time.time()
                 simulations, hat = evaluate_model(
-                    model, tokenizer, "storefront", n_tasks=n_tasks, seed=seed, samples=k, temperature=temperature,
-                    game_overrides=self.storefront_fields(), max_episode_tokens=self.config.evaluate.max_episode_tokens)
+                    model, tokenizer, game, n_tasks=n_tasks, seed=seed, samples=k, temperature=temperature,
+                    game_overrides=game_overrides, max_episode_tokens=max_episode_tokens)
                 path = folder / f"{label}_seed{seed}_{mode}.json"
                 write_results(path, simulations, None, {"model": str(model_dir), "adapter": str(adapter or ""),
                                                         "seed": seed, "temperature": temperature, "samples": k})
@@ -243,6 +253,24 @@ class Demo:
         if not runs:
             print("  no capability has a valid game: no adapter trained", flush=True)
         return {"adapters": runs}
+
+    def own_game(self, folder: Path) -> dict[str, Any]:
+        from pipeline.demo_loop import game_for
+
+        g, loop = self.config.own_game, self.config.loop
+        overrides = self.trainable()
+        out = {}
+        for capability, run in self.records["train"]["figures"]["adapters"].items():
+            spec = game_for(capability)
+            out[capability] = {"game": spec.name, "game_overrides": overrides[capability]}
+            for label, adapter in (("base", None), ("lora", Path(run["adapter"]))):
+                out[capability][label] = self._evaluate(
+                    self.run_dir / "base" / "model", adapter, folder, [g.seed], g.tasks, g.samples,
+                    f"{capability}_{label}", game=spec.name, game_overrides=overrides[capability],
+                    max_episode_tokens=loop.max_episode_tokens)
+        if not out:
+            print("  no adapters: nothing to measure", flush=True)
+        return out
 
     def gate(self, folder: Path) -> dict[str, Any]:
         from pipeline.demo_loop import train_gate
@@ -383,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
         loop = sections["loop"]
         demo.step("environments", loop, ("base", "select"), demo.environments)
         demo.step("train", loop, ("environments",), demo.train)
+        demo.step("own_game", {**sections["own_game"], "temperature": config.evaluate.temperature,
+                               "max_episode_tokens": config.loop.max_episode_tokens}, ("environments", "train"),
+                  demo.own_game)
         demo.step("gate", loop, ("train",), demo.gate)
         demo.step("baselines", {**loop, **storefront}, ("train", "gate"), demo.baselines)
         demo.step("final", sections["evaluate"], ("evaluate", "train", "gate", "baselines"), demo.final)

@@ -172,6 +172,23 @@ class LoopSettings:
 
 
 @dataclass
+class OwnGameSettings:
+    """After Step 3: each capability LoRA and the base agent on that capability's own game, at the settings
+    calibration chose, on held-out tasks (not calibration's seeds 10,000.. nor training's 1,000,000..). It tells
+    whether an adapter learned its skill at all, before any question of transfer to the target."""
+
+    tasks: int = 40
+    seed: int = 7000
+    samples: int = 2  # temperature-1 samples per task (greedy plays each task once)
+
+    def __post_init__(self) -> None:
+        for name in ("tasks", "samples"):
+            _positive_int("own_game", name, getattr(self, name))
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"own_game.seed must be an int >= 0, got {self.seed!r}")
+
+
+@dataclass
 class DemoConfig:
     storefront: str = "configs/storefront/cpu_demo.yaml"  # StorefrontConfig fields of the target benchmark
     storefront_overrides: dict[str, Any] = field(default_factory=dict)
@@ -179,6 +196,7 @@ class DemoConfig:
     evaluate: EvaluateSettings = field(default_factory=EvaluateSettings)
     select: SelectSettings = field(default_factory=SelectSettings)
     loop: LoopSettings = field(default_factory=LoopSettings)
+    own_game: OwnGameSettings = field(default_factory=OwnGameSettings)
 
     def storefront_config(self, root: Path) -> Any:
         """The StorefrontConfig of the demo's target (file + overrides), validated."""
@@ -196,7 +214,7 @@ class DemoConfig:
 
 
 SECTIONS = {"base": BaseAgentSettings, "evaluate": EvaluateSettings, "select": SelectSettings,
-            "loop": LoopSettings}
+            "loop": LoopSettings, "own_game": OwnGameSettings}
 
 
 def load_demo_config(path: str | Path) -> DemoConfig:

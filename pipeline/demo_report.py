@@ -266,6 +266,7 @@ def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: An
                   f"({baselines.get('budget_episodes', '-')}).", ""]
         if png:
             lines += ["![training curves](training_curves.png)", ""]
+    lines += _own_game_section(records, config, results, summarize)
     final = records.get("final", {}).get("figures", {}).get("models", {})
     base_runs = records.get("evaluate", {}).get("figures", {}).get("base")
     if final and base_runs:
@@ -288,3 +289,30 @@ def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: An
     if routing.get("png"):
         lines += ["## Routing", "", routing["caption"], "", f"![routing]({routing['png']})", ""]
     return lines
+
+
+def _own_game_section(records: dict[str, dict[str, Any]], config: Any, results: dict[str, Any],
+                      summarize: Callable[[dict[str, Any], str], dict[str, Any]]) -> list[str]:
+    """Each adapter against the base agent on the adapter's own game (the own_game step)."""
+    own = records.get("own_game", {}).get("figures")
+    if not own:
+        return []
+    g, temperature = config.own_game, config.evaluate.temperature
+    table = {capability: {"game": run["game"], "game_overrides": run["game_overrides"],
+                          **{label: {mode: summarize(run[label], mode).get("all", {}).get("pass^1", {}).get("mean")
+                                     for mode in MODE_TITLES} for label in ("base", "lora")}}
+             for capability, run in own.items()}
+    results["own_game"] = table
+
+    def arrow(row: dict[str, Any], mode: str) -> str:
+        return " → ".join("-" if row[label][mode] is None else f"{row[label][mode]:.3f}" for label in ("base", "lora"))
+
+    lines = ["## Each adapter on its own game", "",
+             f"{g.tasks} held-out tasks (seed {g.seed}) of each capability's game, at the settings calibration chose; "
+             f"pass^1 greedy and at T={temperature:g} (mean over {g.samples} samples). An adapter has to learn its "
+             "skill here before anything can transfer to the target.", "",
+             f"| capability | game overrides | greedy: base → LoRA | T={temperature:g}: base → LoRA |", "|---|---|---|---|"]
+    for capability, row in table.items():
+        settings = ", ".join(f"{k}={v!r}" for k, v in row["game_overrides"].items()) or "-"
+        lines.append(f"| {capability} | {settings} | {arrow(row, 'greedy')} | {arrow(row, 'sampled')} |")
+    return lines + [""]

@@ -267,7 +267,8 @@ def test_demo_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
              "colour: red\n": "unknown section", "loop: {capabilities: [flying]}\n": "candidate capabilities",
              "base: {planted: {skip_status_check: 2}}\n": r"share in \[0, 1\]",
              "base: {openings: -5}\n": "base.openings must be an int >= 0",
-             "evaluate: {max_steps: 0}\n": "evaluate.max_steps must be an int >= 1"}
+             "evaluate: {max_steps: 0}\n": "evaluate.max_steps must be an int >= 1",
+             "own_game: {tasks: 0}\n": "own_game.tasks must be an int >= 1"}
     for text, message in cases.items():
         path = tmp_path / "bad.yaml"
         path.write_text(text)
@@ -281,13 +282,23 @@ def test_demo_fast_runs_every_step_and_resumes(tmp_path):
     first = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
     results = json.loads((tmp_path / "demo" / "results.json").read_text())
-    assert set(results["steps"]) == {"base", "evaluate", "select", "environments", "train", "gate", "baselines",
-                                     "final"}
+    assert set(results["steps"]) == {"base", "evaluate", "select", "environments", "train", "own_game", "gate",
+                                     "baselines", "final"}
     assert (tmp_path / "demo" / "report.md").is_file() and (tmp_path / "demo" / "sft_curve.png").is_file()
     assert "TRACE" in results["evaluation"] and "direct GRPO" in results["evaluation"]
+    # own_game: the base agent and each adapter played that adapter's game, at the settings calibration chose.
+    trained = json.loads((tmp_path / "demo" / "train" / "step.json").read_text())["figures"]["adapters"]
+    assert set(results["own_game"]) == set(trained)
+    for capability, row in results["own_game"].items():
+        assert row["game_overrides"] == results["environments"][capability]["game_overrides"]
+        for label in ("base", "lora"):
+            played = json.loads((tmp_path / "demo" / "own_game" / f"{capability}_{label}_seed7000_greedy.json")
+                                .read_text())["simulations"]
+            assert {s["reward_info"]["game"] for s in played} == {f"capability_{capability}"}
+            assert all(s["reward_info"]["config"][k] == v for s in played for k, v in row["game_overrides"].items())
     second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0
-    assert second.stdout.count("up to date") == 8
+    assert second.stdout.count("up to date") == 9
 
 
 def test_step1_with_llm_labelers_goes_through_label_trajectories(tmp_path, demo_config, monkeypatch):
@@ -375,3 +386,24 @@ def test_training_curves_end_at_the_episodes_each_run_used():
 
     metrics = [{"iteration": i, "success_rate": 0.1 * i} for i in range(1, 9)]  # as train.grpo logs them
     assert curve_episodes(metrics, 64) == [64 * i for i in range(1, 9)]  # 8 iterations x 64 = 512, not 576
+
+
+def test_own_game_report_puts_each_adapter_beside_the_base_agent_on_its_game():
+    from pipeline.demo import summarize_runs
+    from pipeline.demo_config import DemoConfig
+    from pipeline.demo_report import _own_game_section
+
+    def runs(greedy: float, sampled: float) -> dict:
+        return {f"7000/{mode}": {"pass_hat_k": {"all": {"n_tasks": 40, "1": value}}}
+                for mode, value in (("greedy", greedy), ("sampled", sampled))}
+
+    records = {"own_game": {"figures": {
+        "precondition_verification": {"game": "capability_precondition_verification",
+                                      "game_overrides": {"short_ids": True, "eligibility_claim_rate": 0.5},
+                                      "base": runs(0.225, 0.2875), "lora": runs(0.275, 0.3)}}}}
+    results: dict = {}
+    text = "\n".join(_own_game_section(records, DemoConfig(), results, summarize_runs))
+    assert "| precondition_verification | short_ids=True, eligibility_claim_rate=0.5 | 0.225 → 0.275 | 0.287 → 0.300 |" \
+        in text, text
+    assert results["own_game"]["precondition_verification"]["lora"] == {"greedy": 0.275, "sampled": 0.3}
+    assert _own_game_section({}, DemoConfig(), {}, summarize_runs) == []  # a run without the step: no section
