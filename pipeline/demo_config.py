@@ -174,8 +174,9 @@ class LoopSettings:
 @dataclass
 class OwnGameSettings:
     """After Step 3: each capability LoRA and the base agent on that capability's own game, at the settings
-    calibration chose, on held-out tasks (not calibration's seeds 10,000.. nor training's 1,000,000..). It tells
-    whether an adapter learned its skill at all, before any question of transfer to the target."""
+    calibration chose, on held-out tasks (`train.evaluate`'s task seeds, 32-bit hashes of `seed` and the task
+    index, not the consecutive seeds calibration (10,000..) and training (1,000,000..) play). It tells whether
+    an adapter learned its skill at all, before any question of transfer to the target."""
 
     tasks: int = 40
     seed: int = 7000
