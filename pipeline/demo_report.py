@@ -31,12 +31,17 @@ def _fmt(cell: dict[str, float] | None) -> str:
     return "-" if cell is None else f"{cell['mean']:.3f} ± {cell['std']:.3f}"
 
 
+def settings_text(settings: dict[str, Any] | None) -> str:
+    """Config settings as `name=value, ...` ('-' when none), e.g. `n_distractor_items=0, min_payment_methods=2`."""
+    return ", ".join(f"{k}={v!r}" for k, v in (settings or {}).items()) or "-"
+
+
 def difficulty_text(environment: dict[str, Any]) -> str:
-    """The knob settings calibration chose ('-' when none), e.g. `n_distractor_items=0, min_payment_methods=2`."""
+    """The knob settings calibration chose ('-' when none)."""
     settings = environment.get("settings")
     if settings is None and environment.get("knob"):  # an environments.json written before knobs moved in turn
         settings = {environment["knob"]: environment.get("value")}
-    return ", ".join(f"{k}={v!r}" for k, v in (settings or {}).items()) or "-"
+    return settings_text(settings)
 
 
 def plot_sft_curve(log: list[dict[str, Any]], path: Path) -> Path | None:
@@ -313,6 +318,6 @@ def _own_game_section(records: dict[str, dict[str, Any]], config: Any, results: 
              "skill here before anything can transfer to the target.", "",
              f"| capability | game overrides | greedy: base → LoRA | T={temperature:g}: base → LoRA |", "|---|---|---|---|"]
     for capability, row in table.items():
-        settings = ", ".join(f"{k}={v!r}" for k, v in row["game_overrides"].items()) or "-"
-        lines.append(f"| {capability} | {settings} | {arrow(row, 'greedy')} | {arrow(row, 'sampled')} |")
+        lines.append(f"| {capability} | {settings_text(row['game_overrides'])} | {arrow(row, 'greedy')} | "
+                     f"{arrow(row, 'sampled')} |")
     return lines + [""]
