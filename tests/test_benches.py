@@ -47,11 +47,11 @@ def test_env_step_bench_exits_by_its_target(target, code):
     assert ("BELOW TARGET" in result.stdout) == (code == 1)
 
 
-@pytest.mark.parametrize("target, code", [("0", 0), ("1e12", 1)])
-def test_rollout_backends_bench_reports_the_prefix_cache_speedup(target, code):
+def test_rollout_backends_bench_reports_the_prefix_cache_speedup():
+    # An unreachable target: exit 1. (The two tests below reach theirs, target 0, and exit 0.)
     result, figures = _run("bench/rollout_backends.py", "--groups", "1", "--group-size", "2", "--max-episode-tokens",
-                           "2080", "--single-turn-tokens", "4", "--threads", "1", "--target", target)
-    assert result.returncode == code, result.stderr[-2000:]
+                           "2080", "--single-turn-tokens", "4", "--threads", "1", "--target", "1e12")
+    assert result.returncode == 1, result.stderr[-2000:]
     speedup = _headline(result, "prefix_cache_speedup")
     assert figures["identical_samples"] == 1  # the cache changes no sample
     assert figures["multi_turn_hf_cache_prefill_tokens"] < figures["multi_turn_hf_nocache_prefill_tokens"]
@@ -88,7 +88,7 @@ def test_rollout_backends_bench_puts_a_vllm_server_side_by_side():
 
 @pytest.mark.parametrize("target, code", [("0", 0), ("1e12", 1)])
 def test_sft_step_bench_reports_the_shared_prefix_speedup(target, code):
-    result, figures = _run("bench/sft_step.py", "--demos", "12", "--epochs", "1", "--batch-tokens", "8192",
+    result, figures = _run("bench/sft_step.py", "--demos", "4", "--epochs", "1", "--batch-tokens", "8192",
                            "--threads", "1", "--target", target)
     assert result.returncode == code, result.stderr[-2000:]
     speedup = _headline(result, "shared_prefix_speedup")

@@ -15,7 +15,9 @@ from safetensors.torch import load_file
 
 import game_registry
 from common.io import InputError
+from train.__main__ import main as train_main
 from train.backends import HFBackend, SamplingParams
+from train.collect_rollouts import main as collect_main
 from train.config import GRPOConfig, load_config
 from train.episodes import ChatTokenizer, EpisodeRequest, rescored_under_base_prompt, run_episodes
 from train.grpo import GRPOTrainer
@@ -46,6 +48,17 @@ def vault_spec():
 
 def _env() -> dict[str, str]:
     return {**os.environ, "TRACE_GAMES_DIRS": str(GAMES_DIR), "PYTHONPATH": str(REPO)}
+
+
+def _cli_in_process(main, argv: list[str], capsys) -> tuple[int, str]:
+    """(exit code, stderr) of a CLI's `main(argv)` run in this process.
+
+    For the runs that must stop before training: a subprocess would spend its ~3 s importing torch and
+    transformers, which this process has already done. `main` returns what the CLI exits with.
+    """
+    capsys.readouterr()  # drop what earlier code printed
+    code = main(argv)
+    return code, capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------------
@@ -235,22 +248,19 @@ def test_two_process_gloo_torchrun_completes_and_ranks_agree(tiny_model_dir, tmp
     assert len({s["task_id"] for s in rollouts["simulations"]}) == 6  # both ranks' groups gathered
 
 
-def test_bad_game_or_model_exits_2(tiny_model_dir, tmp_path):
-    bad_game = subprocess.run([sys.executable, "-m", "train", "--game", "capability_nope", "--model",
-                               str(tiny_model_dir)], env=_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert bad_game.returncode == 2 and "unknown game 'capability_nope'" in bad_game.stderr
-    bad_model = subprocess.run([sys.executable, "-m", "train", "--game", GAME, "--model", str(tmp_path / "missing"),
-                                "--output_dir", str(tmp_path / "o")], env=_env(), cwd=REPO, capture_output=True,
-                               text=True, timeout=120)
-    assert bad_model.returncode == 2 and "cannot load model" in bad_model.stderr
+def test_bad_game_or_model_exits_2(tiny_model_dir, letter_game, tmp_path, capsys):
+    code, err = _cli_in_process(train_main, ["--game", "capability_nope", "--model", str(tiny_model_dir)], capsys)
+    assert code == 2 and "unknown game 'capability_nope'" in err
+    code, err = _cli_in_process(train_main, ["--game", GAME, "--model", str(tmp_path / "missing"), "--output_dir",
+                                             str(tmp_path / "o")], capsys)
+    assert code == 2 and "cannot load model" in err, err
 
 
-def test_a_runs_saved_config_reruns_it_as_its_header_says(tiny_model_dir, tmp_path):
+def test_a_runs_saved_config_reruns_it_as_its_header_says(tiny_model_dir, letter_game, tmp_path, capsys):
     """config.yaml's header says `python -m train --config <it>`: that command must run without --game/--model."""
-    first = subprocess.run([sys.executable, "-m", "train", "--game", GAME, "--model", str(tiny_model_dir),
-                            *FAST, "--iterations", "1", "--output_dir", str(tmp_path / "first")],
-                           env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert first.returncode == 0, first.stderr[-2000:]
+    code, err = _cli_in_process(train_main, ["--game", GAME, "--model", str(tiny_model_dir), *FAST, "--iterations",
+                                             "1", "--output_dir", str(tmp_path / "first")], capsys)
+    assert code == 0, err[-2000:]
     saved = tmp_path / "first" / "config.yaml"
     header = saved.read_text().splitlines()[0]
     assert header.endswith(f"python -m train --config {saved}"), header
@@ -259,9 +269,8 @@ def test_a_runs_saved_config_reruns_it_as_its_header_says(tiny_model_dir, tmp_pa
     assert again.returncode == 0, again.stderr[-2000:]
     assert (tmp_path / "again" / "config.yaml").read_text().split("\n", 1)[1].replace("again", "first") == \
         saved.read_text().split("\n", 1)[1]
-    no_model = subprocess.run([sys.executable, "-m", "train", "--game", GAME], env=_env(), cwd=REPO,
-                              capture_output=True, text=True, timeout=120)
-    assert no_model.returncode == 2 and "no model: pass --model" in no_model.stderr, no_model.stderr[-2000:]
+    code, err = _cli_in_process(train_main, ["--game", GAME], capsys)
+    assert code == 2 and "no model: pass --model" in err, err
 
 
 def test_collect_rollouts_feeds_calibration(tiny_model_dir, tmp_path):
@@ -426,17 +435,14 @@ def test_yaml_exponent_floats_are_read_as_numbers(tmp_path):
         load_config(path)
 
 
-def test_misspelt_game_override_exits_2_before_training(tiny_model_dir, tmp_path):
-    train = subprocess.run([sys.executable, "-m", "train", "--game", GAME, "--model", str(tiny_model_dir),
-                            "--output_dir", str(tmp_path / "o"), "--game_overrides", "{no_such_knob: 1}"],
-                           env=_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert train.returncode == 2 and "no_such_knob" in train.stderr, train.stderr[-2000:]
+def test_misspelt_game_override_exits_2_before_training(tiny_model_dir, letter_game, tmp_path, capsys):
+    code, err = _cli_in_process(train_main, ["--game", GAME, "--model", str(tiny_model_dir), "--output_dir",
+                                             str(tmp_path / "o"), "--game_overrides", "{no_such_knob: 1}"], capsys)
+    assert code == 2 and "no_such_knob" in err, err
     assert not (tmp_path / "o").exists()
-    collect = subprocess.run([sys.executable, "-m", "train.collect_rollouts", "--game", GAME, "--model",
-                              str(tiny_model_dir), "--game-overrides", '{"no_such_knob": 1}',
-                              "--out", str(tmp_path / "r.json")],
-                             env=_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert collect.returncode == 2 and "no_such_knob" in collect.stderr, collect.stderr[-2000:]
+    code, err = _cli_in_process(collect_main, ["--game", GAME, "--model", str(tiny_model_dir), "--game-overrides",
+                                               '{"no_such_knob": 1}', "--out", str(tmp_path / "r.json")], capsys)
+    assert code == 2 and "no_such_knob" in err, err
     assert not (tmp_path / "r.json").exists()
 
 
@@ -944,15 +950,15 @@ def test_warmup_schedule_resumes_and_does_not_step_without_an_update(tiny_model_
     assert "no update: every group's rewards were equal" in idle.summary_line(metrics)
 
 
-def test_a_prompt_longer_than_the_episode_budget_exits_2_before_training(tiny_model_dir, tmp_path):
-    result = subprocess.run([sys.executable, "-m", "train", "--game", GAME, "--model", str(tiny_model_dir),
-                             "--output_dir", str(tmp_path / "o"), *FAST, "--max_episode_tokens", "16"],
-                            env=_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert "max_episode_tokens is 16" in result.stderr and "Traceback" not in result.stderr
+def test_a_prompt_longer_than_the_episode_budget_exits_2_before_training(tiny_model_dir, letter_game, tmp_path,
+                                                                         capsys):
+    code, err = _cli_in_process(train_main, ["--game", GAME, "--model", str(tiny_model_dir), "--output_dir",
+                                             str(tmp_path / "o"), *FAST, "--max_episode_tokens", "16"], capsys)
+    assert code == 2, err
+    assert "max_episode_tokens is 16" in err and "Traceback" not in err
     import re
 
-    (length,) = re.findall(r"opening prompt of \S+ is (\d+) tokens", result.stderr)
+    (length,) = re.findall(r"opening prompt of \S+ is (\d+) tokens", err)
     assert int(length) > 16
     assert not (tmp_path / "o").exists()
 
