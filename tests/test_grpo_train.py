@@ -895,6 +895,28 @@ def test_reward_metrics_are_over_base_prompt_episodes_and_all_episodes_separatel
     assert "success_rate" in metrics and "success_rate_all_episodes" in metrics
 
 
+def test_run_says_when_every_episode_scores_0_after_an_iteration_that_scored(tiny_model_dir, letter_game, tmp_path,
+                                                                            capsys):
+    """A collapsed policy: no group has a reward spread, so GRPO cannot update its way back. run() must say so.
+
+    The iterations' metrics are given (a real collapse cannot be produced on demand); what is tested is run()'s
+    bookkeeping of the best iteration so far and the line it prints."""
+    trainer = _letter_trainer(tiny_model_dir, tmp_path, letter_game, iterations="3")
+
+    def metrics(iteration: int, reward: float) -> dict[str, float]:
+        skipped = float(reward == 0.0)
+        return {"iteration": iteration, "mean_reward": reward, "success_rate": reward,
+                "mean_reward_all_episodes": reward, "frac_constant_groups": 1.0 if skipped else 0.5,
+                "gen_tokens_per_s": 100.0, "skipped_update": skipped, "train_tokens_per_s": 100.0, "loss": 0.0,
+                "grad_norm": 0.0 if skipped else 0.4}
+
+    trainer.iteration = lambda i: metrics(i + 1, [0.4, 0.0, 0.0][i])
+    trainer.run()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter ")]
+    assert len(lines) == 3 and "collapsed" not in lines[0]
+    assert all("every episode scored 0 after iteration 1 averaged 0.400" in line for line in lines[1:]), lines
+
+
 def test_logged_clip_ratio_and_kl_are_token_weighted_over_micro_batches(tiny_model_dir, letter_game, tmp_path):
     from train.grpo import Sequence, pad_batch
     from train.grpo_loss import grpo_loss
@@ -948,6 +970,17 @@ def test_warmup_schedule_resumes_and_does_not_step_without_an_update(tiny_model_
     assert metrics["skipped_update"] == 1.0 and metrics["frac_constant_groups"] == 1.0
     assert idle.scheduler.last_epoch == 0 and metrics["lr"] == pytest.approx(3e-2 / 4)
     assert "no update: every group's rewards were equal" in idle.summary_line(metrics)
+    assert "collapsed" not in idle.summary_line(metrics)  # nothing ever scored: a hard game, not a collapse
+    # All zeros after an iteration that scored: the line says the policy collapsed and what to change.
+    assert "every episode scored 0 after iteration 3 averaged 0.250: the policy has likely collapsed" in \
+        idle.summary_line(metrics, best_earlier=(3, 0.25))
+    # After a resume the best earlier iteration comes from metrics.jsonl, up to the resumed iteration only.
+    rows = [{"iteration": 1, "mean_reward_all_episodes": 0.1}, {"iteration": 2, "mean_reward_all_episodes": 0.3},
+            {"iteration": 3, "mean_reward_all_episodes": 0.0}, {"iteration": 4, "mean_reward_all_episodes": 0.9}]
+    (tmp_path / "c" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert idle._best_logged_reward() is None  # a fresh run reads nothing
+    idle.start_iteration = 3  # as resume_from(iter_000003) sets it; row 4 is from the run that was cut off
+    assert idle._best_logged_reward() == (2, 0.3)
 
 
 def test_a_prompt_longer_than_the_episode_budget_exits_2_before_training(tiny_model_dir, letter_game, tmp_path,

@@ -457,22 +457,37 @@ class GRPOTrainer:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             save_config(c, self.output_dir / "config.yaml")
         last: dict[str, float] = {}
+        best = self._best_logged_reward()  # (iteration, mean reward) of the best iteration so far, for the collapse hint
         bar = tqdm(range(self.start_iteration, c.iterations), desc=f"GRPO {c.game}", unit="it",
                    disable=self.rank != 0 or None, initial=self.start_iteration, total=c.iterations)
         for iteration in bar:
             last = self.iteration(iteration)
             if self.rank == 0:
-                tqdm.write(self.summary_line(last))
+                tqdm.write(self.summary_line(last, best))
+            if best is None or last["mean_reward_all_episodes"] > best[1]:
+                best = (int(last["iteration"]), last["mean_reward_all_episodes"])
         if self.world_size > 1 and not self.policy.sharded:  # sharded weights are one copy by construction
             self.check_ranks_agree()
         return last
 
-    def summary_line(self, m: dict[str, float]) -> str:
+    def _best_logged_reward(self) -> tuple[int, float] | None:
+        """(iteration, mean reward over all episodes) of the best iteration in metrics.jsonl before a resume."""
+        path = self.output_dir / "metrics.jsonl"
+        if self.start_iteration == 0 or not path.exists():
+            return None
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        rows = [r for r in rows if r["iteration"] <= self.start_iteration and r.get("mean_reward_all_episodes")]
+        best = max(rows, key=lambda r: r["mean_reward_all_episodes"], default=None)
+        return (int(best["iteration"]), best["mean_reward_all_episodes"]) if best else None
+
+    def summary_line(self, m: dict[str, float], best_earlier: tuple[int, float] | None = None) -> str:
         """One console line per iteration; an iteration without an update says why instead of a loss.
 
         With an update it shows the gradient norm beside the loss: on-policy, the first step's clipped loss is
         about 0 by construction (ratio 1, advantages centred within each group), so the loss alone looks like
-        nothing happened."""
+        nothing happened. `best_earlier` is (iteration, mean reward) of this run's best iteration so far: when
+        every episode now scores 0 after one that scored, the policy has collapsed, and with no reward spread
+        GRPO cannot climb back (every later iteration is a no-op), so the line says so and what to do."""
         c = self.config
         line = (f"iter {m['iteration']}/{c.iterations}  reward {m['mean_reward']:.3f}  success {m['success_rate']:.3f}"
                 f"  (all episodes {m['mean_reward_all_episodes']:.3f})  constant {m['frac_constant_groups']:.2f}  "
@@ -480,6 +495,10 @@ class GRPOTrainer:
         if m["skipped_update"]:
             why = ("every group's rewards were equal, nothing to learn from" if m["frac_constant_groups"] == 1.0
                    else "no group had both a reward spread and generated tokens")
+            if m["mean_reward_all_episodes"] == 0.0 and best_earlier and best_earlier[1] > 0.0:
+                why += (f"; every episode scored 0 after iteration {best_earlier[0]} averaged {best_earlier[1]:.3f}: "
+                        "the policy has likely collapsed and cannot recover without a reward spread (retrain with "
+                        f"a lower learning_rate than {c.learning_rate:g})")
             return line + f"no update: {why}"
         return line + (f"train {m['train_tokens_per_s']:.0f} tok/s  loss {m['loss']:+.4f}  "
                        f"grad norm {m['grad_norm']:.3g}")
