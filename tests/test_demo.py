@@ -157,9 +157,9 @@ def test_sft_runs_the_shared_opening_once_with_the_same_loss_and_gradients(tiny_
     from train.sft import batch_loss, make_batches, tokenize_chats
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
-    chats = tokenize_chats(tokenizer, make_demonstrations(8, 0, demo_config, {}, progress=False), progress=False)
+    chats = tokenize_chats(tokenizer, make_demonstrations(3, 0, demo_config, {}, progress=False), progress=False)
     batches = make_batches(chats, 1 << 16, tokenizer.pad_token_id, random.Random(0), share_prefix=True)
-    (batch,) = batches  # all 8 in one batch
+    (batch,) = batches  # all 3 in one batch
     assert batch.prefix_len >= 100  # the system prompt and tools
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
     results = []
