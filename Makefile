@@ -1,7 +1,8 @@
 # Two entry points a newcomer needs (see README):
 #   make demo   - set up .venv if missing, install, run the embedded CPU demo (all four steps + baselines)
 #   make demo-fast - the same with small budgets (minutes); make demo-tau2 - Step 1 on real τ²-bench results
-#   make test   - set up .venv if missing, install, run the default test suite
+#   make test   - set up .venv if missing, install, run the default test suite (under 5 minutes; slow tests excluded)
+#   make test-slow - the tests marked slow (run by .ci/run after make test)
 #   make test-vllm - the same against a real vLLM server (builds .venv-vllm; run by .ci/run after make test)
 #   make test-real - a real pretrained model (SmolLM2-135M-Instruct from the package index; run by .ci/run)
 PYTHON ?= python3

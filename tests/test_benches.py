@@ -26,6 +26,7 @@ def _headline(result: subprocess.CompletedProcess, name: str) -> float:
     return float(last.split("=")[1])
 
 
+@pytest.mark.slow  # 8-12 s: TRL's trainer and ours, a warm-up and an iteration each
 def test_grpo_step_bench_reports_the_ratio_of_its_timings():
     result, figures = _run("bench/grpo_step.py", "--iterations", "1", "--groups", "1", "--group-size", "2",
                            "--micro-batch", "2", "--max-turn-tokens", "16", "--max-episode-tokens", "2100",

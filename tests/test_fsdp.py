@@ -45,6 +45,7 @@ def _comparable(metrics_file: Path) -> list[dict]:
     return [{k: v for k, v in json.loads(l).items() if k not in timing} for l in metrics_file.read_text().splitlines()]
 
 
+@pytest.mark.slow  # 11-12 s: a sharded 2-rank run beside a DDP one
 def test_fsdp_matches_data_parallel(tiny_model_dir, tmp_path, stub):
     # same math on both sides (sharded runs do not use the shared-prefix path)
     plain = _torchrun(tiny_model_dir, tmp_path / "ddp", stub.url, "--iterations", "2", "--shared_prefix", "false")

@@ -201,6 +201,7 @@ def _comparable(metrics_file: Path) -> list[dict]:
     return [{k: v for k, v in json.loads(l).items() if k not in timing} for l in metrics_file.read_text().splitlines()]
 
 
+@pytest.mark.slow  # 11-13 s: three runs in subprocesses, one killed
 def test_killed_and_resumed_run_equals_an_uninterrupted_one(tiny_model_dir, tmp_path):
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     done = subprocess.run(_train_cmd(tiny_model_dir, straight), env=_env(), cwd=REPO, capture_output=True,
@@ -486,6 +487,7 @@ exit_worker(0)
 '''
 
 
+@pytest.mark.slow  # 8-10 s: a 2-rank torchrun beside a single-process run
 def test_ddp_logged_loss_and_stats_describe_the_whole_step(tiny_model_dir, tmp_path):
     script = tmp_path / "ddp_stats.py"
     script.write_text(_DDP_STATS_SCRIPT)
