@@ -457,15 +457,16 @@ class GRPOTrainer:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             save_config(c, self.output_dir / "config.yaml")
         last: dict[str, float] = {}
-        best = self._best_logged_reward()  # (iteration, mean reward) of the best iteration so far, for the collapse hint
+        # (iteration, mean reward) of the best iteration so far, for the collapse hint of rank 0's console line
+        best = self._best_logged_reward() if self.rank == 0 else None
         bar = tqdm(range(self.start_iteration, c.iterations), desc=f"GRPO {c.game}", unit="it",
                    disable=self.rank != 0 or None, initial=self.start_iteration, total=c.iterations)
         for iteration in bar:
             last = self.iteration(iteration)
             if self.rank == 0:
                 tqdm.write(self.summary_line(last, best))
-            if best is None or last["mean_reward_all_episodes"] > best[1]:
-                best = (int(last["iteration"]), last["mean_reward_all_episodes"])
+                if best is None or last["mean_reward_all_episodes"] > best[1]:
+                    best = (int(last["iteration"]), last["mean_reward_all_episodes"])
         if self.world_size > 1 and not self.policy.sharded:  # sharded weights are one copy by construction
             self.check_ranks_agree()
         return last
