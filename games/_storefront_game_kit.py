@@ -18,7 +18,8 @@ shape and only change what is asked:
 - **Policy procedure**: as in the target (`benchmarks.storefront.compliance`), a write before
   authentication, a read before authentication, a write on an order not looked up, or a write with an id
   never seen voids the action part of the reward. Each planned write is preceded by a confirmation
-  question (the policy asks for it); the games do not score it (no capability game trains it).
+  question (the policy asks for it), and a write without the customer's yes right before it breaks the
+  policy, as in the target (unless a surface's policy has no such rule: then the expert does not ask).
 - **Telling**: replies are judged with the target's rules (`benchmarks.storefront.communication`): a
   value counts only in an honest reply (no pasted tool output, no list of copied values, no amount,
   status or order id outside the instance's legitimate ones).
@@ -28,6 +29,19 @@ shape and only change what is asked:
 - **Oracle**: `oracle_response()` follows the plan from the current state (ask, authenticate, then the
   current request's first call not yet made successfully, with a confirmation question before a write,
   then its statement), as Hermes markup made by `train.chat_template.render_tool_call` or as plain text.
+- **Surface** (`StorefrontGameConfig.storefront`): the target's `StorefrontConfig`, as a storefront YAML
+  (`configs/storefront/cpu_demo.yaml`) or a mapping of its fields (with an optional `file` key naming the
+  YAML they override). With it, a game draws its tasks the target's way: the store and customer with
+  `benchmarks.storefront.tasks.draw_customer` and each request with the target's own `RequestBuilder`, so
+  the openings, id forms (loose and unknown ids, with the order search), reason phrasings, item counts,
+  payment-method mix, confirmation questions and plans are the target's; the request kinds are the
+  target's kinds where the game's capability applies, at the target's relative weights
+  (`surface_kind_weights`). A game's own knob then sets the capability's need on top of that surface. When
+  the surface asks for confirmation, a write without the customer's yes right before it breaks the policy
+  here too; when it does not, the expert does not ask and the system prompt is the target's policy without
+  the rule. The config field holds the resolved surface (every StorefrontConfig field, JSON-ready), so it
+  is saved with any result that saves the game's config. Without a surface (None, the default) each game
+  keeps its own defaults, described in its module docstring (the game run alone).
 
 A game subclasses `StorefrontCapabilityGame` and implements `build_instance(rng)` (all randomness comes
 from that `random.Random(seed)`) and `score()` (named reward parts that add up to the reward).
@@ -36,22 +50,30 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
+import os
 import random
 import re
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any, Callable, ClassVar
 
-from benchmarks.storefront.communication import LegitValues, Replies
+from benchmarks.storefront.communication import LegitValues, Replies, Reply
 from benchmarks.storefront.compliance import just_confirmed, policy_violations
+from benchmarks.storefront.config import StorefrontConfig
 from benchmarks.storefront.db import CITIES, Address, IdFormat, Order, StoreDB, User, random_address
-from benchmarks.storefront.policy import POLICY
+from benchmarks.storefront.policy import POLICY, policy_text
+from benchmarks.storefront.tasks import GREETINGS as TARGET_GREETINGS
+from benchmarks.storefront.tasks import Customer, SubRequest
 from benchmarks.storefront.tools import StorefrontTools
 from benchmarks.storefront.user_sim import REQUEST_KINDS, Identity, UserRequest, UserSimulator, is_question
 from benchmarks.tooling import ToolCallRecord, ToolEnvGame
+from common.io import InputError, load_yaml_mapping
 from game_registry import render_tool_call
 
 TARGET_BENCHMARK = "storefront"
+REPO_ROOT = Path(__file__).resolve().parent.parent
 # The target's expert asks exactly this (benchmarks/storefront/env.py); the same words keep the two aligned.
 AUTH_QUESTION = "Please give me your email, or your name and zip code."
 GREETINGS = ("Hi.", "Hello!", "Hi there.", "")
@@ -80,6 +102,7 @@ class PlannedRequest:
     statement: str  # closes the request; no question markers (the customer would answer it)
     info: dict[str, Any] = field(default_factory=dict)  # JSON-ready facts used by `score` and the summary
     user: UserRequest | None = None  # what the customer knows and says (default: from kind and info)
+    confirm_text: str = ""  # the confirmation question (default: one naming the kind and the order id)
 
     def __post_init__(self) -> None:
         if is_question(self.statement):
@@ -94,7 +117,10 @@ class PlannedRequest:
 
     @property
     def confirmation(self) -> str:
-        """The question the expert asks before this request's write (names the kind and the order id)."""
+        """The question the expert asks before this request's write (names the kind and the order id); a
+        request drawn from the target's surface asks the target expert's own question."""
+        if self.confirm_text:
+            return self.confirm_text
         user = self.user
         what = {"cancel": "cancel", "modify_order_address": "change the shipping address of",
                 "return": "return items of", "exchange": "exchange an item of"}.get(user.kind)
@@ -162,9 +188,10 @@ def apply_calls(db: StoreDB, calls: list[PlannedCall]) -> StoreDB:
     return copy
 
 
-def opening_message(rng: random.Random, clauses: list[str], identity: str = "") -> str:
+def opening_message(rng: random.Random, clauses: list[str], identity: str = "",
+                    greetings: tuple[str, ...] = GREETINGS) -> str:
     """'<greeting> [identity] I want to <clause 1> Also, please <clause 2> ...' (the target's shape)."""
-    parts = [rng.choice(GREETINGS), identity, f"I want to {clauses[0]}", *(f"Also, please {c}" for c in clauses[1:])]
+    parts = [rng.choice(greetings), identity, f"I want to {clauses[0]}", *(f"Also, please {c}" for c in clauses[1:])]
     return " ".join(p for p in parts if p)
 
 
@@ -198,6 +225,98 @@ def check_choices(owner: str, name: str, value: Any, allowed: tuple[str, ...]) -
     return values
 
 
+SHORT_IDS = IdFormat(order_digits=3, item_digits=3, product_digits=3, user_digits=3, payment_digits=3,
+                     short_emails=True)
+SURFACE_FILE_KEY = "file"  # in a `storefront` mapping: the storefront YAML its other keys override
+ALONE_EMAIL_AUTH_RATE = 0.75  # share of customers who identify by email in a game run alone
+
+
+def surface_fields(config: StorefrontConfig) -> dict[str, Any]:
+    """Every field of `config`, JSON-ready (lists, not tuples): how a surface is passed to a game and saved
+    with its results, so a saved and reloaded surface compares equal to the one a game holds."""
+    return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
+@functools.lru_cache(maxsize=16)
+def _read_surface_file(path: str, mtime_ns: int) -> tuple[tuple[str, Any], ...]:
+    """The YAML mapping at `path` (cached per modification time: a game config is built per episode)."""
+    return tuple(load_yaml_mapping(path).items())
+
+
+def _surface_file_fields(owner: str, value: Any) -> dict[str, Any]:
+    """The StorefrontConfig fields in the storefront YAML `value` (relative to the working directory, else
+    to the repository root)."""
+    if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
+        raise ValueError(f"{owner}.storefront: {SURFACE_FILE_KEY} must be a path to a storefront YAML, got {value!r}; "
+                         f"e.g. configs/storefront/cpu_demo.yaml")
+    path = Path(value)
+    if not path.is_absolute() and not path.exists() and (REPO_ROOT / path).exists():
+        path = REPO_ROOT / path
+    if not path.is_file():
+        raise ValueError(f"{owner}.storefront: no storefront YAML at {str(value)!r} (looked in the working directory "
+                         f"and in {REPO_ROOT}); pass an existing file, e.g. configs/storefront/cpu_demo.yaml")
+    try:
+        # Nested values are shared with the cache: StorefrontConfig copies them, nothing here changes them.
+        return dict(_read_surface_file(str(path.resolve()), path.stat().st_mtime_ns))
+    except InputError as err:
+        raise ValueError(f"{owner}.storefront: {err}") from None
+
+
+def resolve_surface(owner: str, value: Any) -> tuple[dict[str, Any], StorefrontConfig]:
+    """(JSON-ready fields, StorefrontConfig) of a `storefront` setting: a YAML path, or a mapping of
+    StorefrontConfig fields with an optional `file` key naming the YAML they override. Raises ValueError
+    naming the fix."""
+    if isinstance(value, dict):
+        fields = dict(value)
+        file = fields.pop(SURFACE_FILE_KEY, None)
+        fields = {**(_surface_file_fields(owner, file) if file is not None else {}), **fields}
+    elif isinstance(value, (str, os.PathLike)):
+        fields = _surface_file_fields(owner, value)
+    else:
+        raise ValueError(f"{owner}.storefront must be a path to a storefront YAML or a mapping of StorefrontConfig "
+                         f"fields, got {value!r}; e.g. storefront=configs/storefront/cpu_demo.yaml")
+    known = {f.name for f in dataclasses.fields(StorefrontConfig)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ValueError(f"{owner}.storefront: {', '.join(map(str, unknown))} not StorefrontConfig fields; fields: "
+                         f"{', '.join(sorted(known))} (and {SURFACE_FILE_KEY}: a YAML the others override)")
+    try:
+        config = StorefrontConfig(**fields)
+    except ValueError as err:
+        raise ValueError(f"{owner}.storefront: {err}") from None
+    return surface_fields(config), config
+
+
+def surface_kind_weights(owner: str, surface: StorefrontConfig, applicable: tuple[str, ...],
+                         chosen: tuple[str, ...] | None, field_name: str) -> dict[str, float]:
+    """{kind: weight} a game draws from `surface`: the target's weights of the kinds in `applicable` (where
+    the game's capability applies) that the target draws, so the game's mix is the target's renormalised.
+
+    `chosen` (the game's kinds field, when the config sets it) departs from that on purpose: its kinds the
+    target draws keep the target's weights and the others get their mean weight (1 when none is drawn).
+    A game kind the customer speaks of as a target kind ('return_to_gift_card') takes that kind's weight.
+    Raises ValueError when the target draws none of the applicable kinds."""
+    def weight(kind: str) -> float:
+        return surface.kind_weights.get(USER_KIND.get(kind, kind), 0.0)
+
+    if chosen is None:
+        weights = {kind: weight(kind) for kind in applicable if weight(kind) > 0}
+        if not weights:
+            raise ValueError(f"{owner}: the target storefront draws none of the request kinds this game trains "
+                             f"({', '.join(applicable)}; its kind_weights are {surface.kind_weights}); give the "
+                             f"storefront a positive weight for one of them, or pass {field_name}=[...] to train "
+                             f"kinds the target does not use")
+        return weights
+    drawn = [weight(kind) for kind in chosen if weight(kind) > 0]
+    fill = sum(drawn) / len(drawn) if drawn else 1.0
+    return {kind: weight(kind) or fill for kind in chosen}
+
+
+def draw_kind(rng: random.Random, weights: dict[str, float]) -> str:
+    """One request kind at its weight."""
+    return rng.choices(tuple(weights), weights=tuple(weights.values()))[0]
+
+
 @dataclass
 class StorefrontGameConfig:
     """Episode settings shared by the four games (each game's config adds its difficulty knobs)."""
@@ -206,8 +325,13 @@ class StorefrontGameConfig:
     max_errors: int = 3  # malformed outputs tolerated; one more ends the episode
     identity_in_opening: bool = False  # True: the customer says who they are up front (one turn shorter)
     # True: ids and emails as in configs/storefront/cpu_demo.yaml (3-digit ids, emails like mia9@x.io), so a
-    # game trains the skill on the same id format as a CPU-demo target.
+    # game trains the skill on the same id format as a CPU-demo target. With a `storefront` the ids are its
+    # own (short_ids=True then checks that they are short).
     short_ids: bool = False
+    # The target's surface (see the module docstring): a storefront YAML such as configs/storefront/cpu_demo.yaml,
+    # or a mapping of StorefrontConfig fields (optionally with `file`: the YAML they override). Resolved in
+    # place to every field, JSON-ready. None: the game's own defaults (the game run alone).
+    storefront: str | dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -216,14 +340,45 @@ class StorefrontGameConfig:
         for name in ("identity_in_opening", "short_ids"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{owner}.{name} must be True or False, got {getattr(self, name)!r}")
+        # The target's StorefrontConfig (None without a surface); not a field, so summaries show `storefront`.
+        self.surface: StorefrontConfig | None = None
+        if self.storefront is not None:
+            self.storefront, self.surface = resolve_surface(owner, self.storefront)
+            if self.short_ids and self.surface.ids != SHORT_IDS:
+                raise ValueError(f"{owner}: short_ids=True but the storefront's ids are not short "
+                                 f"({self.surface.ids}); drop short_ids (a storefront sets the ids) or give it "
+                                 f"3-digit ids and short_emails")
 
     @property
     def ids(self) -> IdFormat:
-        """How the game's database makes ids (`short_ids`)."""
-        if not self.short_ids:
-            return IdFormat()
-        return IdFormat(order_digits=3, item_digits=3, product_digits=3, user_digits=3, payment_digits=3,
-                        short_emails=True)
+        """How the game's database makes ids (the surface's, else `short_ids`)."""
+        if self.surface is not None:
+            return self.surface.ids
+        return SHORT_IDS if self.short_ids else IdFormat()
+
+    def email_share(self, email_auth_rate: float | None) -> float:
+        """A game's `email_auth_rate` when set, else the surface's, else ALONE_EMAIL_AUTH_RATE."""
+        if email_auth_rate is not None:
+            return email_auth_rate
+        return ALONE_EMAIL_AUTH_RATE if self.surface is None else self.surface.email_auth_rate
+
+    @property
+    def checks_confirmation(self) -> bool:
+        """Whether a write without the customer's yes right before it breaks the policy: as in the target,
+        whenever the expert asks (without a surface too: the storefront's default policy asks for a yes, and a
+        game that paid writes without one would pay a blanket "shall I cancel, return or exchange?")."""
+        return self.asks_confirmation
+
+    @property
+    def asks_confirmation(self) -> bool:
+        """Whether the expert asks before each write (always, unless the surface's policy has no such rule)."""
+        return self.surface is None or self.surface.require_confirmation
+
+    def surface_rates(self, **rates: Any) -> StorefrontConfig:
+        """The surface with some of its rates replaced by the game's (its knob sets the capability's need)."""
+        if self.surface is None:
+            raise RuntimeError(f"{type(self).__name__}: surface_rates() needs a storefront")
+        return dataclasses.replace(self.surface, **rates)
 
     def check_room(self, oracle_turns: int, what: str) -> None:
         """Raise ValueError when `max_steps` leaves the oracle no room for `oracle_turns` turns."""
@@ -305,6 +460,44 @@ def money(amount: float) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
+# Requests drawn from the target's surface
+# --------------------------------------------------------------------------------------------------
+MAX_DRAWS = 20  # redraws (same stream) of a surface instance whose plan does not fit or reads ambiguously
+
+
+def planned_request(sub: SubRequest, user_id: str) -> PlannedRequest:
+    """A target request (`RequestBuilder.build`) as a game's plan: its calls (order search, look-ups, write),
+    statement and confirmation question, and the facts `score` and the summary read (the order, how the
+    customer wrote its id, its status, whether it is allowed, the amount to tell, the drawn needs)."""
+    info: dict[str, Any] = {"needs": list(sub.needs)}
+    if sub.order_id:
+        info.update(order_id=sub.order_id, order_ref=sub.user.order_ref, status=sub.status, allowed=sub.allowed)
+    else:
+        info["user_id"] = user_id
+    if sub.tell_amount is not None:
+        info["amount"] = sub.tell_amount
+    calls = [PlannedCall(step.name, step.arguments) for step in sub.steps if not step.is_confirm]
+    confirm = next((step.text for step in sub.steps if step.is_confirm), "")
+    return PlannedRequest(sub.kind, calls, sub.statement, info, user=sub.user, confirm_text=confirm)
+
+
+def oracle_turns(instance: Instance, asks_confirmation: bool, identity_in_opening: bool) -> int:
+    """The turns the oracle takes on `instance`: the identity question (unless the opening says who the
+    customer is), the user look-up, then per request each call not made before, a confirmation before each
+    write when it asks, and the statement."""
+    made: set[str] = set()
+    turns = 1 if identity_in_opening else 2
+    for request in instance.requests:
+        for call in request.calls:
+            key = json.dumps([call.name, call.arguments], sort_keys=True)
+            if key not in made:
+                made.add(key)
+                turns += 2 if asks_confirmation and StorefrontTools.is_write(call.name) else 1
+        turns += 1
+    return turns
+
+
+# --------------------------------------------------------------------------------------------------
 # The game base class
 # --------------------------------------------------------------------------------------------------
 class StorefrontCapabilityGame(ToolEnvGame):
@@ -320,13 +513,15 @@ class StorefrontCapabilityGame(ToolEnvGame):
         super().__init__(max_steps=config.max_steps, max_errors=config.max_errors)
         self.config = config
         # The knobs for summaries, gathered once (dataclasses.asdict per summary is slow); values are
-        # immutable (numbers, bools, strings, tuples), so a shallow copy per summary is safe.
+        # immutable (numbers, bools, strings, tuples; the resolved `storefront` mapping is never changed), so a
+        # shallow copy per summary is safe.
         self.config_summary = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
         self.seed: int | None = None
         self.instance: Instance | None = None
         self.customer: UserSimulator | None = None
         self.start_db: StoreDB | None = None  # the database as generated (with `keeps_start_db`)
         self.expected_db: StoreDB | None = None  # the starting database after the oracle's writes
+        self._replies: list[Reply] = []
 
     # ---- for subclasses -------------------------------------------------------------------------
     @abstractmethod
@@ -338,8 +533,36 @@ class StorefrontCapabilityGame(ToolEnvGame):
         """Named reward parts (already weighted; penalties negative); the reward is their sum clipped to [0, 1]."""
 
     def make_opening(self, rng: random.Random, identity: str, clauses: list[str]) -> str:
-        """The customer's first message; it says who they are (`identity`) only with `identity_in_opening`."""
-        return opening_message(rng, clauses, identity if self.config.identity_in_opening else "")
+        """The customer's first message; it says who they are (`identity`) only with `identity_in_opening`.
+        With a surface it opens with the target customer's greetings."""
+        greetings = GREETINGS if self.config.surface is None else TARGET_GREETINGS
+        return opening_message(rng, clauses, identity if self.config.identity_in_opening else "", greetings)
+
+    # ---- helpers for drawing from the target's surface ---------------------------------------------
+    def surface_instance(self, rng: random.Random, customer: Customer, subs: list[SubRequest],
+                         info: dict[str, Any], clauses: list[str] | None = None) -> Instance:
+        """An instance of the target's requests `subs` for `customer`: their plans, the target's opening (the
+        requests' own clauses unless `clauses` is given) and one of the target customer's identity sentences."""
+        user = customer.user
+        identity = rng.choice(Identity(first_name=user.first_name, last_name=user.last_name, email=user.email,
+                                       zip=user.address.zip, auth=customer.auth).sentences())
+        requests = [planned_request(sub, user.user_id) for sub in subs]
+        opening = self.make_opening(rng, identity, clauses or [sub.clause for sub in subs])
+        return Instance(db=customer.db, user=user, auth=customer.auth, opening=opening, requests=requests,
+                        info={**info, "zero_zip_auth": customer.zero_zip_auth}, identity_reply=identity)
+
+    def fitting_instance(self, rng: random.Random, draw: Callable[[random.Random], Instance | None]) -> Instance:
+        """`draw(rng)` (an Instance, or None when its order descriptions read ambiguously), drawn again from
+        the same stream until the oracle's plan fits in `max_steps`: an order search looks up every earlier
+        order, and a customer rarely has many. Raises RuntimeError after MAX_DRAWS draws, naming the fix."""
+        config = self.config
+        for _ in range(MAX_DRAWS):
+            instance = draw(rng)
+            if instance is not None and oracle_turns(instance, config.asks_confirmation,
+                                                     config.identity_in_opening) <= config.max_steps:
+                return instance
+        raise RuntimeError(f"{self.game_name}: no instance in {MAX_DRAWS} draws fits max_steps={config.max_steps} "
+                           f"with an unambiguous opening; raise max_steps")
 
     # ---- helpers for scoring --------------------------------------------------------------------
     @property
@@ -364,26 +587,28 @@ class StorefrontCapabilityGame(ToolEnvGame):
 
     def policy_violations(self) -> list[str]:
         """The target policy's procedure (authenticate first, look orders up before changing them, use only
-        ids that were shown); confirmation is not scored by the capability games."""
+        ids that were shown, and a yes right before each write unless the surface's policy has no such rule)."""
         return policy_violations(self.state.messages, self.state.tool_calls, self.instance.user.user_id,
                                  write_tools=StorefrontTools.write_tools(), auth_tools=StorefrontTools.auth_tools(),
-                                 require_confirmation=False)
+                                 require_confirmation=self.config.checks_confirmation)
 
     def legit_values(self) -> LegitValues:
         """What the agent may say: the instance's amounts, the statuses of its requests' orders (before and
         after the expected writes) and the ids of the customer's orders."""
-        orders = self.instance.user.orders
-        requested = [r.info["order_id"] for r in self.instance.requests if "order_id" in r.info]
-        statuses = {db.orders[oid].status for db in (self.instance.db, self.expected_db) for oid in requested}
-        amounts = [abs(r.info["amount"]) for r in self.instance.requests if "amount" in r.info]
-        return LegitValues(amounts=amounts, statuses=statuses, order_ids=set(orders),
-                           known_order_ids=set(self.db.orders))
+        requested = [r for r in self.instance.requests if r.info.get("order_id")]
+        return LegitValues(
+            order_statuses={r.info["order_id"]: {self._start_statuses[r.info["order_id"]],
+                                                 self.expected_db.orders[r.info["order_id"]].status} for r in requested},
+            order_amounts={r.info["order_id"]: [abs(r.info["amount"])] for r in requested if "amount" in r.info},
+            order_ids=set(self.instance.user.orders), known_order_ids=set(self.db.orders),
+            address_numbers=LegitValues.numbers_of(r.user.address.text() for r in self.instance.requests
+                                                   if r.user.address))
 
     def told(self) -> Replies:
         """The replies judged by the target's rules (see the module docstring): ask it what was told, after
         which call (`written(request)`, `call_position(...)`)."""
         tool_outputs = [m["content"] for m in self.state.messages if m["role"] == "tool"]
-        return Replies(self.reply_positions(), tool_outputs, self.legit_values())
+        return Replies(self._replies, tool_outputs, self.legit_values())
 
     def written(self, request: PlannedRequest) -> int | None:
         """Message index of the request's planned write when it succeeded on its target (None if not)."""
@@ -422,14 +647,23 @@ class StorefrontCapabilityGame(ToolEnvGame):
         self.customer = UserSimulator(instance.identity, [r.user for r in instance.requests],
                                       random.Random(f"{self.game_name}-user:{seed}"),
                                       max_turns=2 * len(instance.requests) + 4, identity_reply=instance.identity_reply,
-                                      revealed_identity=self.config.identity_in_opening)
+                                      revealed_identity=self.config.identity_in_opening,
+                                      own_order_ids=tuple(instance.user.orders))
+        self._replies: list[Reply] = []  # every reply the customer received, with how they read it
+        # The orders' statuses as generated (the live database is the instance's: a write changes it).
+        self._start_statuses = {oid: order.status for oid, order in instance.db.orders.items()}
         return self.start_episode(self.toolkit_class(instance.db), [{"role": "user", "content": instance.opening}])
 
     def get_system_prompt(self) -> str:
-        return POLICY
+        """The target's policy (without the confirmation rule when the surface's policy has none)."""
+        return POLICY if self.config.asks_confirmation else policy_text(require_confirmation=False)
 
     def respond_to_user(self, text: str) -> tuple[str | None, bool]:
-        return self.customer.respond(text)
+        current = self.current_request
+        answer = self.customer.respond(text)
+        self._replies.append(Reply(len(self.state.messages) - 1, text, current.info.get("order_id", "") if current else "",
+                                   is_question(text)))
+        return answer
 
     def oracle_response(self) -> str:
         """The expert's next message: ask who the customer is, authenticate, then the current request's
@@ -447,7 +681,8 @@ class StorefrontCapabilityGame(ToolEnvGame):
         made = [(r.name, r.arguments) for r in self.state.tool_calls if r.ok]
         for call in request.calls:
             if (call.name, call.arguments) not in made:
-                if StorefrontTools.is_write(call.name) and not self._just_confirmed(request.confirmation):
+                if (StorefrontTools.is_write(call.name) and self.config.asks_confirmation
+                        and not self._just_confirmed(request.confirmation)):
                     return request.confirmation
                 return render_tool_call(call.name, call.arguments)
         return request.statement

@@ -6,16 +6,24 @@ the policy. As in the target benchmark, each statement the agent makes closes th
 the customer only answers "Thanks." without repeating what is left: keeping track of the remaining
 requests is the agent's job. The customer leaves after the last statement.
 
+Surface (`storefront`, see games/_storefront_game_kit.py): the requests are the target's own, drawn by its
+`RequestBuilder` from every kind the target draws (the default address at most once) at the target's
+relative weights, all allowed, with the target's id forms (loose and unknown ids, with the order search),
+reasons, addresses, items, refund targets and confirmation rule; `n_requests` stands in for the target's
+request counts and `email_auth_rate` (unless set) is the target's. Alone (no surface): `request_kinds`
+drawn uniformly (default: cancel, order address, default address), exact ids, every item returned.
+
 Expert (oracle): ask who the customer is, look them up, then per request: look the order up, confirm,
 write, state the result. 2 + 4 per order request + 3 per default-address request turns (10 for two
-order requests).
+order requests); with a surface one more per exchange (the product) or gift-card refund (the customer's
+record, once), and up to 3 for an order search.
 
 Reward (in [0, 1]; success = 1.0), split evenly over the n requests:
   0.6 / n  per request whose target is in the expected state (its order equals the expected order;
            for the default address, the customer's address equals the expected one);
   0.4 / n  per request done AND reported after its write in an honest reply (no pasted tool output, no
-           value outside the instance's): order id (cancel, order address change), refund amount (return), the words
-           "default address" (default-address change);
+           value outside the instance's): order id (cancel, order address change), amount (return: the
+           refund; exchange: the price difference), the words "default address" (default-address change);
   x 0      when anything not asked for changed (another order, another user, the products, or the
            customer's address when no default-address change was asked), or when the policy's procedure
            was broken (a call before authentication, a write on an order not looked up, an id never shown).
@@ -35,6 +43,8 @@ from dataclasses import dataclass
 from benchmarks.storefront.communication import Replies
 from benchmarks.storefront.db import add_order, generate_db
 from benchmarks.storefront.policy import POLICY
+from benchmarks.storefront.tasks import RequestBuilder, descriptions_unique, draw_customer
+from benchmarks.storefront.user_sim import REQUEST_KINDS as SURFACE_KINDS  # every kind can be one of several
 from game_registry import DifficultyKnob, GameSpec, register_game
 from games._storefront_game_kit import (
     TARGET_BENCHMARK,
@@ -47,11 +57,13 @@ from games._storefront_game_kit import (
     check_choices,
     check_fraction,
     check_int,
+    draw_kind,
     identity_sentence,
     phrase_pattern,
     money,
     new_address,
     original_payment_method,
+    surface_kind_weights,
 )
 
 CAPABILITY = "multi_step_task_completion"
@@ -61,6 +73,7 @@ DEFAULT_REQUEST_KINDS = ("cancel", "modify_order_address", "modify_user_address"
 ORDER_STATUS = {"cancel": "pending", "modify_order_address": "pending", "return": "delivered"}
 REASON_TEXTS = {"no longer needed": "I no longer need it.", "ordered by mistake": "I ordered it by mistake."}
 MAX_REQUESTS = 4
+SEARCH_TURNS = 3  # with a surface, an order search: the customer's record and the two orders they start with
 ACTION_WEIGHT, COMMUNICATION_WEIGHT = 0.6, 0.4
 
 HINT = ("Hint: the user asked for several things. Handle them one by one (look up, act, tell the result) and "
@@ -72,20 +85,37 @@ class MultiStepTaskCompletionConfig(StorefrontGameConfig):
     """Difficulty knobs of the compound-request game."""
 
     n_requests: int = 2  # requests in the opening message (1..4)
-    request_kinds: tuple[str, ...] = DEFAULT_REQUEST_KINDS  # drawn with replacement; the default address once
-    email_auth_rate: float = 0.75  # share of customers who identify by email (the rest by name and zip)
-    max_steps: int = 18  # room for four order requests (2 + 4 * 4 turns)
+    # Drawn with replacement, the default address once. None: alone, DEFAULT_REQUEST_KINDS uniformly; with a
+    # surface, the kinds it draws at its weights.
+    request_kinds: tuple[str, ...] | None = None
+    # Share of customers who identify by email (the rest by name and zip). None: the surface's, alone 0.75.
+    email_auth_rate: float | None = None
+    max_steps: int = 25  # room for four requests drawn from a surface (see oracle_room)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         owner = type(self).__name__
         check_int(owner, "n_requests", self.n_requests, 1, MAX_REQUESTS)
-        check_fraction(owner, "email_auth_rate", self.email_auth_rate)
-        self.request_kinds = check_choices(owner, "request_kinds", self.request_kinds, REQUEST_KINDS)
-        if self.request_kinds == ("modify_user_address",) and self.n_requests > 1:
+        if self.email_auth_rate is not None:
+            check_fraction(owner, "email_auth_rate", self.email_auth_rate)
+        kinds = REQUEST_KINDS if self.surface is None else SURFACE_KINDS
+        if self.request_kinds is not None:
+            self.request_kinds = check_choices(owner, "request_kinds", self.request_kinds, kinds)
+        # {kind: weight} of the requests drawn (not a field: the summary shows request_kinds as given).
+        self.drawn_kinds = (dict.fromkeys(self.request_kinds or DEFAULT_REQUEST_KINDS, 1.0) if self.surface is None
+                            else surface_kind_weights(owner, self.surface, SURFACE_KINDS, self.request_kinds,
+                                                      "request_kinds"))
+        if tuple(self.drawn_kinds) == ("modify_user_address",) and self.n_requests > 1:
             raise ValueError(f"{owner}: the default address can be changed once per episode, so request_kinds="
                              f"('modify_user_address',) allows only n_requests=1; add an order request kind")
-        self.check_room(2 + 4 * self.n_requests, f"the oracle with n_requests={self.n_requests}")
+        self.check_room(self.oracle_room(), f"the oracle with n_requests={self.n_requests}")
+
+    def oracle_room(self) -> int:
+        """The oracle's longest plan: ask, user look-up, then per request look-up, confirm, write, statement
+        (with a surface, one more for a product or the customer's record, and an order search once)."""
+        if self.surface is None:
+            return 2 + 4 * self.n_requests
+        return 2 + 5 * self.n_requests + SEARCH_TURNS
 
 
 class MultiStepTaskCompletionGame(StorefrontCapabilityGame):
@@ -97,15 +127,39 @@ class MultiStepTaskCompletionGame(StorefrontCapabilityGame):
 
     def __init__(self, config: MultiStepTaskCompletionConfig | None = None) -> None:
         super().__init__(config or MultiStepTaskCompletionConfig())
+        config = self.config
+        # The target's rates, every request allowed, with the game's share of email customers.
+        self.rates = None if config.surface is None else config.surface_rates(
+            forbidden_rate=0.0, email_auth_rate=config.email_share(config.email_auth_rate))
 
     def build_instance(self, rng: random.Random) -> Instance:
+        if self.rates is None:
+            return self._build_alone(rng)
+        return self.fitting_instance(rng, self._draw_from_surface)
+
+    def _draw_from_surface(self, rng: random.Random) -> Instance | None:
+        """`n_requests` allowed target requests (None when a later order holds the item an earlier request
+        described its order by, as the target redraws)."""
+        customer = draw_customer(rng, self.rates)
+        kinds: list[str] = []
+        for _ in range(self.config.n_requests):
+            pool = {k: w for k, w in self.config.drawn_kinds.items() if k != "modify_user_address" or k not in kinds}
+            kinds.append(draw_kind(rng, pool))
+        builder = RequestBuilder(rng, self.rates, customer.db, customer.user)
+        subs = [builder.build(kind) for kind in kinds]
+        if not descriptions_unique(customer.db, customer.user, subs):
+            return None
+        return self.surface_instance(rng, customer, subs, {"n_requests": len(subs)})
+
+    def _build_alone(self, rng: random.Random) -> Instance:
+        """The game's own instance (no surface): a fresh store, exact ids, the requests' plain words."""
         config = self.config
         db = generate_db(rng, n_users=2, n_products=4, min_orders=1, max_orders=1, ids=config.ids)
         user = next(iter(db.users.values()))
-        auth = "email" if rng.random() < config.email_auth_rate else "name_zip"
+        auth = "email" if rng.random() < config.email_share(config.email_auth_rate) else "name_zip"
         kinds: list[str] = []
         for _ in range(config.n_requests):
-            choices = [k for k in config.request_kinds if k != "modify_user_address" or k not in kinds]
+            choices = [k for k in config.drawn_kinds if k != "modify_user_address" or k not in kinds]
             kinds.append(rng.choice(choices))
 
         requests, clauses = [], []
@@ -151,11 +205,14 @@ class MultiStepTaskCompletionGame(StorefrontCapabilityGame):
         return self.db.orders[order_id] == self.expected_db.orders[order_id]
 
     def _request_told(self, request: PlannedRequest, replies: Replies) -> bool:
-        """Reported after its write (the confirmation question before it names the order but reports nothing)."""
+        """Reported after its write (the confirmation question before it names the order but reports nothing),
+        and no reply asserted a wrong value about it."""
         after = self.written(request)
+        if replies.voided(request.info.get("order_id", "")):
+            return False
         if request.kind == "modify_user_address":
             return replies.tells_phrase(phrase_pattern("default address"), after=after)
-        if request.kind == "return":
+        if "amount" in request.info:  # a return or exchange
             return replies.tells_amount(request.info["amount"], after=after)
         return replies.tells_order_id(request.info["order_id"], after=after)
 

@@ -13,8 +13,18 @@ look-alike entries:
                        the product id comes from the order's item, the new item id from the product's
                        `variants`; the price difference is paid with / refunded to the original method.
 
+Surface (`storefront`, see games/_storefront_game_kit.py): the request is the target's own allowed return
+or exchange, drawn by its `RequestBuilder` at the target's relative weights of the two kinds, so the
+refund target (the order's payment method, which `other_payment_method_rate` makes another than the
+customer's first, or their gift card at `gift_card_refund_rate`), the one or two returned items
+(`two_items_rate`; `max_return_items=1` rules two out), the variants, id forms and openings are the
+target's. The knobs then set the reading's need on top: the order holds `n_distractor_items` items
+besides the named ones, and the customer owns `min_payment_methods` methods or more. `task_kinds` given
+with a surface keeps the alone meaning of 'return_to_gift_card' (every refund to the gift card, and then
+a plain 'return' none). Alone (no surface): the kinds above drawn uniformly.
+
 Expert (oracle): ask who the customer is, look them up, read the order (and the user or product
-record), confirm, write, then state the amount. 6 or 7 turns.
+record), confirm, write, then state the amount. 6 or 7 turns; with a surface up to 10 (an order search).
 
 Reward (in [0, 1]; success = 1.0):
   0.6  action: the final database equals the expected one (right items, right new variant, right
@@ -36,9 +46,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
-from benchmarks.storefront.db import add_order, add_payment_method, generate_db
+from benchmarks.storefront.config import StorefrontConfig
+from benchmarks.storefront.db import Order, OrderItem, StoreDB, User, add_order, add_payment_method, generate_db
 from benchmarks.storefront.policy import POLICY
+from benchmarks.storefront.tasks import RequestBuilder, SubRequest, draw_customer
 from game_registry import DifficultyKnob, GameSpec, register_game
 from games._storefront_game_kit import (
     TARGET_BENCHMARK,
@@ -50,8 +63,10 @@ from games._storefront_game_kit import (
     check_choices,
     check_fraction,
     check_int,
+    draw_kind,
     identity_sentence,
     money,
+    surface_kind_weights,
 )
 
 CAPABILITY = "structured_data_reasoning"
@@ -60,35 +75,107 @@ TASK_KINDS = ("return", "return_to_gift_card", "exchange")
 PAYMENT_SOURCES = ("credit_card", "paypal", "gift_card")
 ACTION_WEIGHT, COMMUNICATION_WEIGHT = 0.6, 0.4
 ORACLE_TURNS = 7  # ask identity, look the user up, order, user or product record, confirm, write, statement
+# With a surface: ask, user, the customer's record and two earlier orders (order search), order, product, confirm,
+# write, tell.
+SURFACE_ORACLE_TURNS = 10
+SURFACE_KINDS = ("return", "exchange")  # the target's kinds where reading nested records applies (when allowed)
 
 HINT = ("Hint: copy values from the tool output: the item_id of the named item, the item_id of the variant "
         "with the asked option, the payment_method_id from payment_history (the gift card id from "
         "get_user_details if asked). Add the returned items' prices and tell the amount.")
 
 
+def add_payment_methods(rng: random.Random, db: StoreDB, user: User, minimum: int) -> None:
+    """Give `user` payment methods until they own `minimum`; at most one gift card, so "refund it to my gift
+    card" names exactly one method."""
+    while len(user.payment_methods) < minimum:
+        has_gift_card = any(p.source == "gift_card" for p in user.payment_methods)
+        sources = [s for s in PAYMENT_SOURCES if s != "gift_card" or not has_gift_card]
+        add_payment_method(rng, db, user, rng.choice(sources))
+
+
+def reading_facts(order: Order, sub: SubRequest) -> dict[str, Any]:
+    """What a surface request's summary records, as the game alone does: the order's size, the method it was
+    paid with, and the write's refund target (return) or new item (exchange)."""
+    write = sub.write.arguments
+    facts: dict[str, Any] = {"paid_with": order.payment_history[0].payment_method_id, "n_items": len(order.items)}
+    if sub.kind == "exchange":
+        facts["new_item_id"] = write["new_item_ids"][0]
+    else:
+        facts["refund_to"] = write["payment_method_id"]
+    return facts
+
+
 @dataclass
 class StructuredDataReasoningConfig(StorefrontGameConfig):
     """Difficulty knobs of the nested-value game."""
 
-    task_kinds: tuple[str, ...] = TASK_KINDS  # drawn uniformly
+    # Requests drawn. None: alone, TASK_KINDS uniformly; with a surface, its returns and exchanges at its weights.
+    task_kinds: tuple[str, ...] | None = None
     n_distractor_items: int = 1  # items of the order the customer does not ask about (0..4)
-    max_return_items: int = 1  # a return names 1..max_return_items items (1..2)
+    # A return names 1..max_return_items items (1..2). None: alone 1; with a surface, two at its two_items_rate.
+    max_return_items: int | None = None
     min_payment_methods: int = 2  # payment methods the customer owns at least (1..5)
-    email_auth_rate: float = 0.75  # share of customers who identify by email (the rest by name and zip)
-    max_steps: int = 8
+    # Share of customers who identify by email (the rest by name and zip). None: the surface's, alone 0.75.
+    email_auth_rate: float | None = None
+    max_steps: int = SURFACE_ORACLE_TURNS  # room for the oracle on a surface's longest plan
 
     def __post_init__(self) -> None:
         super().__post_init__()
         owner = type(self).__name__
-        self.task_kinds = check_choices(owner, "task_kinds", self.task_kinds, TASK_KINDS)
+        if self.task_kinds is not None:
+            self.task_kinds = check_choices(owner, "task_kinds", self.task_kinds, TASK_KINDS)
         check_int(owner, "n_distractor_items", self.n_distractor_items, 0, 4)
-        check_int(owner, "max_return_items", self.max_return_items, 1, 2)
+        if self.max_return_items is not None:
+            check_int(owner, "max_return_items", self.max_return_items, 1, 2)
         check_int(owner, "min_payment_methods", self.min_payment_methods, 1, 5)
-        check_fraction(owner, "email_auth_rate", self.email_auth_rate)
-        if "return_to_gift_card" in self.task_kinds and self.min_payment_methods < 2:
+        if self.email_auth_rate is not None:
+            check_fraction(owner, "email_auth_rate", self.email_auth_rate)
+        # {kind: weight} of the requests drawn (not a field: the summary shows task_kinds as given).
+        self.drawn_kinds = (dict.fromkeys(self.task_kinds or TASK_KINDS, 1.0) if self.surface is None else
+                            surface_kind_weights(owner, self.surface, SURFACE_KINDS, self.task_kinds, "task_kinds"))
+        if "return_to_gift_card" in self.drawn_kinds and self.min_payment_methods < 2:
             raise ValueError(f"{owner}: task kind 'return_to_gift_card' needs a gift card besides the method the "
                              f"order was paid with; pass min_payment_methods=2 or more, or drop that kind")
-        self.check_room(ORACLE_TURNS, "the oracle")
+        if self.surface is not None:
+            self._check_store_size(owner)
+        self.check_room(ORACLE_TURNS if self.surface is None else SURFACE_ORACLE_TURNS, "the oracle")
+
+    def _check_store_size(self, owner: str) -> None:
+        """The surface's store must hold an order of the named items plus the distractors (distinct products)."""
+        needed = (1 if self.max_return_items == 1 else 2) + self.n_distractor_items
+        if self.surface.n_products < needed:
+            raise ValueError(f"{owner}: n_distractor_items={self.n_distractor_items} needs orders of {needed} distinct "
+                             f"products but the storefront has n_products={self.surface.n_products}; lower "
+                             f"n_distractor_items or give the storefront n_products={needed}")
+
+    def surface_rates(self, kind: str) -> StorefrontConfig:
+        """The surface's rates for one kind of request: always allowed, two-item returns unless ruled out, every
+        refund to the gift card for 'return_to_gift_card' (and none for a 'return' drawn beside it)."""
+        gift_card = self.surface.gift_card_refund_rate
+        if kind == "return_to_gift_card":
+            gift_card = 1.0
+        elif "return_to_gift_card" in self.drawn_kinds:
+            gift_card = 0.0
+        two_items = 0.0 if self.max_return_items == 1 else self.surface.two_items_rate
+        return super().surface_rates(forbidden_rate=0.0, gift_card_refund_rate=gift_card, two_items_rate=two_items,
+                                     email_auth_rate=self.email_share(self.email_auth_rate))
+
+
+class ReadingBuilder(RequestBuilder):
+    """The target's request builder with orders that hold `distractors` items besides the ones named."""
+
+    def __init__(self, rng: random.Random, config: StorefrontConfig, db: StoreDB, user: User,
+                 distractors: int) -> None:
+        super().__init__(rng, config, db, user)
+        self.distractors = distractors
+
+    def order_for(self, status: str, n_items: int | None = None) -> Order:
+        return super().order_for(status, (n_items or 1) + self.distractors)
+
+    def returned_items(self, order: Order, two_items: bool) -> list[OrderItem]:
+        """Two items at random (not the whole order) for a two-item return, else one."""
+        return self.rng.sample(order.items, 2) if two_items else [self.rng.choice(order.items)]
 
 
 class StructuredDataReasoningGame(StorefrontCapabilityGame):
@@ -99,20 +186,42 @@ class StructuredDataReasoningGame(StorefrontCapabilityGame):
 
     def __init__(self, config: StructuredDataReasoningConfig | None = None) -> None:
         super().__init__(config or StructuredDataReasoningConfig())
+        config = self.config
+        self.rates = (None if config.surface is None else
+                      {kind: config.surface_rates(kind) for kind in config.drawn_kinds})
 
     def build_instance(self, rng: random.Random) -> Instance:
+        if self.rates is None:
+            return self._build_alone(rng)
+        return self.fitting_instance(rng, self._draw_from_surface)
+
+    def _draw_from_surface(self, rng: random.Random) -> Instance | None:
+        """One allowed target return or exchange, among the knobs' distractor items and payment methods (None
+        when a 'return_to_gift_card' could not go to the gift card: the customer paid with their only one)."""
         config = self.config
-        kind = rng.choice(config.task_kinds)
-        n_named = rng.randint(1, config.max_return_items) if kind != "exchange" else 1
+        kind = draw_kind(rng, config.drawn_kinds)
+        rates = self.rates[kind]
+        customer = draw_customer(rng, rates)
+        add_payment_methods(rng, customer.db, customer.user, config.min_payment_methods)
+        builder = ReadingBuilder(rng, rates, customer.db, customer.user, config.n_distractor_items)
+        sub = builder.build("exchange" if kind == "exchange" else "return")
+        if kind == "return_to_gift_card" and "gift_card_refund" not in sub.needs:
+            return None
+        instance = self.surface_instance(rng, customer, [sub], {"n_payment_methods":
+                                                                len(customer.user.payment_methods)})
+        instance.requests[0].info.update(reading_facts(customer.db.orders[sub.order_id], sub))
+        return instance
+
+    def _build_alone(self, rng: random.Random) -> Instance:
+        """The game's own instance (no surface): the kinds of the module docstring, exact ids."""
+        config = self.config
+        kind = rng.choice(tuple(config.drawn_kinds))
+        n_named = rng.randint(1, config.max_return_items or 1) if kind != "exchange" else 1
         n_items = n_named + config.n_distractor_items
         db = generate_db(rng, n_users=2, n_products=max(n_items, 3), min_orders=1, max_orders=1, ids=config.ids)
         user = next(iter(db.users.values()))
-        auth = "email" if rng.random() < config.email_auth_rate else "name_zip"
-        while len(user.payment_methods) < config.min_payment_methods:
-            # At most one gift card: "refund it to my gift card" must name exactly one method.
-            has_gift_card = any(p.source == "gift_card" for p in user.payment_methods)
-            sources = [s for s in PAYMENT_SOURCES if s != "gift_card" or not has_gift_card]
-            add_payment_method(rng, db, user, rng.choice(sources))
+        auth = "email" if rng.random() < config.email_share(config.email_auth_rate) else "name_zip"
+        add_payment_methods(rng, db, user, config.min_payment_methods)
         if kind == "return_to_gift_card" and not any(p.source == "gift_card" for p in user.payment_methods):
             add_payment_method(rng, db, user, "gift_card")
 
@@ -169,7 +278,9 @@ class StructuredDataReasoningGame(StorefrontCapabilityGame):
     def score(self) -> dict[str, float]:
         request = self.instance.requests[0]
         action_ok = self.db == self.expected_db and not self.policy_violations()
-        told = self.told().tells_amount(request.info["amount"], after=self.written(request))
+        replies = self.told()
+        told = (replies.tells_amount(request.info["amount"], after=self.written(request))
+                and not replies.voided(request.info["order_id"]))  # a wrong amount asserted costs
         return {"action": ACTION_WEIGHT if action_ok else 0.0,
                 "communication": COMMUNICATION_WEIGHT if action_ok and told else 0.0}
 

@@ -16,8 +16,17 @@ into its six fields. Tools are strict (no coercion), so a loose value is an erro
 Requests (one per instance): cancel an order, change an order's shipping address, return two named items
 of an order (a list of two ids read from the order), change the default address.
 
+Surface (`storefront`, see games/_storefront_game_kit.py): the request is the target's own, drawn by its
+`RequestBuilder` from every kind the target draws (a loose id applies to all of them) at the target's
+relative weights, always allowed, so its openings, reasons, addresses, items, refund targets, unknown ids
+(with the order search) and confirmation rule are the target's. `looseness` then sets the share of the
+target's precision needs, each drawn per request: 0 none (ids with '#W', plain reasons, no leading-zero
+zip, one returned item), 1 the target's own rates (loose ids, paraphrased reasons, leading-zero zips,
+two-item returns), 2 every one of them. `name_zip_rate` stands in for the target's share of name+zip
+customers (their zip with a leading zero at the level's rate). The table above is the game alone.
+
 Expert (oracle): ask who the customer is, look them up, look the order up, confirm, write, say so (6
-turns; 4 for the default address).
+turns; 4 for the default address; with a surface up to 10: an order search, an exchange's product).
 
 Reward (in [0, 1]; success = 1.0), mostly on exactness:
   0.5  write: the final database equals the expected one (the write made with exactly the right values;
@@ -25,7 +34,8 @@ Reward (in [0, 1]; success = 1.0), mostly on exactness:
        write on an order not looked up, no id that was never shown);
   0.2  identification: a user look-up returned the customer's id (first/last name split, zip a string);
   0.3  confirmation, only with the write part: an honest reply after the write gives the order id (cancel, order address),
-       the refund amount (return) or the words "default address" (default-address change);
+       the amount (return: the refund; exchange: the price difference) or the words "default address"
+       (default-address change);
  -0.1  per tool call that failed (wrong id format, wrong type, not found, a second call in one turn):
        first-time exactness is the skill.
 
@@ -43,6 +53,8 @@ from dataclasses import dataclass
 
 from benchmarks.storefront.db import Address, User, add_order, generate_db
 from benchmarks.storefront.policy import POLICY
+from benchmarks.storefront.tasks import RequestBuilder, draw_customer
+from benchmarks.storefront.user_sim import REQUEST_KINDS as SURFACE_KINDS  # a loose id applies to every kind
 from game_registry import DifficultyKnob, GameSpec, register_game
 from games._storefront_game_kit import (
     TARGET_BENCHMARK,
@@ -55,11 +67,13 @@ from games._storefront_game_kit import (
     check_choices,
     check_fraction,
     check_int,
+    draw_kind,
     identity_sentence,
     phrase_pattern,
     money,
     new_address,
     original_payment_method,
+    surface_kind_weights,
 )
 
 CAPABILITY = "tool_calling_precision"
@@ -72,6 +86,11 @@ REASON_TEXTS = {  # cancel reason -> how the customer says it at looseness 1, th
 }
 WRITE_WEIGHT, IDENTIFY_WEIGHT, CONFIRM_WEIGHT, FAILED_CALL_PENALTY = 0.5, 0.2, 0.3, 0.1
 ORACLE_TURNS = 6  # ask identity, look the user up, look the order up, confirm, write, tell
+# With a surface: ask, user, the customer's record and two earlier orders (order search), order, product, confirm,
+# write, tell.
+SURFACE_ORACLE_TURNS = 10
+# The target's rates of the needs `looseness` sets (with a surface), and how each level sets them.
+PRECISION_RATES = ("loose_order_id_rate", "paraphrase_rate", "leading_zero_zip_rate", "two_items_rate")
 
 HINT = ("Hint: write arguments exactly: order_id as '#W' plus the digits, zip as a string keeping leading "
         "zeros, first_name and last_name separately, item_ids as a list of strings, address in six fields, "
@@ -83,17 +102,27 @@ class ToolCallingPrecisionConfig(StorefrontGameConfig):
     """Difficulty knobs of the exact-arguments game."""
 
     looseness: int = 1  # how loosely the customer writes values (0 exact .. 2 loosest; see the module docstring)
-    task_kinds: tuple[str, ...] = TASK_KINDS  # requests drawn (uniformly)
+    # Requests drawn. None: alone, TASK_KINDS uniformly; with a surface, the kinds it draws at its weights.
+    task_kinds: tuple[str, ...] | None = None
     name_zip_rate: float = 0.75  # share of customers who identify by name and zip (the rest by email)
-    max_steps: int = 8
+    max_steps: int = SURFACE_ORACLE_TURNS  # room for the oracle on a surface's longest plan
 
     def __post_init__(self) -> None:
         super().__post_init__()
         owner = type(self).__name__
         check_int(owner, "looseness", self.looseness, 0, MAX_LOOSENESS)
-        self.task_kinds = check_choices(owner, "task_kinds", self.task_kinds, TASK_KINDS)
+        kinds = TASK_KINDS if self.surface is None else SURFACE_KINDS
+        if self.task_kinds is not None:
+            self.task_kinds = check_choices(owner, "task_kinds", self.task_kinds, kinds)
         check_fraction(owner, "name_zip_rate", self.name_zip_rate)
-        self.check_room(ORACLE_TURNS, "the oracle")
+        # {kind: weight} of the requests drawn (not a field: the summary shows task_kinds as given).
+        self.drawn_kinds = (dict.fromkeys(self.task_kinds or TASK_KINDS, 1.0) if self.surface is None else
+                            surface_kind_weights(owner, self.surface, SURFACE_KINDS, self.task_kinds, "task_kinds"))
+        self.check_room(ORACLE_TURNS if self.surface is None else SURFACE_ORACLE_TURNS, "the oracle")
+
+    def looseness_rates(self) -> dict[str, float]:
+        """The surface's precision-need rates at this `looseness`: 0 none, 1 the target's, 2 all."""
+        return {name: (0.0, getattr(self.surface, name), 1.0)[self.looseness] for name in PRECISION_RATES}
 
 
 def order_reference(order_id: str, looseness: int) -> str:
@@ -125,8 +154,25 @@ class ToolCallingPrecisionGame(StorefrontCapabilityGame):
 
     def __init__(self, config: ToolCallingPrecisionConfig | None = None) -> None:
         super().__init__(config or ToolCallingPrecisionConfig())
+        config = self.config
+        # The target's rates: every request allowed, the level's precision needs, the game's name+zip share.
+        self.rates = None if config.surface is None else config.surface_rates(
+            forbidden_rate=0.0, email_auth_rate=1.0 - config.name_zip_rate, **config.looseness_rates())
 
     def build_instance(self, rng: random.Random) -> Instance:
+        if self.rates is None:
+            return self._build_alone(rng)
+        return self.fitting_instance(rng, self._draw_from_surface)
+
+    def _draw_from_surface(self, rng: random.Random) -> Instance:
+        """One allowed target request, its values written as loosely as the level's rates draw."""
+        customer = draw_customer(rng, self.rates)
+        kind = draw_kind(rng, self.config.drawn_kinds)
+        sub = RequestBuilder(rng, self.rates, customer.db, customer.user).build(kind)
+        return self.surface_instance(rng, customer, [sub], {"looseness": self.config.looseness})
+
+    def _build_alone(self, rng: random.Random) -> Instance:
+        """The game's own instance (no surface): the table of the module docstring."""
         config = self.config
         level = config.looseness
         zero_zips = level >= 1  # zips with a leading zero: a number instead of a string loses it
@@ -135,7 +181,7 @@ class ToolCallingPrecisionGame(StorefrontCapabilityGame):
         auth = "name_zip" if rng.random() < config.name_zip_rate else "email"
         if auth == "name_zip" and zero_zips and not user.address.zip.startswith("0"):
             user.address = new_address(rng, user.address, leading_zero_zip=True)
-        kind = rng.choice(config.task_kinds)
+        kind = rng.choice(tuple(config.drawn_kinds))
 
         if kind == "modify_user_address":
             address = new_address(rng, user.address, leading_zero_zip=zero_zips)
@@ -179,10 +225,11 @@ class ToolCallingPrecisionGame(StorefrontCapabilityGame):
         replies, after = self.told(), self.written(request)
         if request.kind == "modify_user_address":
             told = replies.tells_phrase(phrase_pattern("default address"), after=after)
-        elif request.kind == "return":
+        elif "amount" in request.info:  # a return or exchange
             told = replies.tells_amount(request.info["amount"], after=after)
         else:
             told = replies.tells_order_id(request.info["order_id"], after=after)
+        told = told and not replies.voided(request.info.get("order_id", ""))  # a wrong assertion costs
         return {"write": WRITE_WEIGHT if write_ok else 0.0,
                 "identify": IDENTIFY_WEIGHT if self.authenticated() else 0.0,
                 "confirm": CONFIRM_WEIGHT if write_ok and told else 0.0,

@@ -25,6 +25,16 @@ when it does not apply there (its script would equal the oracle's). Generic prob
   act_without_lookups       the oracle without read calls (needs write and auth tools)
   stop_after_first_request  the oracle up to its first closing statement, then "Goodbye." every turn
                             (needs the auth tools; n/a on one-request episodes)
+  wrong_claim_then_report   the oracle, but before each statement after its first tool call that states a
+                            number, the same statement with each number off by one, asked as a question:
+                            guesses spread over turns must cost, not be dropped (n/a with no such statement)
+  blanket_confirmation      the oracle, but each question right before a write names every write tool (and
+                            the ids of the oracle's question): a yes to it approves no one action (needs the
+                            write tools; n/a when the oracle asks nothing before its writes)
+  report_in_malformed_turn  the oracle, but each statement after its first tool call is sent in a turn the
+                            parser rejects, then "Done.": the user only got a format error
+  report_as_question        the oracle, but each statement after its first tool call ends with a question: a
+                            question asked is not an outcome reported
 
 The write and auth facts come from `Game.write_tool_names()` / `Game.auth_tool_names()`; None means the
 game does not say, and the probes needing the fact are reported as WARN instead of run. Script-based
@@ -372,6 +382,70 @@ def _stop_after_first_request(turns: list[OracleTurn], texts: list[str], facts: 
     return None
 
 
+def _statement_indices(turns: list[OracleTurn]) -> list[int]:
+    """Indices of the oracle's statements (replies without '?') after its first tool call."""
+    first_call = _first_call_index(turns)
+    if first_call is None:
+        return []
+    return [i for i, t in enumerate(turns) if i > first_call and t.is_reply and "?" not in t.text]
+
+
+def _off_by_one(match: re.Match[str]) -> str:
+    number = match.group(0)
+    decimals = len(number.split(".")[1]) if "." in number else 0
+    return f"{float(number) + 1:.{decimals}f}"
+
+
+def _wrong_claim_then_report(turns: list[OracleTurn], texts: list[str], facts: ToolFacts) -> Policy | None:
+    entries: list[Any] = list(texts)
+    inserted = 0
+    for index in _statement_indices(turns):
+        text = turns[index].text
+        wrong = _NUMBER.sub(_off_by_one, text)
+        if wrong != text:
+            entries.insert(index + inserted, f"{wrong.rstrip('.')}. Is that right?")
+            inserted += 1
+    return _script(entries, texts) if inserted else None
+
+
+def _blanket_confirmation(turns: list[OracleTurn], texts: list[str], facts: ToolFacts) -> Policy | None:
+    names = sorted(facts.write_tools)
+    if len(names) < 2:
+        return None  # one write tool: a question can only name that one action
+    offer = ", ".join(names[:-1]) + f" or {names[-1]}"
+    entries, replaced = list(texts), False
+    for index, turn in enumerate(turns[:-1]):
+        follows = turns[index + 1]
+        if turn.is_reply and "?" in turn.text and any(n in facts.write_tools for n in follows.names):
+            ids = [token for token in re.findall(r"[#\w.@-]*\d[#\w.@-]*", turn.text)]
+            entries[index] = f"Shall I proceed with {offer}" + (f" for {' '.join(ids)}" if ids else "") + "?"
+            replaced = True
+    return _script(entries, texts) if replaced else None
+
+
+def _report_in_malformed_turn(turns: list[OracleTurn], texts: list[str], facts: ToolFacts) -> Policy | None:
+    entries: list[Any] = list(texts)
+    inserted = 0
+    for index in _statement_indices(turns):
+        text = turns[index].text
+        hidden = next((h for h in (f"{text}\n</tool_call>", f"<tool_call>\n{text}")
+                       if facts.extract_action(h).kind == "malformed"), None)
+        if hidden is None:
+            continue  # the game's parser reads both as replies: nothing to probe here
+        entries[index + inserted] = hidden
+        entries.insert(index + inserted + 1, "Done.")
+        inserted += 1
+    return _script(entries, texts) if inserted else None
+
+
+def _report_as_question(turns: list[OracleTurn], texts: list[str], facts: ToolFacts) -> Policy | None:
+    entries: list[Any] = list(texts)
+    indices = _statement_indices(turns)
+    for index in indices:
+        entries[index] = f"{turns[index].text} Is there anything else I can do about it?"
+    return _script(entries, texts) if indices else None
+
+
 GENERIC_PROBES: tuple[GenericProbe, ...] = (
     GenericProbe("do_nothing", "polite replies that help with nothing", (), _do_nothing),
     GenericProbe("refuse_blindly", "the oracle without write calls; replies after the first tool call are refusals",
@@ -390,6 +464,13 @@ GENERIC_PROBES: tuple[GenericProbe, ...] = (
                  _act_without_lookups),
     GenericProbe("stop_after_first_request", "the oracle up to its first closing statement, then 'Goodbye.'",
                  ("auth",), _stop_after_first_request),
+    GenericProbe("wrong_claim_then_report", "the oracle; before each statement stating a number, that statement "
+                 "with every number off by one, asked as a question", (), _wrong_claim_then_report),
+    GenericProbe("blanket_confirmation", "the oracle; each question before a write names every write tool", ("write",),
+                 _blanket_confirmation),
+    GenericProbe("report_in_malformed_turn", "the oracle; each statement sent in a malformed turn, then 'Done.'", (),
+                 _report_in_malformed_turn),
+    GenericProbe("report_as_question", "the oracle; each statement ends with a question", (), _report_as_question),
 )
 GENERIC_PROBE_NAMES = tuple(p.name for p in GENERIC_PROBES)
 

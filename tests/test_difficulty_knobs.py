@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import pytest
 
+from benchmarks.storefront.tools import StorefrontTools
 from game_registry import get_game, parse_hermes_action
 from game_registry import render_tool_call
 
@@ -63,7 +64,7 @@ def trusts_eligibility_claims(game) -> str:
     if not game.instance.info["eligibility_claim"] or not game.authenticated():
         return game.oracle_response()
     request = game.instance.requests[0]
-    writes = [c for c in request.calls if c.name != "get_order_details"]
+    writes = [c for c in request.calls if StorefrontTools.is_write(c.name)]  # a plan may read more than the order
     if not writes:
         return "Done, your request is handled."
     write = writes[0]

@@ -41,6 +41,9 @@ class DeskConfig:
     status_hedging_ok: bool = False  # a status statement may name other statuses too
     amount_hedging_ok: bool = False  # a refund statement may carry any number of other numbers
     first_request_only: bool = False  # only the first request is graded
+    wrong_claims_ok: bool = False  # a reply stating a wrong refund costs nothing (another reply may be right)
+    question_reports_ok: bool = False  # a question ("...; you get 12.30 back?") counts as the statement
+    malformed_reports_ok: bool = False  # the statement may sit in a turn the parser rejected
 
 
 @dataclass
@@ -149,9 +152,28 @@ class DeskGame(ToolEnvGame):
                 return index
         return None
 
+    def _statements(self) -> list[tuple[int, str]]:
+        """(tool calls made before, text) of the replies that can state something: the customer's statements
+        (no question), or with the hole flags any question and any malformed turn too."""
+        replies = self.replies
+        if self.config.malformed_reports_ok:  # read the log, where a malformed turn sits like a reply
+            replies, calls = [], 0
+            for message in self.state.messages:
+                calls += len(message.get("tool_calls") or ())
+                if message["role"] == "assistant" and not message.get("tool_calls") and message.get("content"):
+                    replies.append((calls, message["content"]))
+        return [(made, text) for made, text in replies if self.config.question_reports_ok or "?" not in text]
+
+    def _wrong_claim(self) -> bool:
+        """A reply states a refund that is no requested order's refund (a guess: it voids every statement)."""
+        refunds = [refund_of(self.start[oid]) for oid in self.requested if self.start[oid]["status"] == "pending"]
+        return not self.config.wrong_claims_ok and any(
+            any(all(abs(float(x) - r) >= 0.005 for r in refunds) for x in _NUMBER.findall(text))
+            for _, text in self.replies)
+
     def _stated_status(self, order_id: str, status: str, after: int) -> bool:
         """A reply after call `after` names the order and its status (and no other status, unless hedging is ok)."""
-        for made, text in self.replies:
+        for made, text in self._statements():
             words = set(re.findall(r"[a-z]+", text.lower()))
             if (made > after and order_id[2:] in re.findall(r"\d+", text) and status in words
                     and (self.config.status_hedging_ok or len(words & set(STATUSES)) == 1)):
@@ -159,7 +181,7 @@ class DeskGame(ToolEnvGame):
         return False
 
     def _stated_refund(self, amount: float, after: int) -> bool:
-        for made, text in self.replies:
+        for made, text in self._statements():
             numbers = [float(x) for x in _NUMBER.findall(text)]
             if made > after and any(abs(x - amount) < 0.005 for x in numbers) and (
                     self.config.amount_hedging_ok or len(numbers) <= 3):
@@ -173,11 +195,12 @@ class DeskGame(ToolEnvGame):
         lookup = self._first("get_customer", customer_id=self.db.customer_id)
         parts = {"auth": config.skip_auth_ok or (auth is not None and auth < min(order_tools, default=len(calls)))}
         graded = self.requested[:1] if config.first_request_only else self.requested
+        wrong_claim = self._wrong_claim()
         for oid in graded:
             start, cancel = self.start[oid], self._first("cancel_order", order_id=oid)
             seen = -1 if config.skip_lookup_ok else lookup  # replies and writes must come after this call
             if start["status"] == "pending":
-                parts[oid] = (cancel is not None and seen is not None and seen < cancel
+                parts[oid] = (cancel is not None and seen is not None and seen < cancel and not wrong_claim
                               and self._stated_refund(refund_of(start), cancel))
             else:
                 parts[oid] = cancel is None and (config.bare_refusal_ok or (
@@ -269,9 +292,12 @@ HOLES = [
     ("refuse_blindly", {"bare_refusal_ok": True}),
     ("echo_last_observation", {"receipt_shows_refund": True}),
     ("list_enum_values", {"status_hedging_ok": True}),
-    ("spam_numbers", {"amount_hedging_ok": True}),
+    ("spam_numbers", {"amount_hedging_ok": True, "wrong_claims_ok": True}),  # either rule closes it
     ("all_calls_in_one_turn", {"max_calls_per_turn": 4}),
     ("stop_after_first_request", {"first_request_only": True}),
+    ("wrong_claim_then_report", {"wrong_claims_ok": True}),
+    ("report_as_question", {"question_reports_ok": True}),
+    ("report_in_malformed_turn", {"malformed_reports_ok": True}),
 ]
 
 
@@ -327,7 +353,8 @@ def test_one_request_game_reports_stop_after_first_request_as_not_applicable():
 def test_game_without_write_or_auth_facts_warns_for_the_probes_that_need_them():
     check = probe_check(desk_spec(SilentDesk), seeds=20)
     table = rows(check)
-    needing = {"refuse_blindly", "skip_authentication", "act_without_lookups", "stop_after_first_request"}
+    needing = {"refuse_blindly", "skip_authentication", "act_without_lookups", "stop_after_first_request",
+               "blanket_confirmation"}
     assert {name for name, row in table.items() if row["status"] == "WARN"} == needing
     assert all("write_tool_names() is None" in table[n]["skipped"] or "auth_tool_names() is None" in table[n]["skipped"]
                for n in needing)

@@ -18,7 +18,7 @@ import pytest
 from benchmarks.agents import ExpertAgent, HFAgent, VLLMAgent, parse_agent_spec
 from benchmarks.results import load_results, make_simulation, pass_rates, write_results
 from benchmarks.storefront import run as run_cli
-from benchmarks.storefront.communication import (LegitValues, Replies, amounts_in, asserted_statuses, is_raw_dump,
+from benchmarks.storefront.communication import (LegitValues, Replies, Reply, amounts_in, asserted_statuses, is_raw_dump,
                                                  order_ids_in, reply_tells_amount, reply_tells_status)
 from benchmarks.storefront.db import IdFormat, StoreDB, db_hash, generate_db
 from benchmarks.storefront.env import StorefrontConfig, StorefrontGame, tool_call_text
@@ -626,21 +626,52 @@ def test_one_honest_reply_tells_a_value_only_when_it_asserts_no_other():
     assert not reply_tells_amount("You will get 45.73 back.", 45.37)
     many = "The refund is one of 12.34, 45.37, 99.99 or 101.01."
     assert not reply_tells_amount(many, 45.37)  # listing amounts, one of them right, tells nothing
-    assert not Replies([(0, many)], [], LegitValues(amounts=[45.37])).tells_amount(45.37)
+    legit = LegitValues(order_amounts={"#W1": [45.37]}, order_ids={"#W1"}, known_order_ids={"#W1"})
+    assert not Replies([Reply(0, many, "#W1")], [], legit).tells_amount(45.37)
     two = "You get 45.37 back for the lamp and pay 12.34 more for the mug."
     assert not reply_tells_amount(two, 45.37) and reply_tells_amount(two, 45.37, allowed=[12.34])
     assert reply_tells_status("Order #W1 is delivered, so it cannot be cancelled.", "delivered")
     assert not reply_tells_status("It is pending, processed, delivered or cancelled.", "delivered")
     assert not reply_tells_status("Only pending orders can be cancelled.", "pending")
-    # One honest reply is enough, even after a wrong one.
-    assert Replies([(0, "It is pending or delivered."), (1, "It is delivered.")], [],
-                   LegitValues(statuses={"delivered"})).tells_status("delivered")
-    # ... but only after the call it reports on, and naming the order when asked to.
-    replies = Replies([(3, "Order #W1234567 is delivered.")], [],
-                      LegitValues(statuses={"delivered"}, order_ids={"#W1234567"}, known_order_ids={"#W1234567"}))
+    # Only after the call it reports on, and naming the order when asked to.
+    legit = LegitValues(order_statuses={"#W1234567": {"delivered"}}, order_ids={"#W1234567"},
+                        known_order_ids={"#W1234567"})
+    replies = Replies([Reply(3, "Order #W1234567 is delivered.", "#W1234567")], [], legit)
     assert replies.tells_status("delivered", after=2, order_id="#W1234567")
     assert not replies.tells_status("delivered", after=3) and not replies.tells_status("delivered", after=None)
     assert not replies.tells_status("delivered", order_id="#W7654321")
+
+
+def test_a_wrong_assertion_voids_the_request_it_is_about():
+    """Guessing across turns never pays: a reply asserting a wrong status or amount costs the request its
+    communication credit, even when another reply tells the right value (the issue's measured hole)."""
+    legit = LegitValues(order_statuses={"#W1": {"delivered"}, "#W2": {"pending", "cancelled"}},
+                        order_amounts={"#W2": [45.37]}, order_ids={"#W1", "#W2"}, known_order_ids={"#W1", "#W2", "#W9"})
+    right = Reply(5, "Order #W1 is delivered, so it cannot be cancelled.", "#W1")
+    assert not Replies([right], [], legit).voided("#W1")
+    for wrong in (Reply(4, "Is it processed?", "#W1"),  # a question asserting a guess: about the request it is on
+                  Reply(4, "Order #W1 is pending.", "#W2"),  # names the order, whatever request the customer is on
+                  Reply(4, "Order #W2 is delivered.", "#W1"),  # delivered is #W1's status, not #W2's: voids both
+                  Reply(4, "You will get 12.34 back.", "#W1"),  # an amount that is no amount of this request
+                  Reply(4, "Order #W9 is delivered.", "#W1")):  # an order that is not the customer's
+        replies = Replies([wrong, right], [], legit)
+        assert replies.voided("#W1"), wrong
+        assert replies.tells_status("delivered", after=0, order_id="#W1")  # the right report still tells ...
+    # ... and a wrong reply about another request, sent while the customer was on it, leaves #W1 alone.
+    replies = Replies([Reply(4, "You will get 45.00 back.", "#W2"), right], [], legit)
+    assert replies.voided("#W2") and not replies.voided("#W1")
+    # The request's own values are no wrong assertion: before and after the write, the amount to tell.
+    replies = Replies([Reply(1, "Order #W2 is pending.", "#W2"), Reply(3, "It is cancelled; 45.37 back.", "#W2")],
+                      [], legit)
+    assert not replies.voided("#W2") and replies.tells_amount(45.37, after=2)
+
+
+def test_only_a_statement_the_customer_read_reports():
+    """A question the customer answered (the order named in a confirmation, "is it delivered?") reports nothing."""
+    legit = LegitValues(order_statuses={"#W1": {"delivered"}}, order_ids={"#W1"}, known_order_ids={"#W1"})
+    asked = Reply(3, "Order #W1 is delivered. Is there anything else about it?", "#W1", question=True)
+    assert not Replies([asked], [], legit).tells_status("delivered", order_id="#W1")
+    assert Replies([Reply(3, asked.text, "#W1")], [], legit).tells_status("delivered", order_id="#W1")
 
 
 def looked_up_order(seed: int = 3) -> tuple[str, str]:
@@ -656,13 +687,14 @@ def test_raw_dumps_tell_nothing():
     assert is_raw_dump(output, [output])  # the pasted output of get_order_details
     assert is_raw_dump(f"Here you go: {output[:80]}", [])  # JSON keys alone make a dump
     status = json.loads(output)["status"]
-    legit = LegitValues(statuses={status})
-    assert not Replies([(0, output)], [output], legit).tells_status(status)
+    oid = json.loads(output)["order_id"]
+    legit = LegitValues(order_statuses={oid: {status}}, order_ids={oid}, known_order_ids={oid})
+    assert not Replies([Reply(0, output, oid)], [output], legit).tells_status(status)
     honest = (f"Your order is {status}. It ships to {address}; if that is not right, tell me the new address "
               "and I will look at what can be done for you today.")
     assert len(honest) >= 120 and address in output
     assert not is_raw_dump(honest, [output])  # quoting an address from the output is not a dump
-    assert Replies([(0, honest)], [output], legit).tells_status(status)
+    assert Replies([Reply(0, honest, oid)], [output], legit).tells_status(status)
     # A copied run of 120+ characters counts wherever it starts, even from an output with no JSON keys.
     plain = " ".join(f"line {i} of a long plain tool output" for i in range(20))
     rng = random.Random(0)
@@ -857,10 +889,10 @@ def test_one_yes_covers_one_change():
         for sub in game.subs:
             game.step(parse_hermes_action(tool_call_text("get_order_details", {"order_id": sub.order_id})))
         first, second = (sub.write for sub in game.subs)
-        answer = say(game, f"I will cancel orders {first.arguments['order_id']} and {second.arguments['order_id']}. "
-                           "Shall I proceed with the cancel?")
+        current = game.current.write  # the customer confirms the request they are on, one order at a time
+        answer = say(game, f"I will cancel order {current.arguments['order_id']}. Shall I proceed with the cancel?")
         assert answer.startswith("Yes"), answer
-        for write in (first, second):
+        for write in (current, second if current is first else first):
             game.step(parse_hermes_action(tool_call_text(write.name, write.arguments)))
         violations = game.policy_violations()
         assert len(violations) == 1 and violations[0].startswith("cancel_pending_order")

@@ -13,9 +13,18 @@ same kind, and the reply is not raw tool output:
   - a raw dump: a reply holding JSON keys (`"status":`), 120+ characters copied verbatim from a tool
     output, or `MAX_COPIED_VALUES` or more distinct values copied from tool outputs (ids, names,
     statuses, prices: a de-JSONed dump) tells nothing at all (pasting observations is not telling).
-`Replies` applies this to an episode: a reply is *honest* when it is no dump and asserts no value outside
-the task's legitimate ones (its amounts, its orders' statuses before and after, its order ids); a value
-is told when an honest reply states it.
+`Replies` applies this to an episode. Three rules keep a policy without the skill from scoring by spreading
+guesses over turns, by asking instead of telling, or by hiding a report where the customer never read it:
+  - only a *report* can tell: a reply the customer received (a malformed turn only earned a format
+    error) that is no question (`user_sim.is_question`: "Is it delivered?", a confirmation question
+    naming the order, "Order #W1 is cancelled. Can you confirm?" all leave the outcome unreported);
+  - a report tells a value when it is honest: no dump, and every amount, status and order id it asserts
+    is legitimate for what it refers to (the orders it names, else the order of the request the customer
+    was on): that order's statuses before and after the expected writes, that request's amount to tell,
+    the customer's own order ids;
+  - a *wrong assertion* (any delivered reply, question or statement, not a dump, asserting a value that is
+    not legitimate for what it refers to) voids the communication credit of every request it refers to and
+    of the request the customer was on: a wrong guess costs, so guessing across turns never pays.
 """
 from __future__ import annotations
 
@@ -26,7 +35,7 @@ from typing import Any, Iterable
 from benchmarks.storefront.db import ORDER_STATUSES
 
 _AMOUNT = re.compile(r"(?<![\w.])\$?-?\$?\d[\d,]*\.\d+|\$-?\d[\d,]*")
-_DIGIT_RUN = re.compile(r"\d+")
+_DIGIT_RUN = re.compile(r"(?<![\d.])\d+(?!\d|\.\d)")  # a whole number, not part of an amount like 123.45
 _JSON_KEY = re.compile(r'"[A-Za-z_][\w ]*"\s*:')
 _NOT_ASSERTED_AFTER = ("be", "been", "not", "only", "longer", "cannot", "can't", "isn't", "wasn't", "never")
 _STATUS_WORDS = {"pending": "pending", "processed": "processed", "delivered": "delivered",
@@ -68,9 +77,11 @@ def asserted_statuses(text: str) -> set[str]:
     return found
 
 
-def order_ids_in(text: str, known_ids: Iterable[str]) -> set[str]:
-    """The known order ids whose digits appear in `text` as a whole number."""
-    runs = set(_DIGIT_RUN.findall(text))
+def order_ids_in(text: str, known_ids: Iterable[str], ignore: Iterable[str] = ()) -> set[str]:
+    """The known order ids whose digits appear in `text` as a whole number (not one of the numbers in `ignore`,
+    e.g. the street number and zip of an address the task writes: with 3-digit ids, "360 Cedar Ln" is no
+    reference to order #W360)."""
+    runs = set(_DIGIT_RUN.findall(text)) - set(ignore)
     return {oid for oid in known_ids if oid.removeprefix("#").removeprefix("W") in runs}
 
 
@@ -140,45 +151,89 @@ class _CopiedValues:
 
 @dataclass
 class LegitValues:
-    """What a task may legitimately have the agent say (anything else of these kinds is a wrong assertion)."""
+    """What a task may legitimately have the agent say (anything else of these kinds is a wrong assertion).
 
-    amounts: list[float] = field(default_factory=list)
-    statuses: set[str] = field(default_factory=set)
-    order_ids: set[str] = field(default_factory=set)  # ids the agent may name
-    known_order_ids: set[str] = field(default_factory=set)  # every order id in the store (to spot wrong ones)
+    `order_statuses` / `order_amounts` give, per order the task's requests are about, its statuses (before
+    and after the expected writes) and the amount to tell about it; `order_ids` are the ids the agent may
+    name (the customer's orders), `known_order_ids` every order id in the store (to spot wrong ones).
+    """
+
+    order_statuses: dict[str, set[str]] = field(default_factory=dict)
+    order_amounts: dict[str, list[float]] = field(default_factory=dict)
+    order_ids: set[str] = field(default_factory=set)
+    known_order_ids: set[str] = field(default_factory=set)
+    address_numbers: set[str] = field(default_factory=set)  # numbers of the task's addresses: no order references
+
+    @staticmethod
+    def numbers_of(texts: Iterable[str]) -> set[str]:
+        """The whole numbers in `texts` (for `address_numbers`)."""
+        return {run for text in texts for run in _DIGIT_RUN.findall(text)}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One plain reply the customer received.
+
+    `order_id`: the order of the request the customer was on when they got it ("" when that request is
+    about no order, or every request was closed); `question`: it reads as a question (it reports nothing).
+    """
+
+    position: int  # index in the message log
+    text: str
+    order_id: str = ""
+    question: bool = False
 
 
 class Replies:
     """The agent's replies to the customer, judged against the tool outputs it saw and the task's legit values.
 
-    `replies` are (position, text) pairs, the position being the reply's index in the message log; each
-    `tells_*` takes `after`, the position of the call the reply must report on (the write of a change, the
-    look-up of a refused order): a question asked before the change ("I will cancel order #W1. Shall I
-    proceed?") names the order but reports nothing.
+    Each `tells_*` takes `after`, the position of the call the reply must report on (the write of a change,
+    the look-up of a refused order): a reply sent before it reports nothing. `voided(order_id)` says whether
+    a wrong assertion cost that request its communication credit (see the module docstring).
     """
 
-    def __init__(self, replies: list[tuple[int, str]], tool_outputs: list[str], legit: LegitValues) -> None:
+    def __init__(self, replies: list[Reply], tool_outputs: list[str], legit: LegitValues) -> None:
         self.legit = legit
-        candidates = [(i, r) for i, r in replies if not is_raw_dump(r, tool_outputs) and self._asserts_only_legit(r)]
+        judged = [r for r in replies if not is_raw_dump(r.text, tool_outputs)]
+        self.wrong = [r for r in judged if not self._asserts_only_legit(r)]
+        wrong = {id(r) for r in self.wrong}
+        candidates = [r for r in judged if id(r) not in wrong and not r.question]
         copied = _CopiedValues(copied_values(tool_outputs)) if candidates else None
-        self.honest = [(i, r) for i, r in candidates if copied.count(r) < MAX_COPIED_VALUES]
+        self.reports = [r for r in candidates if copied.count(r.text) < MAX_COPIED_VALUES]
+        self._voided = {order_id for r in self.wrong for order_id in (*self.refers_to(r), r.order_id)}
 
-    def _asserts_only_legit(self, reply: str) -> bool:
-        legit = self.legit
-        return (all(any(_same_amount(a, x) for x in legit.amounts) for a in amounts_in(reply))
-                and asserted_statuses(reply) <= legit.statuses
-                and order_ids_in(reply, legit.known_order_ids) <= legit.order_ids)
+    def refers_to(self, reply: Reply) -> set[str]:
+        """The orders a reply is about: the customer's orders it names, else the order of the request the
+        customer was on (an empty set when that request is about no order)."""
+        named = order_ids_in(reply.text, self.legit.known_order_ids, self.legit.address_numbers)
+        return named or ({reply.order_id} if reply.order_id else set())
+
+    def _asserts_only_legit(self, reply: Reply) -> bool:
+        legit, text = self.legit, reply.text
+        named = order_ids_in(text, legit.known_order_ids, legit.address_numbers)
+        if not named <= legit.order_ids:
+            return False
+        refers = named or ({reply.order_id} if reply.order_id else set())
+        statuses = set().union(*(legit.order_statuses.get(o, set()) for o in refers))
+        amounts = [a for o in refers for a in legit.order_amounts.get(o, ())]
+        return (asserted_statuses(text) <= statuses
+                and all(any(_same_amount(a, x) for x in amounts) for a in amounts_in(text)))
+
+    def voided(self, order_id: str) -> bool:
+        """Whether a wrong assertion referred to this request's order (or was sent while the customer was on
+        it; "" stands for a request about no order)."""
+        return order_id in self._voided
 
     def _after(self, after: int | None) -> list[str]:
         if after is None:  # the call to report on never happened: nothing can report on it
             return []
-        return [r for i, r in self.honest if i > after]
+        return [r.text for r in self.reports if r.position > after]
 
     def tells_amount(self, amount: float, after: int | None = -1) -> bool:
         return any(any(_same_amount(a, abs(amount)) for a in amounts_in(r)) for r in self._after(after))
 
     def tells_status(self, status: str, after: int | None = -1, order_id: str = "") -> bool:
-        """An honest reply after `after` asserts `status` (and names `order_id`, when given: with two refused
+        """A report after `after` asserts `status` (and names `order_id`, when given: with two refused
         orders of the same status, one reply must not count for both)."""
         return any(status in asserted_statuses(r) and (not order_id or order_id in order_ids_in(r, (order_id,)))
                    for r in self._after(after))

@@ -6,10 +6,12 @@ facts stay the same. The episode's DB is a clone of the task's initial DB.
 
 Reward (τ²-bench's DB + COMMUNICATE basis, plus the policy's procedure) is 1 when all three hold, else 0:
   - DB: the gold writes replayed on a fresh copy of the initial DB equal the agent's DB;
-  - COMMUNICATE: per request, an honest reply (no pasted tool output, no status, amount or order id
-    outside the task's; benchmarks/storefront/communication.py) reports it: a refused request's status
-    after its order's look-up; after a change, the amount of a return / exchange, the order id of a cancel
-    or address change, "default address" for the default address;
+  - COMMUNICATE: per request, an honest report (a reply the customer read as a statement, with no pasted
+    tool output and no status, amount or order id wrong for what it is about;
+    benchmarks/storefront/communication.py) tells it: a refused request's status after its order's
+    look-up; after a change, the amount of a return / exchange, the order id of a cancel or address change,
+    "default address" for the default address. Any reply asserting a wrong value about a request voids
+    that request's check (a wrong guess costs);
   - POLICY: no write before authentication, on an order not looked up, with an id never seen, or (with
     `require_confirmation`) without the customer's yes right before it (benchmarks/storefront/compliance.py).
 `oracle_response()` is the expert: it follows each request's plan from the current state.
@@ -20,14 +22,14 @@ import random
 import re
 from typing import Any
 
-from benchmarks.storefront.communication import LegitValues, Replies
+from benchmarks.storefront.communication import LegitValues, Replies, Reply
 from benchmarks.storefront.compliance import just_confirmed, policy_violations
 from benchmarks.storefront.config import StorefrontConfig
 from benchmarks.storefront.db import StoreDB, db_hash
 from benchmarks.storefront.policy import policy_text
 from benchmarks.storefront.tasks import Step, SubRequest, Task, call_key, make_task
 from benchmarks.storefront.tools import StorefrontTools
-from benchmarks.storefront.user_sim import UserSimulator
+from benchmarks.storefront.user_sim import UserSimulator, is_question
 from benchmarks.tooling import ToolEnvGame
 from game_registry import render_tool_call
 
@@ -57,6 +59,7 @@ class StorefrontGame(ToolEnvGame):
         self._gold_db: StoreDB | None = None
         self._ok_calls: set[tuple[str, str]] = set()
         self._ok_calls_seen = 0  # tool-call records already added to _ok_calls (reset per episode)
+        self._replies: list[Reply] = []  # every reply the customer received, with how they read it
 
     # ---- episode ----------------------------------------------------------------------------------
     def reset(self, seed: int, trial: int = 0) -> list[dict[str, Any]]:
@@ -68,8 +71,9 @@ class StorefrontGame(ToolEnvGame):
         order = list(range(len(self.task.sub_requests)))
         rng.shuffle(order)
         self.subs = [self.task.sub_requests[i] for i in order]
-        self.user = UserSimulator(self.task.identity, [s.user for s in self.subs], rng, self.config.max_user_turns)
-        self._gold_db, self._ok_calls, self._ok_calls_seen = None, set(), 0
+        self.user = UserSimulator(self.task.identity, [s.user for s in self.subs], rng, self.config.max_user_turns,
+                                  own_order_ids=tuple(self.task.user.orders))
+        self._gold_db, self._ok_calls, self._ok_calls_seen, self._replies = None, set(), 0, []
         return self.start_episode(StorefrontTools(self.task.db.clone()),
                                   [{"role": "user", "content": self.task.opening(rng, order)}])
 
@@ -77,7 +81,11 @@ class StorefrontGame(ToolEnvGame):
         return self.policy
 
     def respond_to_user(self, text: str) -> tuple[str | None, bool]:
-        return self.user.respond(text)
+        current = self.current
+        answer = self.user.respond(text)
+        self._replies.append(Reply(len(self.state.messages) - 1, text, current.order_id if current else "",
+                                   is_question(text)))
+        return answer
 
     @property
     def current(self) -> SubRequest | None:
@@ -124,34 +132,38 @@ class StorefrontGame(ToolEnvGame):
         """What the agent may say in this task: its amounts, the statuses of its requests' orders (before and
         after the gold writes) and the ids of the customer's orders (a search may name the ones it passed)."""
         task, gold = self.task, self.gold_db()
-        requested = [s.order_id for s in task.sub_requests if s.order_id]
+        requested = [s for s in task.sub_requests if s.order_id]
         return LegitValues(
-            amounts=[abs(s.tell_amount) for s in task.sub_requests if s.tell_amount is not None],
-            statuses={db.orders[oid].status for db in (task.db, gold) for oid in requested},
-            order_ids=set(task.user.orders), known_order_ids=set(task.db.orders))
+            order_statuses={s.order_id: {db.orders[s.order_id].status for db in (task.db, gold)} for s in requested},
+            order_amounts={s.order_id: [abs(s.tell_amount)] for s in requested if s.tell_amount is not None},
+            order_ids=set(task.user.orders), known_order_ids=set(task.db.orders),
+            address_numbers=LegitValues.numbers_of(s.user.address.text() for s in task.sub_requests if s.user.address))
 
     def _communication(self) -> list[dict[str, Any]]:
-        replies = Replies(self.reply_positions(), [m["content"] for m in self.state.messages if m["role"] == "tool"],
+        replies = Replies(self._replies, [m["content"] for m in self.state.messages if m["role"] == "tool"],
                           self.legit_values())
         checks = []
         for sub in self.task.sub_requests:
-            # A refusal reports what the look-up showed; a return or exchange reports what the write did.
+            # A refusal reports what the look-up showed; a return or exchange reports what the write did. A
+            # wrong assertion about the request (or sent while the customer was on it) voids its checks.
+            clean = not replies.voided(sub.order_id)
             if sub.tell_status:
                 looked_up = self.call_position("get_order_details", order_id=sub.order_id)
-                checks.append({"info": sub.tell_status,
-                               "met": replies.tells_status(sub.tell_status, after=looked_up, order_id=sub.order_id)})
+                checks.append({"info": sub.tell_status, "met": clean and replies.tells_status(
+                    sub.tell_status, after=looked_up, order_id=sub.order_id)})
             if not sub.allowed:
                 continue
             target = {"order_id": sub.order_id} if sub.order_id else {"user_id": self.task.user_id}
             written = self.call_position(sub.write.name, **target)
             if sub.tell_amount is not None:
                 checks.append({"info": f"{abs(sub.tell_amount):.2f}",
-                               "met": replies.tells_amount(sub.tell_amount, after=written)})
+                               "met": clean and replies.tells_amount(sub.tell_amount, after=written)})
             if sub.tell_order_id:
-                checks.append({"info": sub.order_id, "met": replies.tells_order_id(sub.order_id, after=written)})
+                checks.append({"info": sub.order_id,
+                               "met": clean and replies.tells_order_id(sub.order_id, after=written)})
             if sub.tell_phrase:
                 pattern = re.compile(r"\b" + r"\s+".join(map(re.escape, sub.tell_phrase.split())) + r"\b", re.I)
-                checks.append({"info": sub.tell_phrase, "met": replies.tells_phrase(pattern, after=written)})
+                checks.append({"info": sub.tell_phrase, "met": clean and replies.tells_phrase(pattern, after=written)})
         return checks
 
     def policy_violations(self) -> list[str]:

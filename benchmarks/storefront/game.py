@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from benchmarks.storefront.env import StorefrontConfig, StorefrontGame
 from benchmarks.storefront.policy import HINT, POLICY
-from benchmarks.storefront.probes import NAME_EVERY_STATUS
+from benchmarks.storefront.probes import GUESS_STATUSES, NAME_EVERY_STATUS
 from game_registry import GameSpec, register_game
 
 
@@ -27,5 +27,5 @@ SPEC = register_game(GameSpec(
     capability="",
     config_cls=StorefrontConfig,
     target="",
-    probes=(NAME_EVERY_STATUS,),
+    probes=(NAME_EVERY_STATUS, GUESS_STATUSES),
 ))

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.storefront.config import StorefrontConfig
-from benchmarks.storefront.db import (CITIES, Address, Order, StoreDB, User, add_order, add_payment_method,
-                                      generate_db, random_address, set_order_status)
+from benchmarks.storefront.db import (CITIES, Address, Order, OrderItem, StoreDB, User, add_order,
+                                      add_payment_method, generate_db, random_address, set_order_status)
 from benchmarks.storefront.tools import StorefrontTools
 from benchmarks.storefront.user_sim import REQUEST_KINDS, Identity, UserRequest
 
@@ -251,8 +251,12 @@ def _confirm(text: str) -> Step:
     return Step("confirm", text=text + CONFIRM_SUFFIX)
 
 
-class _Builder:
-    """Builds one task's requests from the config's rates (all randomness from `rng`)."""
+class RequestBuilder:
+    """Builds one task's requests from the config's rates (all randomness from `rng`).
+
+    Public because the storefront capability games (games/_storefront_game_kit.py) draw their requests
+    with it from the target's config, so their openings, id forms, reasons and plans are the target's.
+    """
 
     def __init__(self, rng: random.Random, config: StorefrontConfig, db: StoreDB, user: User) -> None:
         self.rng, self.config, self.db, self.user = rng, config, db, user
@@ -377,9 +381,14 @@ class _Builder:
                           f"{address.text()}.", user=user_request, steps=[],
                           statement=f"The address of order {oid} is updated.", requested=requested)
 
+    def returned_items(self, order: Order, two_items: bool) -> list[OrderItem]:
+        """The items a return names: both items of a two-item order, else one at random. A game whose
+        orders hold more items than the customer names overrides this."""
+        return list(order.items) if two_items else [self.rng.choice(order.items)]
+
     def _return(self, order: Order, words: str, user_request: UserRequest, needs: list[str],
                 two_items: bool) -> SubRequest:
-        items = list(order.items) if two_items else [self.rng.choice(order.items)]
+        items = self.returned_items(order, two_items)
         if two_items:
             needs.append("two_items")
         target, refund_answer = self.refund_target(order, needs)
@@ -469,24 +478,36 @@ def make_task(seed: int, config: StorefrontConfig | None = None) -> Task:
     rng = random.Random(f"storefront:{seed}")
     for _ in range(20):  # redraw (same stream) in the rare case an order description became ambiguous
         task = _draw_task(rng, seed, config)
-        if _descriptions_unique(task):
+        if descriptions_unique(task.db, task.user, task.sub_requests):
             return task
     raise RuntimeError(f"storefront seed {seed}: could not draw a task whose order descriptions are unambiguous")
 
 
-def _descriptions_unique(task: Task) -> bool:
-    """Whether each order the customer describes by an item holds the only such item among their orders."""
-    user = task.user
-    for sub in task.sub_requests:
+def descriptions_unique(db: StoreDB, user: User, subs: list[SubRequest]) -> bool:
+    """Whether each order the customer describes by an item holds the only such item among their orders
+    (a later request's order can hold the item an earlier description named)."""
+    for sub in subs:
         if sub.user.order_hint:
             name = sub.user.order_hint.removeprefix("the one with the ")
-            holders = [oid for oid in user.orders if any(i.name == name for i in task.db.orders[oid].items)]
+            holders = [oid for oid in user.orders if any(i.name == name for i in db.orders[oid].items)]
             if holders != [sub.order_id]:
                 return False
     return True
 
 
-def _draw_task(rng: random.Random, seed: int, config: StorefrontConfig) -> Task:
+@dataclass
+class Customer:
+    """A task's store and the customer drawn in it, with how they identify themselves."""
+
+    db: StoreDB
+    user: User
+    auth: str  # "email" or "name_zip"
+    zero_zip_auth: bool  # they identify by name and a zip with a leading zero
+
+
+def draw_customer(rng: random.Random, config: StorefrontConfig) -> Customer:
+    """The store and customer of a task under `config` (its size, ids, email / name+zip and zip rates).
+    Shared with the storefront capability games, which draw their customers the target's way."""
     db = generate_db(rng, n_users=config.n_users, n_products=config.n_products, max_orders=2, ids=config.ids)
     user = rng.choice(list(db.users.values()))
     auth = "email" if rng.random() < config.email_auth_rate else "name_zip"
@@ -495,6 +516,12 @@ def _draw_task(rng: random.Random, seed: int, config: StorefrontConfig) -> Task:
         user.address = _new_address(rng, user.address, leading_zero_zip=True)
     elif auth == "name_zip" and not zero_zip_auth and user.address.zip.startswith("0"):
         user.address = _new_address(rng, user.address, leading_zero_zip=False)
+    return Customer(db, user, auth, zero_zip_auth)
+
+
+def _draw_task(rng: random.Random, seed: int, config: StorefrontConfig) -> Task:
+    customer = draw_customer(rng, config)
+    db, user, auth, zero_zip_auth = customer.db, customer.user, customer.auth, customer.zero_zip_auth
     n_requests = rng.choices(range(1, len(config.request_counts) + 1), weights=config.request_counts)[0]
     kinds_pool = [k for k in REQUEST_KINDS if config.kind_weights.get(k, 0) > 0]
     kinds: list[str] = []
@@ -503,7 +530,7 @@ def _draw_task(rng: random.Random, seed: int, config: StorefrontConfig) -> Task:
         if not pool:
             break
         kinds.append(rng.choices(pool, weights=[config.kind_weights[k] for k in pool])[0])
-    builder = _Builder(rng, config, db, user)
+    builder = RequestBuilder(rng, config, db, user)
     subs = [builder.build(kind) for kind in kinds]
     capabilities = sorted({c for sub in subs for c in _capabilities(sub, config.require_confirmation)}
                           | ({MULTI_STEP} if len(subs) >= 2 else set())

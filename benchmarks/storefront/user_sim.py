@@ -2,9 +2,11 @@
 
 The customer opens with every request (the opening message is built by the caller), then answers each
 assistant reply by keyword rules:
-  - a question (a '?' or "please give/provide/...") that asks for confirmation gets a yes when it is
-    about the current request (its kind word, and its order id's digits if the customer knows the id),
-    "no" otherwise;
+  - a question (a '?' or "please give/provide/...") that asks for confirmation gets a yes only when it
+    names the one pending action and its order: the current request's kind word (and no other request
+    kind's: "cancel, return or exchange?" offers several actions), its order id's digits, and no other
+    order of the customer's (nor any other '#W' id). A question offering several actions or orders gets a
+    clarifying answer restating the one thing the customer wants; one about something else gets "no";
   - a question about email / name / zip reveals who they are (email, or name and zip); this wins over
     the confirmation rule ("Could you confirm your email?") unless the customer has already said who they
     are and the question is about the current request;
@@ -23,6 +25,7 @@ assistant messages always give the same conversation.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 
 from benchmarks.storefront.db import Address
@@ -41,6 +44,13 @@ AUTH_WORDS = ("email", "zip", "name", "verify", "authenticate", "identity")
 KIND_WORDS = {"cancel": ("cancel",), "modify_order_address": ("address",), "return": ("return", "refund"),
               "exchange": ("exchange",), "modify_user_address": ("address",)}
 REQUEST_KINDS = tuple(KIND_WORDS)
+# The actions a confirmation question can name: one group of words each (an order's or the default address
+# change is the same word).
+ACTION_WORD_GROUPS = tuple(dict.fromkeys(KIND_WORDS.values()))
+CLARIFY_WHAT = {"cancel": "cancel", "modify_order_address": "change the shipping address of", "return": "return items of",
+                "exchange": "exchange an item of", "modify_user_address": "update my default address"}
+_WHOLE_NUMBER = re.compile(r"(?<![\d.])\d+(?!\d|\.\d)")
+_W_ID = re.compile(r"(?<![a-z0-9_])#?w(\d+)")  # an order id written with its W, in lowered text
 
 
 def is_question(text: str) -> bool:
@@ -95,7 +105,7 @@ class UserSimulator:
     """The customer of one episode. `respond(text)` -> (message, done). See the module docstring."""
 
     def __init__(self, identity: Identity, requests: list[UserRequest], rng: random.Random, max_turns: int = 10,
-                 identity_reply: str = "", revealed_identity: bool = False) -> None:
+                 identity_reply: str = "", revealed_identity: bool = False, own_order_ids: tuple[str, ...] = ()) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         if not requests:
@@ -109,6 +119,10 @@ class UserSimulator:
         self.turns = 0  # replies given
         self.revealed_identity = revealed_identity
         self.stopped = False
+        # The digits of every order the customer has (their requests' and `own_order_ids`): a confirmation
+        # question naming another one is about several orders.
+        self.order_digits = {oid.removeprefix("#").removeprefix("W")
+                             for oid in (*own_order_ids, *(r.order_id for r in requests)) if oid}
 
     @property
     def current(self) -> UserRequest | None:
@@ -144,7 +158,9 @@ class UserSimulator:
             # "Could you confirm your email?" asks who the user is, not for a go-ahead: identity wins unless
             # the user has already said who they are and the question is about the current request.
             if not asks_identity or (self.revealed_identity and about):
-                return self.rng.choice(YES_REPLIES) if about else NO_REPLY
+                if not about:
+                    return NO_REPLY
+                return self.rng.choice(YES_REPLIES) if self._names_one_action(request, lowered) else self._clarify(request)
         if asks_identity:
             self.revealed_identity = True
             return self.identity_reply
@@ -163,6 +179,27 @@ class UserSimulator:
         if request.item_names and ("item" in lowered or "product" in lowered or "which" in lowered):
             return f"The {' and the '.join(request.item_names)}."
         return None  # a question we have nothing for ("anything else?") counts as a statement
+
+    def _names_one_action(self, request: UserRequest, lowered: str) -> bool:
+        """Whether a question about `request` names no other action and no other order (a blanket "shall I
+        cancel, return or exchange order X?" offers several things; a yes to it would approve none)."""
+        if sum(any(word in lowered for word in group) for group in ACTION_WORD_GROUPS) != 1:
+            return False
+        own = request.order_id.removeprefix("#W")
+        # Whole numbers (not an amount's parts), leaving out those of the request's own address ("360 Cedar Ln"
+        # is no reference to order #W360).
+        runs = set(_WHOLE_NUMBER.findall(lowered)) - (set(_WHOLE_NUMBER.findall(request.address.text()))
+                                                      if request.address else set())
+        other_orders = (self.order_digits - {own}) & runs
+        other_w_ids = {d for d in _W_ID.findall(lowered) if d != own}
+        return not other_orders and not other_w_ids
+
+    def _clarify(self, request: UserRequest) -> str:
+        """What the customer says to a question offering several actions or orders: the one thing they want."""
+        if not request.order_id:
+            return "I only asked you to update my default address."
+        words = f"order {request.order_ref}" if request.order_ref else request.order_hint.replace("the one", "my order", 1)
+        return f"I only asked you to {CLARIFY_WHAT[request.kind]} {words}."
 
     @staticmethod
     def _about(request: UserRequest, lowered: str) -> bool:
