@@ -159,6 +159,82 @@ def compute_metrics(
     }
 
 
+SPREAD_DECIMALS = 9  # rewards equal to this many decimals are one value (GRPO drops groups within 1e-8)
+
+
+def _value_shares(rewards: list[float]) -> dict[float, float]:
+    """{reward value: share of `rewards` equal to it} (values compared to SPREAD_DECIMALS decimals)."""
+    counts = Counter(round(r, SPREAD_DECIMALS) for r in rewards)
+    return {value: count / len(rewards) for value, count in counts.items()}
+
+
+def _pair_agreement(rewards: list[float]) -> float:
+    """Share of the ordered pairs of distinct samples of one task whose rewards are equal (needs >= 2 samples)."""
+    n = len(rewards)
+    counts = Counter(round(r, SPREAD_DECIMALS) for r in rewards)
+    return sum(c * (c - 1) for c in counts.values()) / (n * (n - 1))
+
+
+def _constant_group_chance(shares: dict[float, float], concentration: float | None, group_size: int) -> float:
+    """P(a group of `group_size` episodes of one task all score the same), tasks' value probabilities drawn
+    from Dirichlet(concentration * shares): sum over values v of E[θ_v^G] = prod_i (α π_v + i) / (α + i).
+    concentration None: α infinite, every task plays the pooled shares (sum of π_v^G); 0: every task always
+    scores one value (1)."""
+    if concentration is None:
+        return sum(share ** group_size for share in shares.values())
+    if concentration == 0.0:
+        return 1.0
+    return sum(math.prod((concentration * share + i) / (concentration + i) for i in range(group_size))
+               for share in shares.values())
+
+
+def estimate_reward_spread(simulations: Any, group_size: int, source: str = "rollouts") -> dict[str, Any]:
+    """Estimated share of GRPO groups of `group_size` episodes of one task whose rewards are not all equal.
+
+    GRPO learns only from a group whose rewards differ (a partial reward counts as much as a success), but
+    calibration plays fewer samples per task (n) than a GRPO group holds (G): a task's own n rewards cannot
+    say how often G draws would all agree, and the plug-in guesses are biased. Per task they are biased low
+    (two samples of a task that succeeds 30% of the time agree 58% of the time, and then the task looks
+    constant, while 94% of its groups of 8 vary); pooled over tasks they are biased high (tasks that each
+    always pass or always fail pool into a 50/50 mix whose groups would nearly all vary, yet none does).
+
+    So the tasks' reward distributions are modelled as draws from a Dirichlet over the reward values seen,
+    centred on their task-averaged shares π (the Dirichlet-multinomial model of overdispersed counts), and
+    its concentration α is fitted by the method of moments to what n >= 2 samples do measure without bias:
+    the chance A that two samples of the same task score alike (averaged over tasks), which the model puts
+    at (α S + 1) / (α + 1) with S = Σ π_v², so α = (1 - A) / (A - S). Then a group of G is constant with
+    chance Σ_v Π_{i<G} (α π_v + i) / (α + i), and the estimate is one minus that. A <= S (tasks agree no
+    more than the pooled rewards do): α is infinite, every task plays the pooled shares, constant chance
+    Σ π_v^G. A = 1 (every task's samples agree): α = 0, no group varies. At G = 2 the estimate is 1 - A
+    itself. With no task of two samples A is unmeasured and the pooled shares are used (an upper bound).
+
+    Returns {"spread_share", "group_size", "pair_agreement" (A, None when unmeasured), "concentration"
+    (α; None when infinite)}. Raises InputError on bad simulations, ValueError on group_size < 1.
+    """
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"group_size must be an int >= 1 (GRPO's samples per task), got {group_size!r}")
+    groups: dict[str, list[float]] = defaultdict(list)
+    for sample in parse_simulations(simulations, source):
+        groups[sample.task_id].append(sample.reward)
+    per_task = [_value_shares(rewards) for rewards in groups.values()]
+    shares: dict[float, float] = defaultdict(float)
+    for task_shares in per_task:
+        for value, share in task_shares.items():
+            shares[value] += share / len(per_task)
+    paired = [_pair_agreement(rewards) for rewards in groups.values() if len(rewards) >= 2]
+    agreement = sum(paired) / len(paired) if paired else None
+    pooled_agreement = sum(share ** 2 for share in shares.values())
+    if agreement is None or agreement <= pooled_agreement:
+        concentration = None
+    elif agreement >= 1.0:
+        concentration = 0.0
+    else:
+        concentration = (1.0 - agreement) / (agreement - pooled_agreement)
+    constant = _constant_group_chance(shares, concentration, group_size)
+    return {"spread_share": min(1.0, max(0.0, 1.0 - constant)), "group_size": group_size,
+            "pair_agreement": agreement, "concentration": concentration}
+
+
 @dataclass
 class Bands:
     """Where a calibrated game's metrics must lie (defaults: the base model succeeds 20-60% of the time)."""

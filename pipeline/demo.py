@@ -20,8 +20,9 @@ same settings (its own config section and the steps it reads from), so an interr
             not planted), N rule-based labelers that see only the trajectory and the results' evaluation
             details (never the planted flaws or a task's hidden capability record), aggregation with
             rho, delta, K; precision and recall of the selection against the planted deficits
-  environments  Step 2: each selected capability's game (ids shaped like the demo's storefront) is
+  environments  Step 2: each selected capability's game (its tasks drawn from the evaluation's storefront) is
             validated, probes included, and its declared difficulty knob bisected against the base agent
+            (each value tried: success rate, mean reward, share of GRPO groups whose rewards differ)
   train     Step 3: one GRPO LoRA per calibrated capability
   own_game  each LoRA and the base agent on the LoRA's own game, held-out tasks at the calibrated settings
             (did the adapter learn its skill, before any transfer to the target?)
@@ -203,7 +204,7 @@ class Demo:
 
     def environments(self, folder: Path) -> dict[str, Any]:
         from pipeline.demo_loop import calibrate_capability, not_trained_because
-        from pipeline.demo_report import difficulty_text
+        from pipeline.demo_report import environment_lines
 
         selected = self.records["select"]["figures"]["selected"]
         forced = self.config.loop.capabilities
@@ -217,24 +218,24 @@ class Demo:
         model, tokenizer = self._base_model()
         out = {}
         for capability in selected:
-            result = calibrate_capability(capability, model, tokenizer, {"short_ids": self.short_ids()},
-                                          self.config.loop)
+            result = calibrate_capability(capability, model, tokenizer, self.game_surface(), self.config.loop)
             out[capability] = result
             skipped = not_trained_because(result, self.config.loop.group_size, forced=bool(forced))
-            print(f"  {capability}: {result['status']}"
-                  + (f" ({difficulty_text(result)}, success {result['success_rate']:.2f})"
-                     if result.get("settings") else "")
-                  + (f" — {result['detail']}" if result.get("detail") else "")
-                  + (f" — not trained: {skipped}" if skipped else ""), flush=True)
+            print("\n".join(environment_lines(capability, result, skipped)), flush=True)
         atomic_write_json(folder / "environments.json", out)
         return {"capabilities": out, "forced": bool(forced)}
 
-    def short_ids(self) -> bool:
-        """The capability games use the demo storefront's short ids when it has them."""
-        return self.storefront.order_id_digits == 3 and self.storefront.short_emails
+    def game_surface(self) -> dict[str, Any]:
+        """The game overrides every capability game starts from: the evaluation's storefront as its surface, so
+        it draws the target's request kinds, id forms, phrasings, items, payment mix and confirmation rule
+        (games/_storefront_game_kit.py). Every field, JSON-ready: calibration saves it with the game's overrides."""
+        from games._storefront_game_kit import surface_fields
+
+        return {"storefront": surface_fields(self.storefront)}
 
     def trainable(self) -> dict[str, dict[str, Any]]:
-        """Capabilities with a valid game that calibration did not find too hard, and the game overrides it chose."""
+        """Capabilities with a valid game that gives GRPO a learning signal (`not_trained_because`), and the game
+        overrides calibration chose."""
         from pipeline.demo_loop import not_trained_because
 
         figures = self.records["environments"]["figures"]

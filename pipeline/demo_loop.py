@@ -1,10 +1,12 @@
 """Steps 2-4 of the CPU demo and its baselines, in process, on the base agent the demo built.
 
 - `calibrate_capability`: Step 2 for one selected capability: its registered game (`capability_<name>`,
-  with ids shaped like the demo's storefront) is validated (`pipeline.validate_game.validate`, probes
+  drawn from the evaluation's storefront surface) is validated (`pipeline.validate_game.validate`, probes
   included), then its declared difficulty knobs are bisected in order (`pipeline.recalibrate.search_knob`)
   with rollouts of the base agent itself until its success rate is in the band: a knob that cannot reach
-  the band stays at its value nearest to it while the next knob moves.
+  the band stays at its value nearest to it while the next knob moves. Each probed value also records its
+  mean reward and the estimated share of GRPO groups whose rewards differ, which decides whether the game
+  is trained (`not_trained_because`).
 - `train_lora`: one GRPO LoRA run (`train.grpo.GRPOTrainer`, the code of `python -m train`) on any game
   spec: a capability game (Step 3), the storefront itself (the direct-GRPO baseline) or a mix of the
   selected games (the single-adapter baseline). The GRPO loop is the same in all three.
@@ -21,8 +23,17 @@ import yaml
 
 from benchmarks.results import load_results, make_simulation
 from game_registry import GameSpec, get_game
+from pipeline.recalibrate import measurement_text, search_knobs
 from train.backends import HFBackend
 from train.episodes import ChatTokenizer, EpisodeRequest, run_episodes
+
+FIGURES = ("success_rate", "mean_reward", "spread_share")  # what calibration measured at each probed value
+HISTORY_KEYS = ("knob", "value", *FIGURES)
+# A game gives GRPO a learning signal when at least this share of its groups has rewards that differ: below
+# it, most groups are constant, GRPO drops them, and training only spends rollouts (and raises the
+# baselines' matched budget). For 0/1 rewards the cut matches the success rate at which half the groups of
+# `group_size` hold no success.
+MIN_SPREAD_SHARE = 0.5
 
 GRPO_TINY = Path(__file__).resolve().parent.parent / "configs" / "grpo_tiny.yaml"
 
@@ -55,7 +66,6 @@ def model_collector(model: Any, tokenizer: Any, base_overrides: dict[str, Any], 
 def calibrate_capability(capability: str, model: Any, tokenizer: Any, game_overrides: dict[str, Any],
                          settings: Any) -> dict[str, Any]:
     """Validate the capability's game and move its declared difficulty knobs (`search_knobs`) into the band."""
-    from pipeline.recalibrate import search_knobs
     from pipeline.validate_game import validate
 
     spec = game_for(capability)
@@ -70,42 +80,59 @@ def calibrate_capability(capability: str, model: Any, tokenizer: Any, game_overr
         return {**result, "status": "no_knob", "value": None, "game_overrides": dict(game_overrides)}
     collect = model_collector(model, tokenizer, game_overrides, settings.calibration_tasks,
                               settings.calibration_samples)
-    search = search_knobs(spec, collect, band=tuple(settings.band), max_rounds=settings.max_rounds)
-    history = [{k: probe[k] for k in ("knob", "value", "success_rate")} for probe in search["history"]]
-    return {**result, **{k: search[k] for k in ("status", "knob", "value", "success_rate", "settings")},
+    search = search_knobs(spec, collect, band=tuple(settings.band), max_rounds=settings.max_rounds,
+                          group_size=settings.group_size)
+    history = [{k: probe[k] for k in HISTORY_KEYS} for probe in search["history"]]
+    return {**result, **{k: search[k] for k in ("status", "knob", "value", *FIGURES, "group_size", "settings")},
             "history": history, "game_overrides": {**game_overrides, **search["settings"]}}
 
 
-def no_signal_rate(group_size: int) -> float:
-    """The success rate below which most GRPO groups of `group_size` episodes hold no success at all."""
-    return 1.0 - 0.5 ** (1.0 / group_size)
+def binary_spread_share(success_rate: float, group_size: int) -> float:
+    """Share of groups of `group_size` with reward spread when every episode independently succeeds (1) at
+    `success_rate` or fails (0): 1 - p^G - (1 - p)^G. It stands in for the spread a record written before
+    calibration measured it lacks (those records held 0/1 success figures only)."""
+    return 1.0 - success_rate ** group_size - (1.0 - success_rate) ** group_size
+
+
+def _probes(environment: dict[str, Any], group_size: int) -> list[dict[str, Any]]:
+    """The probes calibration made (its history, or the chosen value alone), each with a spread share."""
+    tried = environment.get("history") or [{"knob": environment.get("knob"), "value": environment.get("value"),
+                                            **{k: environment.get(k) for k in FIGURES}}]
+    return [probe if probe.get("spread_share") is not None
+            else {**probe, "spread_share": binary_spread_share(probe["success_rate"], group_size)}
+            for probe in tried]
 
 
 def not_trained_because(environment: dict[str, Any], group_size: int, forced: bool = False) -> str | None:
-    """Why Step 3 skips a capability's game (None: it is trained).
+    """Why Step 3 skips a capability's game (None: it is trained); `group_size` is GRPO's, used for a record
+    that does not say which group size its spread shares were estimated for.
 
-    No game, or one that failed validation, cannot be trained. A game that calibration found too hard at
-    every value it tried is skipped when even its best success rate is below `no_signal_rate(group_size)`:
-    then most groups hold no success, GRPO filters them as constant, and training would only spend rollouts
-    (and raise the baselines' matched budget). A game out of the band but above that rate (just below the
-    band, or above it at its hardest value) is trained at the nearest value: its groups vary. Capabilities
-    the config forces (`loop.capabilities`, e.g. the fast profile's) are trained whatever calibration found.
+    No game, or one that failed validation, cannot be trained. A calibrated game is skipped for lack of a
+    learning signal when, at every value calibration tried, fewer than MIN_SPREAD_SHARE of GRPO's groups of
+    `group_size` are estimated to hold rewards that differ (`estimate_reward_spread`): GRPO learns only from
+    such groups, and it learns from a partial reward as much as from a success, so a game with no success
+    whose partial rewards vary is trained, and one in the band whose tasks each always pass or always fail
+    is not. A game with spread somewhere is trained at the value calibration kept (the one nearest the
+    band). Capabilities the config forces (`loop.capabilities`, e.g. the fast profile's) are trained
+    whatever calibration found; a game without knobs is trained as it is (nothing was measured).
     """
     status = environment["status"]
     if status in ("no_game", "invalid"):
         return environment.get("detail") or status
-    if forced or status != "out_of_range" or environment.get("success_rate") is None:
+    if forced or environment.get("success_rate") is None:
         return None
-    tried = environment.get("history") or [{"value": environment.get("value"),
-                                            "success_rate": environment["success_rate"]}]
-    best = max(h["success_rate"] for h in tried)
-    floor = no_signal_rate(group_size)
-    if best >= floor:
+    size = environment.get("group_size") or group_size  # the group size calibration estimated the spread for
+    tried = _probes(environment, size)
+    best = max(probe["spread_share"] for probe in tried)
+    if best >= MIN_SPREAD_SHARE:
         return None
-    knobs = list(dict.fromkeys(h.get("knob", environment.get("knob")) for h in tried))
-    values = ", ".join(repr(h["value"]) if len(knobs) == 1 else f"{h.get('knob')}={h['value']!r}" for h in tried)
-    return (f"too hard for the base agent: success at most {best:.2f} at every {' / '.join(map(str, knobs))} "
-            f"value tried ({values}), below {floor:.2f}, where most groups of {group_size} hold no success")
+    knobs = list(dict.fromkeys(probe.get("knob") or environment.get("knob") for probe in tried))
+    per_value = "; ".join(
+        (f"{probe['value']!r}" if len(knobs) == 1 else f"{probe.get('knob')}={probe['value']!r}")
+        + f": {measurement_text(probe)}" for probe in tried)
+    return (f"no learning signal: at every {' / '.join(map(str, knobs))} value tried, under "
+            f"{MIN_SPREAD_SHARE:.0%} of GRPO groups of {size} would hold rewards that differ (best spread "
+            f"{best:.2f}); {per_value}")
 
 
 def grpo_config(game: str, model_dir: Path, output_dir: Path, game_overrides: dict[str, Any], settings: Any,

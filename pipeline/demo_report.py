@@ -8,6 +8,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
+from pipeline.recalibrate import measurement_text
+
 
 def pyplot() -> Any:
     """matplotlib.pyplot drawing to files only (no display here)."""
@@ -33,7 +35,8 @@ def _fmt(cell: dict[str, float] | None) -> str:
 
 def settings_text(settings: dict[str, Any] | None) -> str:
     """Config settings as `name=value, ...` ('-' when none), e.g. `n_distractor_items=0, min_payment_methods=2`."""
-    return ", ".join(f"{k}={v!r}" for k, v in (settings or {}).items()) or "-"
+    # The storefront surface a game draws from is the evaluation's (the report gives it once), not a setting.
+    return ", ".join(f"{k}={v!r}" for k, v in (settings or {}).items() if k != "storefront") or "-"
 
 
 def difficulty_text(environment: dict[str, Any]) -> str:
@@ -42,6 +45,28 @@ def difficulty_text(environment: dict[str, Any]) -> str:
     if settings is None and environment.get("knob"):  # an environments.json written before knobs moved in turn
         settings = {environment["knob"]: environment.get("value")}
     return settings_text(settings)
+
+
+def probe_label(probe: dict[str, Any], knob: str | None = None) -> str:
+    """`knob=value` of one calibration probe (`knob`: the environment's, for a probe that does not name one)."""
+    return f"{probe.get('knob') or knob or '?'}={probe.get('value')!r}"
+
+
+def environment_lines(capability: str, environment: dict[str, Any], skipped: str | None) -> list[str]:
+    """Step 2's progress lines for one capability: its status, the figures at the kept settings, why it is not
+    trained (if not), then one line per probed value (spread: the estimated share of GRPO groups whose
+    rewards differ, which decides whether it is trained)."""
+    line = f"  {capability}: {environment['status']}"
+    if environment.get("settings"):
+        size = environment.get("group_size")
+        line += (f" ({difficulty_text(environment)}: {measurement_text(environment)}"
+                 + (f" of groups of {size}" if size else "") + ")")
+    if environment.get("detail"):
+        line += f" — {environment['detail']}"
+    if skipped:
+        line += f" — not trained: {skipped}"
+    return [line] + [f"    probe {probe_label(p, environment.get('knob'))}: {measurement_text(p)}"
+                     for p in environment.get("history") or []]
 
 
 def plot_sft_curve(log: list[dict[str, Any]], path: Path) -> Path | None:
@@ -225,8 +250,6 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
 
 def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: Any, results: dict[str, Any],
                    summarize: Callable[[dict[str, Any], str], dict[str, Any]]) -> list[str]:
-    from pipeline.demo_loop import no_signal_rate, not_trained_because
-
     lines: list[str] = []
     envs = records.get("environments", {}).get("figures", {}).get("capabilities")
     if envs is not None:
@@ -239,19 +262,7 @@ def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: An
         if not envs:
             lines += ["Nothing was selected in Step 1, so no environment was built.", ""]
         else:
-            lines += ["| capability | game | validated | difficulty | base success | status | trained |",
-                      "|---|---|---|---|---|---|---|"]
-            for capability, e in envs.items():
-                rate = e.get("success_rate")
-                skipped = not_trained_because(e, config.loop.group_size, forced=forced)
-                lines.append(f"| {capability} | {e.get('game', '-')} | {e.get('validated', '-')} | "
-                             f"{difficulty_text(e)} | {'-' if rate is None else f'{rate:.2f}'} | {e['status']} | "
-                             f"{'no: ' + skipped if skipped else 'yes'} |")
-            lines += ["", f"Band: success rate in [{config.loop.band[0]:g}, {config.loop.band[1]:g}] for the base agent. "
-                      f"Knobs move in the game's declared order; one that cannot reach the band stays at its nearest value while the "
-                      f"next moves. A game out of the band is trained at the nearest value tried, unless its best success rate is below "
-                      f"{no_signal_rate(config.loop.group_size):.2f}, where most groups of {config.loop.group_size} hold no "
-                      "success (unless the config sets the capabilities to train).", ""]
+            lines += _environment_tables(envs, config, forced)
     loop = config.loop
     per_iteration = loop.groups_per_iteration * loop.group_size
     curves = {f"LoRA {c}": run["curve"] for c, run in records.get("train", {}).get("figures", {}).get("adapters", {}).items()}
@@ -293,6 +304,40 @@ def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: An
     routing = records.get("final", {}).get("figures", {}).get("routing", {})
     if routing.get("png"):
         lines += ["## Routing", "", routing["caption"], "", f"![routing]({routing['png']})", ""]
+    return lines
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _environment_tables(envs: dict[str, dict[str, Any]], config: Any, forced: bool) -> list[str]:
+    """Step 2: one row per capability (figures at the kept settings), then every probed value's figures."""
+    from pipeline.demo_loop import MIN_SPREAD_SHARE, not_trained_because
+
+    loop = config.loop
+    lines = ["| capability | game | validated | difficulty | base success | mean reward | groups with spread | "
+             "status | trained |", "|---|---|---|---|---|---|---|---|---|"]
+    probes = []
+    for capability, e in envs.items():
+        skipped = not_trained_because(e, loop.group_size, forced=forced)
+        lines.append(f"| {capability} | {e.get('game', '-')} | {e.get('validated', '-')} | {difficulty_text(e)} | "
+                     f"{_figure(e.get('success_rate'))} | {_figure(e.get('mean_reward'))} | "
+                     f"{_figure(e.get('spread_share'))} | {e['status']} | {'no: ' + skipped if skipped else 'yes'} |")
+        probes += [f"| {capability} | {probe_label(p, e.get('knob'))} | {_figure(p.get('success_rate'))} | "
+                   f"{_figure(p.get('mean_reward'))} | {_figure(p.get('spread_share'))} |"
+                   for p in e.get("history") or []]
+    lines += ["", f"Band: success rate in [{loop.band[0]:g}, {loop.band[1]:g}] for the base agent. Knobs move in the "
+              "game's declared order; one that cannot reach the band stays at its nearest value while the next moves. "
+              f"Groups with spread: the estimated share of GRPO groups of {loop.group_size} episodes of one task whose "
+              f"rewards differ (from {loop.calibration_samples} samples per task: "
+              "`pipeline.calibrate_environment.estimate_reward_spread`); GRPO learns only from those, from a partial "
+              "reward as much as from a success. A game is trained at the value kept (in the band, or nearest to it) "
+              f"unless under {MIN_SPREAD_SHARE:.0%} of its groups have spread at every value tried; capabilities the "
+              "config sets (`loop.capabilities`) are trained whatever calibration found.", ""]
+    if probes:
+        lines += ["Every value calibration tried:", "", "| capability | probe | success | mean reward | "
+                  "groups with spread |", "|---|---|---|---|---|", *probes, ""]
     return lines
 
 

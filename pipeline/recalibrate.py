@@ -7,10 +7,14 @@ change the label mix. Which way is harder comes from the declaration (--harder, 
 
 File mode (rollouts already collected, one τ²-bench results file per knob value):
     python -m pipeline.recalibrate --game NAME --knob KEY --rollouts VALUE=FILE [VALUE=FILE ...]
-        [--band 0.2,0.6] [--harder increase|decrease] [--success-threshold 1.0] [--json-output FILE]
+        [--band 0.2,0.6] [--harder increase|decrease] [--success-threshold 1.0] [--group-size 16]
+        [--json-output FILE]
 reports the in-band value closest to the band's centre, or which way to move and (for numeric knobs) the
-next value to try by bisection. Exit 0 when a value is in the band, 1 when not, 2 on bad input (flags, NaN
-included, and the --json-output path are checked before any file is read; nothing is written).
+next value to try by bisection. Each value's line also gives its mean reward and the estimated share of
+GRPO groups of --group-size episodes whose rewards differ (`estimate_reward_spread`): GRPO learns from any
+reward difference within a group, partial rewards included, so a value with no success can still teach.
+Exit 0 when a value is in the band, 1 when not, 2 on bad input (flags, NaN included, and the --json-output
+path are checked before any file is read; nothing is written).
 
 Search mode (library): `search_knob(spec, knob, values, collect, band)` bisects a sorted candidate list,
 calling `collect(spec, {knob: value}) -> simulations` (τ²-bench simulations) for each probe. The rollout
@@ -29,9 +33,10 @@ from typing import Any, Callable
 
 from game_registry import DifficultyKnob, Game, GameSpec, get_game
 from common.io import InputError, atomic_write_json, check_number, check_output_path, load_json
-from pipeline.calibrate_environment import compute_metrics
+from pipeline.calibrate_environment import compute_metrics, estimate_reward_spread
 
 DEFAULT_BAND = (0.2, 0.6)
+DEFAULT_GROUP_SIZE = 16  # GRPO's episodes per task (train.config's default, the paper's K=16)
 HARDER_CHOICES = ("increase", "decrease")  # which way of moving the knob makes the game harder
 
 Collect = Callable[[GameSpec, dict[str, Any]], list[dict[str, Any]]]
@@ -216,15 +221,30 @@ def decide(
     return decision
 
 
-def _measurement(value: Any, simulations: Any, success_threshold: float, source: str) -> dict[str, Any]:
+def _measurement(value: Any, simulations: Any, success_threshold: float, source: str,
+                 group_size: int = DEFAULT_GROUP_SIZE) -> dict[str, Any]:
+    """One probed value: its success rate (what the band is about), mean reward, and the estimated share of
+    GRPO groups of `group_size` with reward spread (what GRPO learns from); the full metrics beside them."""
     metrics = compute_metrics(simulations, success_threshold, source=source)
+    spread = estimate_reward_spread(simulations, group_size, source=source)
     return {
         "value": value,
         "success_rate": metrics["success_rate"],
         "mean_reward": metrics["mean_reward"],
+        "spread_share": spread["spread_share"],
         "n_samples": metrics["n_samples"],
+        "spread": spread,
         "metrics": metrics,
     }
+
+
+def measurement_text(measurement: dict[str, Any]) -> str:
+    """`success 0.19, mean reward 0.45, spread 0.87` of one probe ('-' for a figure it lacks: an older record)."""
+    def figure(key: str) -> str:
+        value = measurement.get(key)
+        return "-" if value is None else f"{value:.2f}"
+
+    return f"success {figure('success_rate')}, mean reward {figure('mean_reward')}, spread {figure('spread_share')}"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -239,14 +259,19 @@ def search_knob(
     max_rounds: int = 5,
     success_threshold: float = 1.0,
     harder: str | None = None,
+    group_size: int = DEFAULT_GROUP_SIZE,
 ) -> dict[str, Any]:
     """Bisect the candidate `values` of `knob` for a success rate inside `band`; one `collect` call per round.
 
     Values are sorted (numbers; str/bool values keep the given order, which must be monotone in difficulty)
     and must be accepted by the config dataclass. The knob must be a declared difficulty knob; its declared
     direction is used (`harder`, if given, must agree), so bisection starts in the middle. Returns
-    {"status": in_band | out_of_range | not_found | max_rounds, "value", "success_rate", "harder", "rounds",
-    "history": [measurements in probe order]}. not_found: the band falls between two neighbouring candidates.
+    {"status": in_band | out_of_range | not_found | max_rounds, "value", "success_rate", "mean_reward",
+    "spread_share", "group_size", "harder", "rounds", "history": [measurements in probe order]}. not_found:
+    the band falls between two neighbouring candidates. Every measurement carries its success rate, mean
+    reward and the estimated share of GRPO groups of `group_size` whose rewards differ (`_measurement`).
+    Out of the band, the value kept is the probe closest to the band's centre; among equally close ones the
+    one with the most spread, then the latest (which bisection moved furthest toward the band).
     """
     if harder not in (None, *HARDER_CHOICES):
         raise ValueError(f"harder must be one of {HARDER_CHOICES} or None, got {harder!r}")
@@ -273,18 +298,21 @@ def search_knob(
     def measure(index: int) -> dict[str, Any]:
         if index not in measured:
             simulations = collect(spec, {knob: candidates[index]})
-            measured[index] = _measurement(candidates[index], simulations, success_threshold, f"{knob}={candidates[index]!r}")
+            measured[index] = _measurement(candidates[index], simulations, success_threshold,
+                                           f"{knob}={candidates[index]!r}", group_size)
             history.append(measured[index])
         return measured[index]
 
     def result(status: str, chosen: dict[str, Any] | None) -> dict[str, Any]:
-        if chosen is None and history:  # the probe closest to the band's centre; among equals the latest,
-            # which bisection moved furthest toward the band (all at 0.0: the easiest value tried)
-            chosen = min(reversed(history), key=lambda m: abs(m["success_rate"] - (low + high) / 2))
+        if chosen is None and history:  # the probe closest to the band's centre; among equals the one whose
+            # groups vary most (GRPO's signal), then the latest, which bisection moved furthest toward the band
+            chosen = min(reversed(history), key=lambda m: (abs(m["success_rate"] - (low + high) / 2),
+                                                           -m["spread_share"]))
         return {
             "status": status, "value": chosen["value"] if chosen else None,
-            "success_rate": chosen["success_rate"] if chosen else None,
-            "harder": harder, "rounds": len(history), "band": [low, high], "history": history,
+            **{key: chosen[key] if chosen else None for key in ("success_rate", "mean_reward", "spread_share")},
+            "group_size": group_size, "harder": harder, "rounds": len(history), "band": [low, high],
+            "history": history,
         }
 
     lo, hi = 0, len(candidates) - 1
@@ -303,13 +331,13 @@ def search_knob(
 
 
 def search_knobs(spec: GameSpec, collect: Collect, band: tuple[float, float] = DEFAULT_BAND,
-                 max_rounds: int = 5) -> dict[str, Any]:
+                 max_rounds: int = 5, group_size: int = DEFAULT_GROUP_SIZE) -> dict[str, Any]:
     """`search_knob` over every declared difficulty knob in declared order, until one brings the game into `band`.
 
     A knob that cannot reach the band (too hard at its easiest value, or too easy at its hardest) stays at
     its value nearest to the band while the next knob moves. Returns the last search's status, knob, value
-    and success rate, plus "settings" ({knob: chosen value} of every knob searched) and "history" (every
-    probe, each with its "knob").
+    and figures (success rate, mean reward, spread share at `group_size`), plus "settings" ({knob: chosen
+    value} of every knob searched) and "history" (every probe, each with its "knob").
     """
     if not spec.difficulty_knobs:
         raise ValueError(f"game {spec.name!r} declares no difficulty knob")
@@ -318,7 +346,7 @@ def search_knobs(spec: GameSpec, collect: Collect, band: tuple[float, float] = D
     for knob in spec.difficulty_knobs:
         pinned = dict(settings)
         search = search_knob(spec, knob.name, list(knob.values), lambda s, o: collect(s, {**pinned, **o}),
-                             band=band, max_rounds=max_rounds)
+                             band=band, max_rounds=max_rounds, group_size=group_size)
         history += [{**probe, "knob": knob.name} for probe in search["history"]]
         if search["value"] is not None:
             settings[knob.name] = search["value"]
@@ -386,10 +414,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--harder", choices=HARDER_CHOICES,
                         help="which way makes the game harder (default: the knob's declaration; must agree with it)")
     parser.add_argument("--success-threshold", type=float, default=1.0, help="success = reward >= this")
+    parser.add_argument("--group-size", type=int, default=DEFAULT_GROUP_SIZE,
+                        help=f"GRPO's episodes per task, for the share of groups with reward spread "
+                             f"(default {DEFAULT_GROUP_SIZE})")
     parser.add_argument("--json-output", help="write the decision here (JSON)")
     args = parser.parse_args(argv)
     try:
         check_number(args.success_threshold, "--success-threshold", 0.0, 1.0, low_open=True)
+        if args.group_size < 2:
+            raise InputError(f"--group-size must be >= 2 (GRPO compares the episodes of a group), "
+                             f"got {args.group_size}")
         if args.json_output is not None:
             check_output_path(args.json_output, "--json-output")
         try:
@@ -416,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
             data = load_json(path)
             if not isinstance(data, dict) or "simulations" not in data:
                 raise InputError(f"{path}: not τ²-bench results JSON (no `simulations` key)")
-            measurement = _measurement(value, data["simulations"], args.success_threshold, path)
+            measurement = _measurement(value, data["simulations"], args.success_threshold, path, args.group_size)
             measurement["file"] = path
             measurements.append(measurement)
     except InputError as err:
@@ -431,12 +465,14 @@ def main(argv: list[str] | None = None) -> int:
 
     decision = decide(measurements, args.band, harder, accept)
     report = {
-        "game": spec.name, "knob": args.knob, "band": list(args.band), **decision,
+        "game": spec.name, "knob": args.knob, "band": list(args.band), "group_size": args.group_size, **decision,
         "measurements": [{k: v for k, v in m.items() if k != "metrics"} for m in measurements],
     }
-    print(f"recalibrate {spec.name}: knob {args.knob}, band [{args.band[0]}, {args.band[1]}]")
+    print(f"recalibrate {spec.name}: knob {args.knob}, band [{args.band[0]}, {args.band[1]}]; spread = estimated "
+          f"share of GRPO groups of {args.group_size} whose rewards differ")
     for m in sorted(measurements, key=lambda m: m["value"]) if all(_is_number(m["value"]) for m in measurements) else measurements:
         print(f"  {args.knob}={m['value']!r:10} success_rate {m['success_rate']:.3f}  "
+              f"mean_reward {m['mean_reward']:.3f}  spread {m['spread_share']:.3f}  "
               f"({_band_side(m['success_rate'], args.band)}, {m['n_samples']} samples)")
     for warning in decision["warnings"]:
         print(f"WARN  {warning}")

@@ -248,3 +248,62 @@ def test_group_size_flags_groups_that_are_too_small(tmp_path, capsys):
     assert main([str(path), "--allow-partial-groups"]) == 2
     with pytest.raises(SystemExit):
         main([str(path), "--pass-at-k", "0,4"])
+
+
+# ---- estimate_reward_spread: the share of GRPO-sized groups whose rewards differ ------------------------------
+
+
+def spread(groups: dict, group_size: int) -> dict:
+    from pipeline.calibrate_environment import estimate_reward_spread
+
+    return estimate_reward_spread(groups_to_sims(groups), group_size)
+
+
+def test_spread_estimate_on_hand_made_rewards():
+    # Tasks [0, 0], [0, 0], [0, 0.6], [0.6, 0.6]. Task-averaged shares pi = (0 -> 2.5/4, 0.6 -> 1.5/4) = (5/8, 3/8);
+    # S = 25/64 + 9/64 = 34/64. Two samples of a task agree in 3 of 4 tasks: A = 3/4. Concentration
+    # alpha = (1 - A) / (A - S) = (1/4) / (14/64) = 8/7, so alpha*pi = (5/7, 3/7).
+    # A group of 4 is constant with chance (5*12*19*26 + 3*10*17*24) / (8*15*22*29) = (29640 + 12240) / 76560;
+    # a group of 2 with chance A itself.
+    groups = {"a": [0.0, 0.0], "b": [0.0, 0.0], "c": [0.0, 0.6], "d": [0.6, 0.6]}
+    four = spread(groups, 4)
+    assert four["pair_agreement"] == pytest.approx(0.75)
+    assert four["concentration"] == pytest.approx(8 / 7)
+    assert four["spread_share"] == pytest.approx(1 - 41880 / 76560)
+    assert spread(groups, 2)["spread_share"] == pytest.approx(0.25)
+    assert spread(groups, 1)["spread_share"] == pytest.approx(0.0)  # one episode never varies
+
+
+def test_spread_sees_partial_rewards_and_constant_tasks():
+    # Every task scores 0 once and 0.6 once: no success, yet the tasks agree less than the pooled rewards do
+    # (A = 0 < S = 1/2), so every task plays the pooled 50/50 and a group of 8 is constant with chance 2 / 2^8.
+    partial = spread({t: [0.0, 0.6] for t in range(5)}, 8)
+    assert partial["spread_share"] == pytest.approx(1 - 2 * 0.5 ** 8) and partial["concentration"] is None
+    assert spread({t: [0.6, 0.6, 0.6] for t in range(5)}, 8)["spread_share"] == 0.0  # all rewards equal
+    # Half the tasks always pass, half always fail: pooled rewards are 50/50 (a pooled guess would say 0.99),
+    # but no task's group ever varies.
+    split = spread({t: [1.0] * 4 if t < 4 else [0.0] * 4 for t in range(8)}, 8)
+    assert split["spread_share"] == 0.0 and split["concentration"] == 0.0
+    # Rewards equal to 9 decimals are one value (GRPO drops groups within 1e-8).
+    assert spread({t: [0.5, 0.5 + 1e-12] for t in range(3)}, 8)["spread_share"] == 0.0
+    # One sample per task: agreement unmeasured, the pooled shares are used.
+    single = spread({0: [1.0], 1: [0.0]}, 8)
+    assert single["pair_agreement"] is None and single["spread_share"] == pytest.approx(1 - 2 * 0.5 ** 8)
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError, match="group_size"):
+            spread({0: [1.0]}, bad)
+
+
+def test_spread_from_few_samples_per_task_estimates_the_share_at_the_grpo_group_size():
+    """Tasks whose success chance p is drawn from Beta(1, 2), two samples each: a group of 8 is constant with
+    chance E[p^8] + E[(1-p)^8] = B(9, 2)/B(1, 2) + B(1, 10)/B(1, 2) = 1/45 + 1/5, whatever two samples say.
+    The estimate recovers 1 - 1/45 - 1/5 = 0.778; scoring each task by its own two samples would say about
+    0.33 (the share of tasks whose two samples differ, 1/3), pooling them 0.96 (1 - (1/3)^8 - (2/3)^8)."""
+    import random
+
+    rng = random.Random(0)
+    groups = {}
+    for task in range(6000):
+        p = rng.betavariate(1, 2)
+        groups[task] = [float(rng.random() < p) for _ in range(2)]
+    assert spread(groups, 8)["spread_share"] == pytest.approx(1 - 1 / 45 - 1 / 5, abs=0.03)

@@ -329,16 +329,19 @@ def test_step1_with_llm_labelers_goes_through_label_trajectories(tmp_path, demo_
         SelectSettings(labeler_url="http://x")
 
 
-def test_a_game_too_hard_at_every_value_tried_is_not_trained():
-    from pipeline.demo_loop import no_signal_rate, not_trained_because
+def test_a_record_without_spread_figures_is_judged_by_its_success_rate():
+    """Environments written before calibration measured reward spread hold 0/1 success rates only: their
+    spread is that of 0/1 rewards at that rate, so the old records keep their old verdicts."""
+    from pipeline.demo_loop import binary_spread_share, not_trained_because
 
-    assert abs(no_signal_rate(8) - 0.0830) < 1e-3  # (1 - p)^8 = 1/2: half the groups of 8 hold no success
+    assert abs(binary_spread_share(0.0830, 8) - 0.5) < 1e-3  # (1 - p)^8 = 1/2: half the groups of 8 hold no success
     env = {"status": "in_band", "knob": "k", "value": 1, "success_rate": 0.3}
     assert not_trained_because(env, 8) is None
     too_hard = {**env, "status": "out_of_range", "value": 2, "success_rate": 0.0,
                 "history": [{"value": 2, "success_rate": 0.0}, {"value": 0, "success_rate": 0.02}]}
     reason = not_trained_because(too_hard, 8)
-    assert "too hard" in reason and "at most 0.02" in reason and "(2, 0)" in reason
+    assert "no learning signal" in reason and "best spread 0.15" in reason, reason
+    assert "2: success 0.00, mean reward -, spread 0.00; 0: success 0.02, mean reward -, spread 0.15" in reason
     # Just below the band: its groups still vary, so it is trained at the nearest value.
     near = {**too_hard, "history": [{"value": 0, "success_rate": 0.19}], "success_rate": 0.19}
     assert not_trained_because(near, 8) is None
@@ -352,8 +355,108 @@ def test_a_game_too_hard_at_every_value_tried_is_not_trained():
     assert not_trained_because(too_hard, 8, forced=True) is None  # loop.capabilities: trained anyway
     two_knobs = {**too_hard, "knob": "b", "history": [{"knob": "a", "value": 2, "success_rate": 0.0},
                                                       {"knob": "b", "value": 5, "success_rate": 0.01}]}
-    assert "every a / b value tried (a=2, b=5)" in not_trained_because(two_knobs, 8)
+    assert "every a / b value tried" in not_trained_because(two_knobs, 8)
+    assert "a=2: success 0.00" in not_trained_because(two_knobs, 8)
     assert not_trained_because({"status": "invalid", "detail": "bad"}, 8, forced=True) == "bad"
+
+
+def test_the_skip_rule_reads_the_reward_spread_not_the_success_rate():
+    """GRPO learns from any reward difference within a group: a game with partial rewards that vary and no
+    success is trained; one whose rewards are all equal, or whose tasks each always pass or always fail (in
+    the band or not), is skipped, and the message gives each value's figures."""
+    from pipeline.demo_loop import MIN_SPREAD_SHARE, not_trained_because
+
+    partial = {"status": "out_of_range", "knob": "k", "value": 1, "success_rate": 0.0, "mean_reward": 0.3,
+               "spread_share": 0.99, "group_size": 8,
+               "history": [{"knob": "k", "value": 2, "success_rate": 0.0, "mean_reward": 0.2, "spread_share": 0.4},
+                           {"knob": "k", "value": 1, "success_rate": 0.0, "mean_reward": 0.3, "spread_share": 0.99}]}
+    assert not_trained_because(partial, 8) is None
+    flat = {**partial, "history": [{**h, "spread_share": 0.0, "mean_reward": 0.6} for h in partial["history"]]}
+    reason = not_trained_because(flat, 8)
+    assert reason.startswith(f"no learning signal: at every k value tried, under {MIN_SPREAD_SHARE:.0%} of GRPO groups "
+                             "of 8 would hold rewards that differ (best spread 0.00)"), reason
+    assert "2: success 0.00, mean reward 0.60, spread 0.00; 1: success 0.00, mean reward 0.60, spread 0.00" in reason
+    constant_tasks = {**flat, "status": "in_band", "success_rate": 0.5,
+                      "history": [{"knob": "k", "value": 1, "success_rate": 0.5, "mean_reward": 0.5,
+                                   "spread_share": 0.0}]}
+    assert "no learning signal" in not_trained_because(constant_tasks, 8)
+    just_under = {**flat, "history": [{**flat["history"][0], "spread_share": MIN_SPREAD_SHARE - 0.01}]}
+    assert not_trained_because(just_under, 8) is not None
+    assert not_trained_because({**just_under, "history": [{**flat["history"][0], "spread_share": MIN_SPREAD_SHARE}]},
+                               8) is None
+    assert "groups of 4" in not_trained_because({**flat, "group_size": 4}, 8)  # the size the spread is for
+    assert not_trained_because(flat, 8, forced=True) is None
+    assert not_trained_because({"status": "invalid", "detail": "bad"}, 8, forced=True) == "bad"
+
+
+@pytest.fixture
+def partial_reward_game(monkeypatch):
+    """A registered capability game (the toy vault) whose calibration rollouts a test scripts; its validation
+    is taken as passed (validation is not what these tests look at)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import toy_games as toy
+
+    import pipeline.validate_game
+
+    toy.register_temporarily(monkeypatch, toy.make_spec(name="capability_toy_partial"))
+    monkeypatch.setattr(pipeline.validate_game, "validate",
+                        lambda spec, **kw: {"passed": True, "failures": [], "seconds": 0.0})
+
+    def script(rewards_of):
+        def collector(model, tokenizer, base_overrides, n_tasks, n_samples, **kw):
+            def collect(spec, overrides):
+                return [{"task_id": str(t), "sample_idx": i, "reward_info": {"reward": r}}
+                        for t in range(n_tasks) for i, r in enumerate(rewards_of(overrides)[:n_samples])]
+            return collect
+
+        monkeypatch.setattr("pipeline.demo_loop.model_collector", collector)
+
+    return script
+
+
+def test_calibration_records_mean_reward_and_spread_and_trains_a_partial_reward_game(partial_reward_game):
+    import dataclasses
+
+    from pipeline.demo_config import LoopSettings
+    from pipeline.demo_loop import calibrate_capability, not_trained_because
+
+    settings = dataclasses.replace(LoopSettings(), calibration_tasks=6, calibration_samples=2, group_size=8)
+    partial_reward_game(lambda overrides: [0.0, 0.6])  # no success at any knob value, rewards that differ
+    result = calibrate_capability("toy_partial", None, None, {}, settings)
+    assert result["status"] == "out_of_range" and result["group_size"] == 8
+    assert result["history"] and all(set(h) == {"knob", "value", "success_rate", "mean_reward", "spread_share"}
+                                      for h in result["history"])
+    assert all(h["success_rate"] == 0.0 and h["mean_reward"] == pytest.approx(0.3)
+               and h["spread_share"] == pytest.approx(1 - 2 * 0.5 ** 8) for h in result["history"])
+    assert not_trained_because(result, settings.group_size) is None
+    json.dumps(result)  # the Step 2 artifact is JSON
+
+    partial_reward_game(lambda overrides: [0.6, 0.6])  # partial credit, always the same: nothing to learn from
+    flat = calibrate_capability("toy_partial", None, None, {}, settings)
+    reason = not_trained_because(flat, settings.group_size)
+    assert "no learning signal" in reason and "mean reward 0.60, spread 0.00" in reason, reason
+
+
+def test_step2_report_and_progress_lines_show_each_values_figures():
+    from pipeline.demo_config import DemoConfig
+    from pipeline.demo_report import _environment_tables, environment_lines
+
+    env = {"game": "capability_x", "validated": True, "status": "out_of_range", "knob": "k", "value": 1,
+           "success_rate": 0.0, "mean_reward": 0.3, "spread_share": 0.99, "group_size": 8, "settings": {"k": 1},
+           "history": [{"knob": "k", "value": 2, "success_rate": 0.0, "mean_reward": 0.1, "spread_share": 0.41},
+                       {"knob": "k", "value": 1, "success_rate": 0.0, "mean_reward": 0.3, "spread_share": 0.99}]}
+    lines = environment_lines("x", env, None)
+    assert lines == ["  x: out_of_range (k=1: success 0.00, mean reward 0.30, spread 0.99 of groups of 8)",
+                     "    probe k=2: success 0.00, mean reward 0.10, spread 0.41",
+                     "    probe k=1: success 0.00, mean reward 0.30, spread 0.99"]
+    text = "\n".join(_environment_tables({"x": env}, DemoConfig(), forced=False))
+    assert "| x | capability_x | True | k=1 | 0.00 | 0.30 | 0.99 | out_of_range | yes |" in text, text
+    assert "| x | k=2 | 0.00 | 0.10 | 0.41 |" in text
+    old = {"game": "capability_y", "validated": True, "status": "in_band", "knob": "k", "value": 1,
+           "success_rate": 0.3, "history": [{"value": 1, "success_rate": 0.3}]}  # written before the spread
+    old_text = "\n".join(_environment_tables({"y": old}, DemoConfig(), forced=False))
+    assert "| y | capability_y | True | k=1 | 0.30 | - | - | in_band | yes |" in old_text
+    assert "| y | k=1 | 0.30 | - | - |" in old_text
 
 
 def test_evaluate_max_steps_limits_the_episodes_the_demo_plays_but_not_the_demonstrations(tmp_path):

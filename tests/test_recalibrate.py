@@ -239,3 +239,67 @@ def test_the_real_games_refuse_their_class_prior():
     spec = get_game("capability_precondition_verification")
     with pytest.raises(ValueError, match="not a declared difficulty knob.*eligibility_claim_rate"):
         search_knob(spec, "violating_fraction", [0.2, 0.8], COLLECT)
+
+
+# -- the figures beside the success rate: mean reward and the share of GRPO groups with reward spread ---------
+def _collector_with_rewards(rewards_of):
+    """A collector whose 10 tasks each score the rewards `rewards_of(overrides)` (one per sample)."""
+
+    def collect(spec, overrides):
+        return [{"task_id": task, "sample_idx": sample, "reward_info": {"reward": reward}}
+                for task in range(10) for sample, reward in enumerate(rewards_of(overrides))]
+
+    return collect
+
+
+def test_search_history_carries_mean_reward_and_the_spread_share():
+    """No success at any value, but every task scores 0 once and 0.6 once: the probes say so, at the GRPO
+    group size asked for (a group of 8 drawn from a 50/50 task is constant with chance 2 / 2^8)."""
+    spec = toy.make_spec(difficulty_knobs=TWO_KNOBS)
+    collect = _collector_with_rewards(lambda o: [0.0, 0.6])
+    result = search_knob(spec, "n_keys", [1, 2, 3], collect, band=(0.2, 0.6), group_size=8)
+    assert result["status"] == "out_of_range" and result["group_size"] == 8
+    for probe in result["history"]:
+        assert probe["success_rate"] == 0.0
+        assert probe["mean_reward"] == pytest.approx(0.3)
+        assert probe["spread_share"] == pytest.approx(1 - 2 * 0.5 ** 8)
+    assert (result["mean_reward"], result["spread_share"]) == (pytest.approx(0.3), pytest.approx(1 - 2 * 0.5 ** 8))
+    both = search_knobs(spec, collect, band=(0.2, 0.6), group_size=4)
+    assert both["group_size"] == 4 and {h["knob"] for h in both["history"]} == {"n_keys", "n_items"}
+    assert all(h["spread_share"] == pytest.approx(1 - 2 * 0.5 ** 4) and h["mean_reward"] == pytest.approx(0.3)
+               for h in both["history"])
+
+
+def test_out_of_range_keeps_the_probe_with_spread_among_equally_far_ones():
+    """Every probe fails every episode, but only n_keys=2 has partial rewards that differ: it is kept, not the
+    latest probe (n_keys=1, all rewards equal), since GRPO could learn only there."""
+    spec = toy.make_spec()
+    collect = _collector_with_rewards(lambda o: [0.0, 0.6] if o["n_keys"] == 2 else [0.0, 0.0])
+    result = search_knob(spec, "n_keys", [1, 2, 3], collect, band=(0.2, 0.6), group_size=8)
+    assert [h["value"] for h in result["history"]] == [2, 1]
+    assert result["status"] == "out_of_range" and result["value"] == 2 and result["spread_share"] > 0.9
+    flat = search_knob(spec, "n_keys", [1, 2, 3], _collector_with_rewards(lambda o: [0.0, 0.0]), band=(0.2, 0.6))
+    assert flat["value"] == 1  # all alike: the latest (the easiest value tried), as before
+
+
+def partial_rollouts(tmp_path, name: str, rewards: list[float], tasks: int = 5):
+    sims = [{"task_id": t, "sample_idx": i, "reward_info": {"reward": r}} for t in range(tasks)
+            for i, r in enumerate(rewards)]
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"simulations": sims}))
+    return str(path)
+
+
+def test_cli_prints_and_writes_mean_reward_and_spread(game, tmp_path, capsys):
+    code, d = run(game, tmp_path, f"1={partial_rollouts(tmp_path, 'k1', [0.0, 0.6])}",
+                  f"2={partial_rollouts(tmp_path, 'k2', [0.0, 0.0])}", extra=("--group-size", "8"))
+    assert code == 1 and d["group_size"] == 8
+    by_value = {m["value"]: m for m in d["measurements"]}
+    assert by_value[1]["mean_reward"] == pytest.approx(0.3) and by_value[1]["spread_share"] == pytest.approx(0.9921875)
+    assert by_value[2]["spread_share"] == 0.0
+    out = capsys.readouterr().out
+    assert "groups of 8" in out
+    assert "n_keys=1          success_rate 0.000  mean_reward 0.300  spread 0.992" in out, out
+    assert main(["--game", game, "--knob", "n_keys", "--rollouts", f"1={partial_rollouts(tmp_path, 'k', [0.0])}",
+                 "--group-size", "1"]) == 2
+    assert "--group-size must be >= 2" in capsys.readouterr().err
