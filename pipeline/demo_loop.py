@@ -66,12 +66,14 @@ def model_collector(model: Any, tokenizer: Any, base_overrides: dict[str, Any], 
 def calibrate_capability(capability: str, model: Any, tokenizer: Any, game_overrides: dict[str, Any],
                          settings: Any) -> dict[str, Any]:
     """Validate the capability's game and move its declared difficulty knobs (`search_knobs`) into the band."""
-    from pipeline.validate_game import validate
+    from pipeline.validate_game import validate, with_overrides
 
     spec = game_for(capability)
     if spec is None:
         return {"status": "no_game", "detail": f"no registered game capability_{capability}: not trained"}
-    report = validate(spec, seeds=settings.validate_seeds, fuzz_actions=settings.fuzz_actions, probes=True)
+    # Validated as it will be calibrated and trained: on the evaluation's storefront surface.
+    report = validate(with_overrides(spec, game_overrides), seeds=settings.validate_seeds,
+                      fuzz_actions=settings.fuzz_actions, probes=True)
     result: dict[str, Any] = {"game": spec.name, "validated": report["passed"], "validation_failures": report["failures"],
                               "validation_seconds": report["seconds"]}
     if not report["passed"]:

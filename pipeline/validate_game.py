@@ -5,6 +5,7 @@ garbage actions.
 Usage:
     python -m pipeline.validate_game NAME [--seeds 200] [--fuzz-actions 1000] [--max-baseline 0.5]
                                           [--probe-tolerance 0.1] [--no-probes] [--json-output FILE]
+                                          [--game-overrides '{"storefront": "configs/storefront/cpu_demo.yaml"}']
 
 Exit codes: 0 every check passed (warnings allowed), 1 some check failed (each failure listed),
 2 unknown game, a game whose make_env raises, a bad flag or an unwritable --json-output (all checked before
@@ -16,6 +17,7 @@ until `game.done` or `spec.max_turns` turns.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -765,6 +767,16 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def with_overrides(spec: GameSpec, overrides: dict[str, Any]) -> GameSpec:
+    """`spec` whose `make_env()` builds the game with these config fields (e.g. the target's storefront surface
+    and calibrated knobs), so a game is validated as it will be trained. ValueError/TypeError from the config
+    class propagate: the caller names the bad field."""
+    if not overrides:
+        return spec
+    spec.make(**overrides)  # a bad field fails here, once, not on every seed
+    return dataclasses.replace(spec, make_env=lambda config=None: spec.make_env(config or spec.config_cls(**overrides)))
+
+
 def _buildable_game(name: str) -> GameSpec:
     """The registered game `name`, once `make_env()` has built an instance; InputError otherwise (an unknown
     game, a game file that fails to import, or a make_env that raises: nothing could be validated)."""
@@ -793,6 +805,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-probes", action="store_true", help="skip the reward-hacking probes (reported as WARN)")
     parser.add_argument("--json-output", help="write the report here (JSON)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--game-overrides", default="{}",
+                        help='JSON object of game config fields to validate with, e.g. \'{"storefront": '
+                             '"configs/storefront/cpu_demo.yaml"}\' (the game as it will be trained)')
     args = parser.parse_args(argv)
     try:  # every flag, the output path and the game itself are checked before the first episode
         if args.seeds < 1:
@@ -804,6 +819,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.json_output is not None:
             check_output_path(args.json_output, "--json-output")
         spec = _buildable_game(args.name)
+        try:
+            overrides = json.loads(args.game_overrides)
+        except json.JSONDecodeError as err:
+            raise InputError(f"--game-overrides is not JSON ({err}); pass an object such as '{{\"short_ids\": true}}'") from None
+        if not isinstance(overrides, dict):
+            raise InputError(f"--game-overrides must be a JSON object, got {args.game_overrides!r}")
+        try:
+            spec = with_overrides(spec, overrides)
+        except (TypeError, ValueError) as err:
+            raise InputError(f"--game-overrides {overrides} do not fit game {args.name!r}: {err}") from None
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -437,6 +437,23 @@ def test_calibration_records_mean_reward_and_spread_and_trains_a_partial_reward_
     assert "no learning signal" in reason and "mean reward 0.60, spread 0.00" in reason, reason
 
 
+def test_step2_validates_the_game_with_the_overrides_it_calibrates(partial_reward_game, monkeypatch):
+    """The game is validated as it will be trained (the evaluation's surface), not at its own defaults."""
+    import dataclasses
+
+    import pipeline.validate_game
+    from pipeline.demo_config import LoopSettings
+    from pipeline.demo_loop import calibrate_capability
+
+    validated = []
+    monkeypatch.setattr(pipeline.validate_game, "validate", lambda spec, **kw: (
+        validated.append(spec.make_env()) or {"passed": True, "failures": [], "seconds": 0.0}))
+    partial_reward_game(lambda overrides: [0.0, 0.6])
+    settings = dataclasses.replace(LoopSettings(), calibration_tasks=2, calibration_samples=2, group_size=8)
+    calibrate_capability("toy_partial", None, None, {"n_items": 11}, settings)
+    assert [game.config.n_items for game in validated] == [11]
+
+
 def test_step2_report_and_progress_lines_show_each_values_figures():
     from pipeline.demo_config import DemoConfig
     from pipeline.demo_report import _environment_tables, environment_lines

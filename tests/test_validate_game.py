@@ -148,6 +148,24 @@ def test_cli(monkeypatch, tmp_path, capsys):
     assert not missing.exists()
 
 
+def test_cli_validates_the_game_with_its_overrides(tmp_path, capsys):
+    """--game-overrides builds every episode's game with those config fields (the surface Step 2 trains on);
+    a field the game's config rejects exits 2 before any episode."""
+    out = tmp_path / "validate.json"
+    surface = '{"storefront": "configs/storefront/cpu_demo.yaml", "violating_fraction": 1.0}'
+    assert main(["capability_precondition_verification", "--seeds", "12", "--fuzz-actions", "0", "--no-progress",
+                 "--json-output", str(out), "--game-overrides", surface]) == 0
+    report = json.loads(out.read_text())
+    assert report["passed"], report["failures"]
+    # Every request was refused (violating_fraction 1.0): no write, so no confirmation question to probe.
+    assert report["checks"]["probes"]["probes"]["blanket_confirmation"]["applicable_seeds"] == 0
+    for bad in ('{"violating_fraction": 2}', '{"no_such_field": 1}', "[1]", "{not json"):
+        missing = tmp_path / "nothing.json"
+        assert main(["capability_precondition_verification", "--game-overrides", bad, "--json-output",
+                     str(missing)]) == 2, bad
+        assert "--game-overrides" in capsys.readouterr().err and not missing.exists()
+
+
 class CrashOnWinVault(toy.VaultGame):
     """Raises when the oracle submits the right total on seed 0: a crash, not an unwinnable seed."""
 
