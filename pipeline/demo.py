@@ -2,6 +2,7 @@
 
     python -m pipeline.demo [--config configs/demo.yaml] [--run-dir runs/demo] [--fresh]
     python -m pipeline.demo --profile fast        (configs/demo_fast.yaml: every step, small budgets)
+    python -m pipeline.demo --report-to tensorboard   (then: tensorboard --logdir runs/demo)
 
 The target benchmark is the embedded storefront (`benchmarks/storefront`, sized by the config's storefront
 file). The base agent is the project's tiny model, taught the task by supervised fine-tuning on expert
@@ -34,6 +35,10 @@ same settings (its own config section and the steps it reads from), so an interr
 
 A step with nothing to do (no capability selected, no game in band) says why and leaves its models out of
 the table; no number is ever filled in for a model that was not trained.
+
+With `--report-to tensorboard` (or the config's `report_to`; wandb, trackio, mlflow too) every training run the
+demo starts reports to those trackers as it trains: base/sft_openings, base/sft, train/<capability>,
+gate/gate_sft, gate/gate, baselines/direct and baselines/mixed, TensorBoard's event files in each one's tb/.
 """
 from __future__ import annotations
 
@@ -115,6 +120,7 @@ class Demo:
         from benchmarks.storefront.demos import make_demonstrations, make_openings
         from train.sft import SFTConfig, tokenize_chats, train_sft
         from train.tiny import build_tiny_model
+        from train.tracking import open_trackers
 
         s = self.config.base
         demos = make_demonstrations(s.demonstrations, s.demo_seed, self.storefront, s.planted)
@@ -127,19 +133,28 @@ class Demo:
         model = AutoModelForCausalLM.from_pretrained(str(folder / "init"), local_files_only=True,
                                                      dtype=torch.float32).to(_device())
         sft = SFTConfig(epochs=s.epochs, lr=s.lr, warmup_steps=s.warmup_steps, batch_tokens=s.batch_tokens,
-                        seed=s.seed)
+                        seed=s.seed, report_to=self.config.report_to)
+
+        def sft_run(chats: list[Any], config: SFTConfig, log: list[dict[str, Any]], run: str) -> dict[str, Any]:
+            tracker = open_trackers(config.report_to, folder / run, kind="sft", first_step=0,
+                                    config=dataclasses.asdict(config))
+            try:
+                return train_sft(model, chats, config, tokenizer.pad_token_id, log=log, tracker=tracker)
+            finally:
+                tracker.close()
+
         openings_figures = None
         if s.openings:  # the curriculum's first stage: copying values into calls (its own schedule)
             # Their own seed stream: other tasks than the demonstrations'.
             openings = make_openings(s.openings, s.demo_seed + 1, self.storefront)
             openings_log: list[dict[str, Any]] = []
             openings_sft = dataclasses.replace(sft, epochs=s.openings_epochs)
-            openings_figures = {**train_sft(model, tokenize_chats(tokenizer, openings), openings_sft,
-                                            tokenizer.pad_token_id, log=openings_log),
+            openings_figures = {**sft_run(tokenize_chats(tokenizer, openings), openings_sft, openings_log,
+                                          "sft_openings"),
                                 "chats": len(openings), "log": openings_log}
         chats = tokenize_chats(tokenizer, demos)
         log: list[dict[str, Any]] = []
-        figures = train_sft(model, chats, sft, tokenizer.pad_token_id, log=log)
+        figures = sft_run(chats, sft, log, "sft")
         model.save_pretrained(folder / "model")
         tokenizer.save_pretrained(folder / "model")
         atomic_write_json(folder / "model" / "sft_info.json", {"config": dataclasses.asdict(sft), **figures,
@@ -250,7 +265,7 @@ class Demo:
         for capability, overrides in self.trainable().items():
             print(f"  GRPO LoRA for {capability} ({loop.iterations} iterations)", flush=True)
             runs[capability] = train_lora(game_for(capability), self.run_dir / "base" / "model", folder / capability,
-                                          overrides, loop, loop.iterations)
+                                          overrides, loop, loop.iterations, report_to=self.config.report_to)
         if not runs:
             print("  no capability has a valid game: no adapter trained", flush=True)
         return {"adapters": runs}
@@ -280,7 +295,8 @@ class Demo:
         if not adapters:
             print("  no adapters: no gate", flush=True)
             return {}
-        return train_gate(self.run_dir / "base" / "model", adapters, self.trainable(), folder, self.config.loop)
+        return train_gate(self.run_dir / "base" / "model", adapters, self.trainable(), folder, self.config.loop,
+                          report_to=self.config.report_to)
 
     def trace_episodes(self) -> int:
         adapters = self.records["train"]["figures"]["adapters"]
@@ -303,18 +319,20 @@ class Demo:
         print(f"  direct GRPO on the storefront: {iterations} iterations ({iterations * per_iteration} episodes)",
               flush=True)
         out["direct"] = train_lora(get_game("storefront"), self.run_dir / "base" / "model", folder / "direct",
-                                   self.storefront_fields(), dataclasses.replace(loop, hint_fraction=0.0), iterations)
+                                   self.storefront_fields(), dataclasses.replace(loop, hint_fraction=0.0), iterations,
+                                   report_to=self.config.report_to)
         games = self.trainable()
         specs = [game_for(c) for c in games]
         print(f"  one LoRA on the selected games mixed: {iterations} iterations", flush=True)
         if len(specs) > 1:
             mix = mixed_spec(specs, overrides={game_for(c).name: o for c, o in games.items()})
             out["mixed"] = train_lora(mix, self.run_dir / "base" / "model", folder / "mixed", {},
-                                      dataclasses.replace(loop, hint_fraction=0.0), iterations)
+                                      dataclasses.replace(loop, hint_fraction=0.0), iterations,
+                                      report_to=self.config.report_to)
         else:
             (overrides,) = games.values()
             out["mixed"] = train_lora(specs[0], self.run_dir / "base" / "model", folder / "mixed", overrides, loop,
-                                      iterations)
+                                      iterations, report_to=self.config.report_to)
         return out
 
     def final(self, folder: Path) -> dict[str, Any]:
@@ -374,6 +392,7 @@ def write_report(demo: Demo) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from pipeline.demo_config import SECTIONS, load_demo_config
+    from train.tracking import check_report_to, require_trackers
 
     parser = argparse.ArgumentParser(prog="python -m pipeline.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", choices=sorted(PROFILES), default="default",
@@ -384,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--labeler-url", help="Step 1 with LLM labelers at this OpenAI-compatible endpoint "
                                               "(sets select.labeler_url; the key comes from $OPENAI_API_KEY)")
     parser.add_argument("--labeler-model", help="the labelers' model name on that endpoint (select.labeler_model)")
+    parser.add_argument("--report-to", "--report_to", dest="report_to",
+                        help="trackers every training run reports to, comma-separated: tensorboard, wandb, trackio, "
+                             "mlflow, or none (sets the config's report_to; tensorboard --logdir <run-dir> to watch)")
     args = parser.parse_args(argv)
     config_path = Path(args.config) if args.config else REPO_ROOT / PROFILES[args.profile]
     run_dir = args.run_dir or REPO_ROOT / "runs" / ("demo" if args.profile == "default" else f"demo_{args.profile}")
@@ -395,6 +417,12 @@ def main(argv: list[str] | None = None) -> int:
                                                     labeler_model=args.labeler_model or "")
             except ValueError as err:
                 raise InputError(f"--labeler-url/--labeler-model: {err}") from None
+        if args.report_to is not None:
+            try:
+                config.report_to = check_report_to(args.report_to, "--report-to")
+            except ValueError as err:
+                raise InputError(str(err)) from None
+        require_trackers(config.report_to)  # a missing package stops the demo before any step runs
         demo = Demo(config, run_dir, args.fresh, args.profile)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)

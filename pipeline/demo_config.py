@@ -14,6 +14,7 @@ from typing import Any
 from benchmarks.storefront.demos import check_planted
 from common.io import InputError, load_yaml_mapping
 from train.chat_template import TOOLS_VIEWS
+from train.tracking import check_report_to
 
 
 def _positive_int(owner: str, name: str, value: Any) -> None:
@@ -198,6 +199,13 @@ class DemoConfig:
     select: SelectSettings = field(default_factory=SelectSettings)
     loop: LoopSettings = field(default_factory=LoopSettings)
     own_game: OwnGameSettings = field(default_factory=OwnGameSettings)
+    # Trackers every training run of the demo reports to (train/tracking.py; also --report-to on the command line):
+    # one run per step and adapter, TensorBoard's under <run-dir>/<step>/.../tb/. Not part of any step's settings:
+    # changing it re-runs nothing.
+    report_to: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.report_to = check_report_to(self.report_to)
 
     def storefront_config(self, root: Path) -> Any:
         """The StorefrontConfig of the demo's target (file + overrides), validated."""

@@ -138,26 +138,28 @@ def not_trained_because(environment: dict[str, Any], group_size: int, forced: bo
 
 
 def grpo_config(game: str, model_dir: Path, output_dir: Path, game_overrides: dict[str, Any], settings: Any,
-                iterations: int) -> Any:
-    """The GRPO config of one demo run: configs/grpo_tiny.yaml with the demo's budget."""
+                iterations: int, report_to: list[str] | None = None) -> Any:
+    """The GRPO config of one demo run: configs/grpo_tiny.yaml with the demo's budget (and trackers)."""
     from train.config import load_config
 
     return load_config(str(GRPO_TINY), game=game, model=str(model_dir), output_dir=str(output_dir),
                        game_overrides=dict(game_overrides), iterations=iterations,
                        groups_per_iteration=settings.groups_per_iteration, group_size=settings.group_size,
                        learning_rate=settings.learning_rate, max_episode_tokens=settings.max_episode_tokens,
-                       hint_fraction=settings.hint_fraction, save_every=max(1, iterations), micro_batch_size=8)
+                       hint_fraction=settings.hint_fraction, save_every=max(1, iterations), micro_batch_size=8,
+                       report_to=list(report_to or []))
 
 
 def train_lora(spec: GameSpec, model_dir: Path, output_dir: Path, game_overrides: dict[str, Any], settings: Any,
-               iterations: int) -> dict[str, Any]:
-    """One GRPO LoRA run; returns its per-iteration metrics (reward curve) and the episodes it used."""
+               iterations: int, report_to: list[str] | None = None) -> dict[str, Any]:
+    """One GRPO LoRA run (reporting to the trackers of `report_to`, TensorBoard's in output_dir/tb); returns its
+    per-iteration metrics (reward curve) and the episodes it used."""
     import torch
 
     from train.grpo import GRPOTrainer
     from train.policy import LoraPolicy, load_base_model
 
-    config = grpo_config(spec.name, model_dir, output_dir, game_overrides, settings, iterations)
+    config = grpo_config(spec.name, model_dir, output_dir, game_overrides, settings, iterations, report_to)
     torch.manual_seed(config.seed)
     base, tokenizer = load_base_model(config.model, config.dtype, torch.device("cuda" if torch.cuda.is_available()
                                                                                   else "cpu"))
@@ -175,8 +177,9 @@ def train_lora(spec: GameSpec, model_dir: Path, output_dir: Path, game_overrides
 
 
 def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[str, Any]], folder: Path,
-               settings: Any) -> dict[str, Any]:
-    """Router SFT warm start, then GRPO over the gates; returns the gate folder and the GRPO curve."""
+               settings: Any, report_to: list[str] | None = None) -> dict[str, Any]:
+    """Router SFT warm start, then GRPO over the gates (both reporting to the trackers of `report_to`: folder/gate_sft
+    and folder/gate); returns the gate folder and the GRPO curve."""
     from train import grpo_gater, train_router_sft
 
     data = []
@@ -189,6 +192,7 @@ def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[
     config = {
         "model": str(model_dir), "adapters": adapters, "mode": "token", "include_base_slot": True,
         "output_dir": str(folder / "gate_sft"), "init_gate": "", "dtype": "float32", "seed": 0,
+        "report_to": list(report_to or []),
         "sft": {"data": data, "min_reward": 1.0, "epochs": settings.gate_sft_epochs, "learning_rate": 1e-3,
                 "batch_size": 8, "load_balance_weight": 0.01, "max_tokens": settings.max_episode_tokens,
                 "validation_fraction": 0.1},

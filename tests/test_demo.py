@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+from tracking_readback import (GRPO_NAMES, ROUTER_NAMES, SFT_NAMES, assert_same_series,  # noqa: E402
+                               expected_series, rows, tensorboard_scalars, tensorboard_texts)
 
 
 @pytest.fixture(scope="module")
@@ -190,9 +193,57 @@ def test_the_shared_opening_stops_before_the_first_trained_token():
 def test_sft_config_rejects_bad_values():
     from train.sft import SFTConfig
 
-    for bad in ({"lr": 0}, {"epochs": -1}, {"batch_tokens": 8}, {"final_lr_ratio": 2.0}, {"warmup_steps": -1}):
+    for bad in ({"lr": 0}, {"epochs": -1}, {"batch_tokens": 8}, {"final_lr_ratio": 2.0}, {"warmup_steps": -1},
+                {"report_to": ["tensorbaord"]}):
         with pytest.raises(ValueError, match="SFTConfig"):
             SFTConfig(**bad)
+
+
+def test_sft_cli_report_to_tensorboard_logs_the_rows_of_sft_info(tiny_model_dir, tmp_path, capsys):
+    """`python -m train.sft ... --report_to tensorboard`: the event files hold sft_info.json's log rows."""
+    from train.sft import main as sft_main
+
+    data = tmp_path / "demos.jsonl"
+    chats = [{"messages": [{"role": "user", "content": f"Where is order #{n}?"},
+                           {"role": "assistant", "content": f"Order #{n} ships on day {n % 7}."}]} for n in range(8)]
+    data.write_text("".join(json.dumps(chat) + "\n" for chat in chats))
+    out = tmp_path / "sft"
+    code = sft_main(["--model", str(tiny_model_dir), "--data", str(data), "--out", str(out), "--epochs", "2",
+                     "--lr", "3e-3", "--warmup-steps", "2", "--batch-tokens", "128", "--report_to", "tensorboard"])
+    assert code == 0, capsys.readouterr().err[-3000:]
+    info = json.loads((out / "sft_info.json").read_text())
+    assert len(info["log"]) == info["steps"] >= 3 and info["log"][0]["step"] == 0
+    assert all(row["tokens_per_s"] > 0 for row in info["log"])
+    assert_same_series(tensorboard_scalars(out / "tb"), expected_series(info["log"], SFT_NAMES, "step"), float32=True)
+    (config_text,) = tensorboard_texts(out / "tb")["run/text_summary"]
+    assert "batch_tokens: 128" in config_text[1] and str(data) in config_text[1]
+
+
+def test_the_demos_grpo_runs_report_to_its_trackers(tiny_model_dir, tmp_path):
+    """pipeline/demo_loop.train_lora (every GRPO run of the demo) passes report_to to the trainer: output_dir/tb."""
+    import game_registry
+    from pipeline.demo_config import LoopSettings
+    from pipeline.demo_loop import train_lora
+
+    game_registry._import_game_file(REPO / "tests" / "games" / "capability_letter_density_game.py")
+    settings = LoopSettings(groups_per_iteration=2, group_size=4, max_episode_tokens=128, learning_rate=3e-2)
+    run = train_lora(game_registry.get_game("capability_letter_density"), tiny_model_dir, tmp_path / "cap", {},
+                     settings, 2, report_to=["tensorboard"])
+    assert [point["iteration"] for point in run["curve"]] == [1, 2]
+    assert_same_series(tensorboard_scalars(tmp_path / "cap" / "tb"),
+                       expected_series(rows(tmp_path / "cap" / "metrics.jsonl"), GRPO_NAMES, "iteration"), float32=True)
+
+
+def test_demo_report_to_comes_from_the_config_or_the_command_line_and_fingerprints_no_step(tmp_path):
+    from common.io import InputError
+    from pipeline.demo_config import load_demo_config
+
+    path = tmp_path / "demo.yaml"
+    path.write_text((REPO / "configs" / "demo_fast.yaml").read_text() + "report_to: [tensorboard]\n")
+    assert load_demo_config(path).report_to == ["tensorboard"]
+    path.write_text("report_to: tensorbored\n")
+    with pytest.raises(InputError, match="unknown tracker 'tensorbored'; accepted: tensorboard, wandb"):
+        load_demo_config(path)
 
 
 # ---- Step 1 on storefront results -------------------------------------------------------------------------
@@ -279,8 +330,27 @@ def test_demo_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
 @pytest.mark.slow
 def test_demo_fast_runs_every_step_and_resumes(tmp_path):
     command = [sys.executable, "-m", "pipeline.demo", "--profile", "fast", "--run-dir", str(tmp_path / "demo")]
-    first = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+    first = subprocess.run([*command, "--report-to", "tensorboard"], cwd=REPO, capture_output=True, text=True,
+                           timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
+    # --report-to: every training run the demo started has its own TensorBoard run holding its metrics file
+    demo = tmp_path / "demo"
+    for run in ("base/sft_openings", "base/sft"):
+        log = json.loads((demo / "base" / "step.json").read_text())["figures"]
+        log = log["openings"]["log"] if run.endswith("openings") else log["log"]
+        assert_same_series(tensorboard_scalars(demo / run / "tb"), expected_series(log, SFT_NAMES, "step"),
+                           float32=True)
+    grpo_runs = [p.parent.relative_to(demo) for p in sorted(demo.glob("*/*/metrics.jsonl"))]
+    assert {str(p) for p in grpo_runs} >= {"train/precondition_verification", "train/structured_data_reasoning",
+                                            "gate/gate", "baselines/direct", "baselines/mixed"}, grpo_runs
+    for run in grpo_runs:
+        assert_same_series(tensorboard_scalars(demo / run / "tb"),
+                           expected_series(rows(demo / run / "metrics.jsonl"), GRPO_NAMES, "iteration"), float32=True)
+    if "sft_gate" in json.loads((demo / "gate" / "step.json").read_text())["figures"]:  # router SFT ran (the fast
+        # profile's weak agent may have no successful rollout to warm-start the gate on)
+        assert_same_series(tensorboard_scalars(demo / "gate" / "gate_sft" / "tb"),
+                           expected_series(rows(demo / "gate" / "gate_sft" / "sft_metrics.jsonl"), ROUTER_NAMES,
+                                           "epoch"), float32=True)
     results = json.loads((tmp_path / "demo" / "results.json").read_text())
     assert set(results["steps"]) == {"base", "evaluate", "select", "environments", "train", "own_game", "gate",
                                      "baselines", "final"}
@@ -298,7 +368,7 @@ def test_demo_fast_runs_every_step_and_resumes(tmp_path):
             assert all(s["reward_info"]["config"][k] == v for s in played for k, v in row["game_overrides"].items())
     second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0
-    assert second.stdout.count("up to date") == 9
+    assert second.stdout.count("up to date") == 9  # report_to is no step's setting: dropping it re-runs nothing
 
 
 def test_step1_with_llm_labelers_goes_through_label_trajectories(tmp_path, demo_config, monkeypatch):

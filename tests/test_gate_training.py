@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,10 @@ from train.gate_config import MoEGateConfig, SFTConfig, load_gate_config
 from train.gate_policy import GatePolicy
 from train.logprobs import token_logprobs, token_logprobs_after_prefix
 from train.train_router_sft import LabeledSequence, routing_accuracy, train_router
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tracking_readback import (GRPO_NAMES, ROUTER_NAMES, assert_same_series, expected_series, rows,  # noqa: E402
+                               tensorboard_scalars)
 
 REPO = Path(__file__).resolve().parent.parent
 GAMES_DIR = REPO / "tests" / "games"
@@ -140,12 +145,14 @@ def test_router_sft_cli_writes_a_loadable_gate(tiny_model_dir, tmp_path):
     write_results(tmp_path / "rollouts.json", simulations)
     config = {"model": str(tiny_model_dir), "adapters": {"cap": str(adapter)}, "output_dir": str(tmp_path / "gate"),
               "sft": {"data": [{"path": str(tmp_path / "rollouts.json"), "label": "cap"}], "epochs": 2,
-                      "validation_fraction": 0.0}}
+                      "validation_fraction": 0.0}, "report_to": ["tensorboard"]}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
     assert main(["--config", str(tmp_path / "c.yaml")]) == 0
     out = tmp_path / "gate"
     metrics = [json.loads(line) for line in (out / "sft_metrics.jsonl").read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == [1, 2]
+    # report_to (the config's key): TensorBoard holds sft_metrics.jsonl's numbers, one step per epoch
+    assert_same_series(tensorboard_scalars(out / "tb"), expected_series(metrics, ROUTER_NAMES, "epoch"), float32=True)
     assert (out / "moe_gate.yaml").is_file()
     assert json.loads((out / "gate_config.json").read_text())["slots"] == ["base", "cap"]
     build_capability_model(base(), {"cap": adapter}, gate=out)  # loads against the same base and adapter
@@ -219,8 +226,9 @@ def test_grpo_gater_cli_resumes_bitwise(tiny_model_dir, tiny_adapters, letter_ga
         return path
 
     assert main(["--config", str(config("straight", 2))]) == 0
-    assert main(["--config", str(config("resumed", 1))]) == 0
-    assert main(["--config", str(config("resumed", 2)), "--resume", str(tmp_path / "resumed")]) == 0
+    assert main(["--config", str(config("resumed", 1)), "--report_to", "tensorboard"]) == 0
+    assert main(["--config", str(config("resumed", 2)), "--resume", str(tmp_path / "resumed"),
+                 "--report_to", "tensorboard"]) == 0
     a = load_file(str(tmp_path / "straight" / "gate.safetensors"))
     b = load_file(str(tmp_path / "resumed" / "gate.safetensors"))
     start_state = load_file(str(tmp_path / "start" / "gate.safetensors"))
@@ -232,6 +240,11 @@ def test_grpo_gater_cli_resumes_bitwise(tiny_model_dir, tiny_adapters, letter_ga
         return [{k: v for k, v in json.loads(l).items() if k not in timing} for l in path.read_text().splitlines()]
 
     assert comparable(tmp_path / "straight" / "metrics.jsonl") == comparable(tmp_path / "resumed" / "metrics.jsonl")
+    # --report_to: TensorBoard holds the resumed run's metrics.jsonl, steps 1 and 2 once each, in one run
+    assert_same_series(tensorboard_scalars(tmp_path / "resumed" / "tb"),
+                       expected_series(rows(tmp_path / "resumed" / "metrics.jsonl"), GRPO_NAMES, "iteration"),
+                       float32=True)
+    assert json.loads((tmp_path / "resumed" / "tracking.json").read_text())["run_name"].startswith("gate_grpo-resumed-")
     assert (tmp_path / "resumed" / "moe_gate.yaml").is_file()
 
 

@@ -23,6 +23,10 @@ from train.episodes import ChatTokenizer, EpisodeRequest, rescored_under_base_pr
 from train.grpo import GRPOTrainer
 from train.policy import LoraPolicy, load_base_model
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tracking_readback import (GRPO_NAMES, assert_same_series, expected_series, rows,  # noqa: E402
+                               tensorboard_scalars, tensorboard_texts)
+
 REPO = Path(__file__).resolve().parent.parent
 GAMES_DIR = REPO / "tests" / "games"
 GAME = "capability_letter_density"
@@ -229,6 +233,49 @@ def test_killed_and_resumed_run_equals_an_uninterrupted_one(tiny_model_dir, tmp_
     assert _comparable(straight / "metrics.jsonl") == _comparable(killed / "metrics.jsonl")
 
 
+def test_report_to_tensorboard_mirrors_metrics_jsonl_and_a_resumed_run_continues_its_series(
+        tiny_model_dir, letter_game, tmp_path, capsys):
+    """`python -m train ... --report_to tensorboard`: TensorBoard's event files, read by its own EventAccumulator,
+    hold exactly metrics.jsonl's numbers under the shared names. A run killed after iteration 3 and resumed from
+    its iteration-2 checkpoint logs step 3 again: the reader must see each step once, with the resumed values."""
+    out = tmp_path / "run"
+    argv = ["--game", GAME, "--model", str(tiny_model_dir), "--output_dir", str(out), "--save_every", "2",
+            "--report_to", "tensorboard", *FAST]
+    code, err = _cli_in_process(train_main, [*argv, "--iterations", "3"], capsys)
+    assert code == 0, err[-3000:]
+    assert [s for s, _ in tensorboard_scalars(out / "tb")["reward/mean"]] == [1, 2, 3]
+    run_name = json.loads((out / "tracking.json").read_text())["run_name"]
+    code, err = _cli_in_process(train_main, [*argv, "--iterations", "4", "--resume",
+                                             str(out / "checkpoints" / "iter_000002")], capsys)
+    assert code == 0, err[-3000:]
+
+    file_rows = rows(out / "metrics.jsonl")
+    assert [r["iteration"] for r in file_rows] == [1, 2, 3, 4]
+    assert [r["episodes_total"] for r in file_rows] == [24, 48, 72, 96]  # 6 groups x 4, counted across the resume
+    logged = tensorboard_scalars(out / "tb")
+    assert_same_series(logged, expected_series(file_rows, GRPO_NAMES, "iteration"), float32=True)
+    assert {"loss", "grad_norm", "kl", "clip_ratio", "groups/constant_fraction", "episodes_total"} <= set(logged)
+    (config_text,) = tensorboard_texts(out / "tb")["run/text_summary"]  # the run name and config, logged once
+    assert config_text[0] == 0 and run_name in config_text[1] and "learning_rate: 0.03" in config_text[1]
+    assert json.loads((out / "tracking.json").read_text())["run_name"] == run_name
+
+
+@pytest.mark.slow  # ~10-20 s: the storefront game's prompts are ~2,800 tokens for the test tokenizer
+def test_readme_grpo_tiny_command_with_tensorboard_logs_metrics_jsonl(tiny_model_dir, tmp_path):
+    """The issue's command as written (smaller budget): its event files hold metrics.jsonl's scalars."""
+    out = tmp_path / "pv"
+    done = subprocess.run([sys.executable, "-m", "train", "--game", "capability_precondition_verification", "--model",
+                           str(tiny_model_dir), "--config", "configs/grpo_tiny.yaml", "--report_to", "tensorboard",
+                           "--output_dir", str(out), "--iterations", "2", "--groups_per_iteration", "1",
+                           "--group_size", "2", "--save_every", "2"],
+                          env=_env(), cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    file_rows = rows(out / "metrics.jsonl")
+    assert [r["iteration"] for r in file_rows] == [1, 2]
+    assert_same_series(tensorboard_scalars(out / "tb"), expected_series(file_rows, GRPO_NAMES, "iteration"),
+                       float32=True)
+
+
 def _free_port() -> int:
     import socket
 
@@ -241,12 +288,16 @@ def test_two_process_gloo_torchrun_completes_and_ranks_agree(tiny_model_dir, tmp
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master-port={_free_port()}",
                "--master-addr=127.0.0.1", "-m", "train",
                "--game", GAME, "--model", str(tiny_model_dir), "--output_dir", str(tmp_path / "ddp"),
-               "--iterations", "2", "--save_every", "2", *FAST]
+               "--iterations", "2", "--save_every", "2", "--report_to", "tensorboard", *FAST]
     result = subprocess.run(command, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "all 2 ranks agree on the trainable weights" in result.stdout
     rollouts = json.loads((tmp_path / "ddp" / "rollouts" / "iter_000002.json").read_text())
     assert len({s["task_id"] for s in rollouts["simulations"]}) == 6  # both ranks' groups gathered
+    # only rank 0 reports to the trackers: one event file, each step once, metrics.jsonl's numbers
+    assert len(list((tmp_path / "ddp" / "tb").glob("events.out.tfevents.*"))) == 1
+    assert_same_series(tensorboard_scalars(tmp_path / "ddp" / "tb"),
+                       expected_series(rows(tmp_path / "ddp" / "metrics.jsonl"), GRPO_NAMES, "iteration"), float32=True)
 
 
 def test_bad_game_or_model_exits_2(tiny_model_dir, letter_game, tmp_path, capsys):

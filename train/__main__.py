@@ -9,7 +9,9 @@ Any field of train/config.py's GRPOConfig can be set with `--key value` (e.g. `-
 --learning_rate 1e-3`). With VLLM_BASE_URLS (and VLLM_MODEL) set, rollouts go to those vLLM servers;
 otherwise they are sampled in process. Under torchrun each rank collects its share of the groups
 (gloo on CPU, nccl on GPU) and rank 0 writes the artifacts to `pipeline/adapters/<capability>/` (or
---output_dir): the PEFT adapter, config.yaml, metrics.jsonl, rollouts/ and checkpoints/.
+--output_dir): the PEFT adapter, config.yaml, metrics.jsonl, rollouts/ and checkpoints/. With `--report_to
+tensorboard` (or wandb, trackio, mlflow; comma-separated for several) rank 0 also sends every metrics.jsonl line
+to those trackers (train/tracking.py; TensorBoard's event files go to <output_dir>/tb/).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from train.config import load_config
 from train.distributed import exit_worker, world
 from train.grpo import GRPOTrainer
 from train.policy import LoraPolicy, count_parameters, load_base_model
+from train.tracking import require_trackers
 from train.vllm_backend import VLLMError, backend_from_env
 
 
@@ -89,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise InputError(f"no {name}: pass --{name}, or a --config file with a `{name}:` key")
         spec = get_game(config.game)
         _check_game_overrides(spec, config.game_overrides)
+        require_trackers(config.report_to)  # a missing package stops the run before the model loads
     except (InputError, ValueError, KeyError, GameImportError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from common.io import InputError, load_yaml_mapping
+from train.tracking import check_report_to
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -89,6 +90,8 @@ class GRPOConfig:
     save_rollouts: bool = True
     dtype: str = "float32"  # float32 | bfloat16
     fsdp: bool = False
+    # Experiment trackers that mirror metrics.jsonl (train/tracking.py): tensorboard, wandb, trackio, mlflow
+    report_to: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         def need(condition: bool, message: str) -> None:
@@ -123,6 +126,7 @@ class GRPOConfig:
         need(self.save_every >= 1, f"save_every must be >= 1, got {self.save_every}")
         need(self.dtype in ("float32", "bfloat16"), f"dtype must be float32 or bfloat16, got {self.dtype!r}")
         need(isinstance(self.game_overrides, dict), "game_overrides must be a mapping of config field -> value")
+        self.report_to = check_report_to(self.report_to)  # ValueError naming the accepted trackers
 
     @property
     def capability(self) -> str:

@@ -17,6 +17,7 @@ import yaml
 
 from common.io import InputError, atomic_write_text, load_yaml_mapping
 from train.config import GRPOConfig
+from train.tracking import check_report_to
 
 MODES = ("token", "trajectory", "global")
 ESTIMATORS = ("straight_through", "gumbel")
@@ -81,6 +82,9 @@ class MoEGateConfig:
     grpo: dict[str, Any] = field(default_factory=dict)  # GRPOConfig fields (train/config.py)
     grpo_games: list[str] = field(default_factory=list)  # >= 2 games: grpo_gater trains on their mix (not grpo.game)
     grpo_game_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # game -> config fields, in the mix
+    # Trackers for router SFT and gate GRPO (train/tracking.py: tensorboard, wandb, trackio, mlflow); grpo.report_to
+    # overrides it for gate GRPO
+    report_to: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if isinstance(self.sft, dict):
@@ -105,6 +109,7 @@ class MoEGateConfig:
         _need(isinstance(self.grpo_games, list) and len(self.grpo_games) != 1,
               f"grpo_games must list at least two games to mix (or none; one game goes in grpo.game), "
               f"got {self.grpo_games!r}")
+        self.report_to = check_report_to(self.report_to)
         slots = self.slot_names
         for entry in self.sft.data:
             _need(entry.label in slots, f"sft.data {entry.path}: label {entry.label!r} is not a slot; slots are {slots}")
@@ -114,9 +119,10 @@ class MoEGateConfig:
         return (["base"] if self.include_base_slot else []) + list(self.adapters)
 
     def grpo_config(self, **fixed: Any) -> GRPOConfig:
-        """The GRPOConfig of `grpo:` (model, output_dir, seed and dtype from the top level unless set there)."""
+        """The GRPOConfig of `grpo:` (model, output_dir, seed, dtype and report_to from the top level unless set
+        there)."""
         values = {"model": self.model, "output_dir": self.output_dir, "seed": self.seed, "dtype": self.dtype,
-                  **self.grpo, **{k: v for k, v in fixed.items() if v is not None}}
+                  "report_to": self.report_to, **self.grpo, **{k: v for k, v in fixed.items() if v is not None}}
         names = {f.name for f in dataclasses.fields(GRPOConfig)}
         unknown = sorted(set(values) - names)
         if unknown:

@@ -33,7 +33,9 @@ One iteration:
   5. Sync. The backend is told about the new weights (vLLM loads the adapter under a fresh name).
 
 Metrics: `mean_reward` and `success_rate` are over base-prompt episodes only (the ones that show progress:
-hinted episodes are helped by the hint); `*_all_episodes` include the hinted ones.
+hinted episodes are helped by the hint); `*_all_episodes` include the hinted ones. Rank 0 appends one line per
+iteration to metrics.jsonl, then sends it to the trackers of `report_to` under the names of TRACKED_SCALARS
+(train/tracking.py), at step = iteration.
 
 The update only sees `policy.model` and `policy.trainable_parameters()`: it trains a LoRA adapter here
 and router gates in Step 4 without knowing which.
@@ -70,6 +72,7 @@ from train.episodes import (
 from train.grpo_loss import RolloutBatch, group_advantages, grpo_loss, loss_normaliser
 from train.logprobs import token_logprobs, token_logprobs_after_prefix
 from train.policy import Policy
+from train.tracking import MetricLogger, open_trackers, scalars_of
 
 
 @dataclass
@@ -159,10 +162,38 @@ TOKEN_MEAN_STATS = ("clip_fraction", "clip_low_fraction", "clip_high_fraction", 
 # temperature-1 log-probs than to its log-probs at the run's temperature (bf16 noise is far below that).
 RAW_LOGPROBS_RATIO = 2.0
 PROBE_TOKENS = 16
+# What the trackers (`report_to`) get each iteration: tracker name -> metrics.jsonl key. The names are shared by
+# every GRPO run (capability LoRA, gate GRPO, the demo's baselines), so runs overlay in any tracker; a key an
+# iteration does not have (no update: no kl / clip_ratio) is left out of that step.
+TRACKED_SCALARS = {
+    "reward/mean": "mean_reward",  # base-prompt episodes: the figure that shows progress
+    "reward/mean_all_episodes": "mean_reward_all_episodes",
+    "success/rate": "success_rate",
+    "success/rate_all_episodes": "success_rate_all_episodes",
+    "groups/constant_fraction": "frac_constant_groups",
+    "groups/without_tokens": "groups_without_tokens",
+    "loss": "loss",
+    "grad_norm": "grad_norm",
+    "kl": "approx_kl",  # policy vs the sampling (old) policy, token-weighted
+    "kl_ref": "kl_ref",  # k3 KL to the base model (kl_beta > 0)
+    "clip_ratio": "clip_fraction",
+    "clip_ratio/low": "clip_low_fraction",
+    "clip_ratio/high": "clip_high_fraction",
+    "ratio/mean": "ratio_mean",
+    "sampler_kl": "sampler_kl",
+    "update/skipped": "skipped_update",
+    "lr": "lr",
+    "tokens_per_s/generation": "gen_tokens_per_s",
+    "tokens_per_s/train": "train_tokens_per_s",
+    "tokens/generated": "gen_tokens",
+    "episodes_total": "episodes_total",
+    "time/iteration_s": "seconds",
+}
 
 
 class GRPOTrainer:
-    def __init__(self, config: GRPOConfig, spec: GameSpec, policy: Policy, tokenizer: Any, backend: RolloutBackend):
+    def __init__(self, config: GRPOConfig, spec: GameSpec, policy: Policy, tokenizer: Any, backend: RolloutBackend,
+                 run_kind: str = "grpo"):
         self.config, self.spec, self.policy, self.backend = config, spec, policy, backend
         self.chat = ChatTokenizer(tokenizer)
         self.pad_token_id = tokenizer.pad_token_id
@@ -187,6 +218,9 @@ class GRPOTrainer:
             self.optimizer, lambda it: min(1.0, (it + 1) / warmup) if warmup else 1.0
         )
         self.start_iteration = 0
+        self.episodes_done = 0  # episodes played by the run so far (metrics.jsonl's episodes_total)
+        self.tracker = MetricLogger()  # `run` opens the trackers of config.report_to (rank 0)
+        self.run_kind = run_kind  # names the run in the trackers (gate_grpo for train.grpo_gater)
 
     # ---------------------------------------------------------------------------------------------
     def resume_from(self, checkpoint: Path) -> None:
@@ -200,6 +234,8 @@ class GRPOTrainer:
         if self.rank == 0 and metrics.exists():  # drop lines of iterations after the checkpoint
             kept = [l for l in metrics.read_text().splitlines() if l and json.loads(l)["iteration"] <= iteration]
             atomic_write_text(metrics, "".join(line + "\n" for line in kept))
+        # Every iteration plays the same number of episodes (groups_per_iteration x group_size over all ranks).
+        self.episodes_done = iteration * self.config.groups_per_iteration * self.config.group_size
 
     def requests(self, iteration: int) -> list[EpisodeRequest]:
         """This rank's episodes: every world_size-th group of the iteration, `group_size` samples each."""
@@ -456,6 +492,16 @@ class GRPOTrainer:
         if self.rank == 0:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             save_config(c, self.output_dir / "config.yaml")
+        self.tracker = open_trackers(c.report_to, self.output_dir, kind=self.run_kind, config=c.to_dict(),
+                                     first_step=self.start_iteration + 1, rank=self.rank)
+        try:
+            return self._run_iterations()
+        finally:
+            self.tracker.close()
+            self.tracker = MetricLogger()
+
+    def _run_iterations(self) -> dict[str, float]:
+        c = self.config
         last: dict[str, float] = {}
         # (iteration, mean reward) of the best iteration so far, for the collapse hint of rank 0's console line
         best = self._best_logged_reward() if self.rank == 0 else None
@@ -565,10 +611,12 @@ class GRPOTrainer:
             "gen_tokens": int(gen_tokens),
             "gen_tokens_per_s": gen_tokens / max(gen_s / self.world_size, 1e-9),
             "train_tokens_per_s": train_tokens / max(train_s / self.world_size, 1e-9),
+            "episodes_total": self.episodes_done + int(n_episodes),
             "lr": self.scheduler.get_last_lr()[0],
             "seconds": time.perf_counter() - started,
             **update_stats,
         }
+        self.episodes_done += int(n_episodes)
         if sampler_tokens:  # how far the sampler's own log-probs were from the trainer's (re-scored runs)
             metrics["sampler_kl"] = sampler_kl_sum / sampler_tokens
         self._write_artifacts(iteration + 1, episodes, metrics)
@@ -597,6 +645,7 @@ class GRPOTrainer:
         if self.rank == 0:
             with open(self.output_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
                 handle.write(json.dumps({k: _finite(v) for k, v in metrics.items()}) + "\n")
+            self.tracker.log_scalars(scalars_of(metrics, TRACKED_SCALARS), step=done)  # the file first: the record
             if c.save_rollouts:
                 info = {"game": c.game, "iteration": done, "model": c.model, "temperature": c.temperature}
                 write_results(self.output_dir / "rollouts" / f"iter_{done:06d}.json", simulations, info=info)

@@ -1,7 +1,7 @@
 """GRPO over the gates only (Step 4), through the same trainer as the capability adapters.
 
     python -m train.grpo_gater --config configs/moe_gate.yaml [--game NAME] [--model DIR] [--output_dir DIR]
-                               [--init_gate DIR] [--resume DIR]
+                               [--init_gate DIR] [--resume DIR] [--report_to tensorboard,...]
 
 The routed model (`moe_gate.build_capability_model`: frozen base, frozen capability adapters, trainable
 gates, starting from `init_gate`, e.g. the router SFT warm start, or zero) is wrapped in a `GatePolicy`
@@ -16,7 +16,8 @@ each prompt ends, while trajectory/global routing decides from the prompt; train
 `python -m train.train_router_sft`.
 
 Writes to `output_dir`: gate.safetensors + gate_config.json, config.yaml (the GRPO config),
-moe_gate.yaml (this config), metrics.jsonl, rollouts/ and checkpoints/ as `python -m train` does.
+moe_gate.yaml (this config), metrics.jsonl, rollouts/ and checkpoints/ as `python -m train` does, and sends
+metrics.jsonl's lines to the trackers of `report_to` (grpo.report_to, else the top-level key; train/tracking.py).
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from train.gate_config import load_gate_config, save_gate_config
 from train.gate_policy import GatePolicy
 from train.grpo import GRPOTrainer
 from train.policy import count_parameters, load_base_model
+from train.tracking import require_trackers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,13 +49,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output_dir", default=None, help="where the gate goes (overrides the config)")
     parser.add_argument("--init_gate", default=None, help="gate folder to start from (overrides the config)")
     parser.add_argument("--resume", default=None, type=Path, help="checkpoint dir, or an output dir (latest checkpoint)")
+    parser.add_argument("--report_to", "--report-to", default=None,
+                        help="trackers, comma-separated: tensorboard, wandb, trackio, mlflow, or none "
+                             "(overrides the config)")
     args = parser.parse_args(argv)
     try:
-        config = load_gate_config(args.config, model=args.model, output_dir=args.output_dir, init_gate=args.init_gate)
+        config = load_gate_config(args.config, model=args.model, output_dir=args.output_dir, init_gate=args.init_gate,
+                                  report_to=args.report_to)
         games = [args.game] if args.game else config.grpo_games
         spec = (mixed_spec([get_game(name) for name in games], overrides=config.grpo_game_overrides)
                 if len(games) > 1 else None)
-        grpo = config.grpo_config(game=spec.name if spec else args.game)
+        grpo = config.grpo_config(game=spec.name if spec else args.game, report_to=args.report_to)
         if spec and (grpo.hint_fraction > 0 or grpo.game_overrides):
             raise InputError("a game mix (grpo_games) takes no hint prompts, and its game overrides are per game: "
                              "set grpo.hint_fraction: 0 and give overrides in grpo_game_overrides")
@@ -67,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError("no game: set grpo.game (or grpo_games, a mix) in the config or pass --game")
         spec = spec or get_game(grpo.game)
         _check_game_overrides(spec, grpo.game_overrides)
+        require_trackers(grpo.report_to)  # a missing package stops the run before the model loads
     except (InputError, ValueError, KeyError, GameImportError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -80,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                                        tau=config.gumbel_tau)
         policy = GatePolicy(model, {"command": "train.grpo_gater", "game": grpo.game})
         backend = HFBackend(model, tokenizer.pad_token_id, seed=grpo.seed)
-        trainer = GRPOTrainer(grpo, spec, policy, tokenizer, backend)
+        trainer = GRPOTrainer(grpo, spec, policy, tokenizer, backend, run_kind="gate_grpo")
         if checkpoint:
             trainer.resume_from(checkpoint)
         output = grpo.resolved_output_dir()

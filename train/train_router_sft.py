@@ -1,6 +1,7 @@
 """Router SFT: warm-start the gates on rollouts labeled by capability (Step 4).
 
     python -m train.train_router_sft --config configs/moe_gate.yaml [--model DIR] [--output_dir DIR]
+                                     [--report_to tensorboard,...]
 
 Data: `sft.data` lists rollout results files (benchmarks/results.py format, e.g. what `python -m train`
 saves under rollouts/ or `python -m train.collect_rollouts` writes), each with a slot label: every
@@ -16,7 +17,8 @@ to train the gate). The backbone and adapters stay frozen; the gate reads detach
 
 Writes to `output_dir`: gate.safetensors + gate_config.json (loadable by `moe_gate.build_capability_model`
 or `load_capability_model`), moe_gate.yaml (the resolved config) and sft_metrics.jsonl (per epoch: loss,
-cross-entropy, balance, train and held-out routing accuracy).
+cross-entropy, balance, train and held-out routing accuracy), whose lines also go to the trackers of the
+config's `report_to` (train/tracking.py) under the names of TRACKED_SCALARS, at step = epoch.
 """
 from __future__ import annotations
 
@@ -36,8 +38,12 @@ from moe_gate import GateError, build_capability_model, load_balance_loss, save_
 from moe_gate.model_builder import CapabilityModel
 from common.io import InputError
 from train.gate_config import MoEGateConfig, SFTConfig, load_gate_config, save_gate_config
+from train.tracking import MetricLogger, open_trackers, require_trackers, scalars_of
 
 IGNORE = -100
+# sft_metrics.jsonl's keys as tracker scalars (tracker name -> key), the names GRPO and SFT runs share where they can
+TRACKED_SCALARS = {"loss": "loss", "router/cross_entropy": "cross_entropy", "router/balance": "balance",
+                   "accuracy/train": "train_accuracy", "accuracy/validation": "validation_accuracy"}
 
 
 @dataclass
@@ -205,9 +211,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="YAML config, e.g. configs/moe_gate.yaml")
     parser.add_argument("--model", default=None, help="base model folder (overrides the config's model)")
     parser.add_argument("--output_dir", default=None, help="where the gate goes (overrides the config)")
+    parser.add_argument("--report_to", "--report-to", default=None,
+                        help="trackers, comma-separated: tensorboard, wandb, trackio, mlflow, or none "
+                             "(overrides the config)")
     args = parser.parse_args(argv)
+    tracker = MetricLogger()
     try:
-        config = load_gate_config(args.config, model=args.model, output_dir=args.output_dir)
+        config = load_gate_config(args.config, model=args.model, output_dir=args.output_dir, report_to=args.report_to)
+        require_trackers(config.report_to)  # a missing package stops the run before the model loads
         from train.policy import load_base_model
 
         torch.manual_seed(config.seed)
@@ -220,10 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         metrics_file = out / "sft_metrics.jsonl"
         metrics_file.write_text("")
+        tracker = open_trackers(config.report_to, out, kind="router_sft", config=config.to_dict())
 
         def log(metrics: dict[str, Any]) -> None:
             with open(metrics_file, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(metrics) + "\n")
+            tracker.log_scalars(scalars_of(metrics, TRACKED_SCALARS), step=metrics["epoch"])
             print("router SFT epoch {epoch}: loss {loss:.4f}  ce {cross_entropy:.4f}  balance {balance:.3f}  "
                   "train accuracy {train_accuracy:.3f}".format(**metrics)
                   + (f"  held-out accuracy {metrics['validation_accuracy']:.3f}" if "validation_accuracy" in metrics else ""))
@@ -236,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, GateError, ValueError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    finally:
+        tracker.close()
     print(f"router SFT: gate written to {out}")
     return 0
 
