@@ -219,12 +219,15 @@ def test_sft_cli_report_to_tensorboard_logs_the_rows_of_sft_info(tiny_model_dir,
     assert "batch_tokens: 128" in config_text[1] and str(data) in config_text[1]
 
 
-def test_the_demos_grpo_runs_report_to_its_trackers(tiny_model_dir, tmp_path):
+def test_the_demos_grpo_runs_report_to_its_trackers(tiny_model_dir, tmp_path, monkeypatch):
     """pipeline/demo_loop.train_lora (every GRPO run of the demo) passes report_to to the trainer: output_dir/tb."""
     import game_registry
     from pipeline.demo_config import LoopSettings
     from pipeline.demo_loop import train_lora
 
+    # The test game is registered for this test only (later tests list every registered capability game).
+    monkeypatch.setattr(game_registry, "_REGISTRY", dict(game_registry._REGISTRY))
+    monkeypatch.setattr(game_registry, "_LOADED_FILES", set(game_registry._LOADED_FILES))
     game_registry._import_game_file(REPO / "tests" / "games" / "capability_letter_density_game.py")
     settings = LoopSettings(groups_per_iteration=2, group_size=4, max_episode_tokens=128, learning_rate=3e-2)
     run = train_lora(game_registry.get_game("capability_letter_density"), tiny_model_dir, tmp_path / "cap", {},
