@@ -424,9 +424,6 @@ class EpisodeState:
     turns: int = 0  # assistant turns taken
     format_errors: int = 0
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
-    # Message-log indices of the plain replies the user received (a malformed turn is in the log but the
-    # user only got a format error: it never counts as something the agent told them).
-    delivered_replies: list[int] = field(default_factory=list)
     done: bool = False
     termination_reason: str = ""  # user_stop | max_steps | too_many_errors | transfer | agent_stop (subclass)
 
@@ -492,12 +489,6 @@ class ToolEnvGame(Game):
             return None
         return next(index for index, message in enumerate(self.state.messages)
                     if any(call.get("id") in ids for call in message.get("tool_calls") or ()))
-
-    def reply_positions(self) -> list[tuple[int, str]]:
-        """(index in the message log, text) of every plain reply the user received (malformed turns excluded)."""
-        messages = self.state.messages
-        return [(index, messages[index]["content"]) for index in self.state.delivered_replies
-                if messages[index].get("content")]
 
     def _cap(self, text: str) -> str:
         """A tool output cut to `max_observation_chars` (with a marker saying how much was dropped)."""
@@ -581,7 +572,6 @@ class ToolEnvGame(Game):
                 if ok and self.toolkit.ends_episode(call.name):
                     self.end_episode("transfer")
         elif action.kind == "reply":
-            state.delivered_replies.append(len(state.messages))
             state.messages.append(action.to_message())
             user_message, user_done = self.respond_to_user(action.content)
             if user_message is not None:

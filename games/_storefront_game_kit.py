@@ -43,8 +43,10 @@ shape and only change what is asked:
   is saved with any result that saves the game's config. Without a surface (None, the default) each game
   keeps its own defaults, described in its module docstring (the game run alone).
 
-A game subclasses `StorefrontCapabilityGame` and implements `build_instance(rng)` (all randomness comes
-from that `random.Random(seed)`) and `score()` (named reward parts that add up to the reward).
+A game subclasses `StorefrontCapabilityGame` and implements `_build_alone(rng)` (its own instance) and
+`_draw_from_surface(rng)` (one drawn from the target's surface; `build_instance` picks between them, and
+all randomness comes from that `random.Random(seed)`) and `score()` (named reward parts that add up to the
+reward).
 """
 from __future__ import annotations
 
@@ -363,15 +365,11 @@ class StorefrontGameConfig:
         return ALONE_EMAIL_AUTH_RATE if self.surface is None else self.surface.email_auth_rate
 
     @property
-    def checks_confirmation(self) -> bool:
-        """Whether a write without the customer's yes right before it breaks the policy: as in the target,
-        whenever the expert asks (without a surface too: the storefront's default policy asks for a yes, and a
-        game that paid writes without one would pay a blanket "shall I cancel, return or exchange?")."""
-        return self.asks_confirmation
-
-    @property
     def asks_confirmation(self) -> bool:
-        """Whether the expert asks before each write (always, unless the surface's policy has no such rule)."""
+        """Whether the expert asks before each write, and a write without the customer's yes right before it
+        breaks the policy: always, as in the target, unless the surface's policy has no such rule (without a
+        surface too: a game that paid writes without a yes would pay a blanket "shall I cancel, return or
+        exchange?")."""
         return self.surface is None or self.surface.require_confirmation
 
     def surface_rates(self, **rates: Any) -> StorefrontConfig:
@@ -521,12 +519,23 @@ class StorefrontCapabilityGame(ToolEnvGame):
         self.customer: UserSimulator | None = None
         self.start_db: StoreDB | None = None  # the database as generated (with `keeps_start_db`)
         self.expected_db: StoreDB | None = None  # the starting database after the oracle's writes
-        self._replies: list[Reply] = []
+        self._replies: list[Reply] = []  # every reply the customer received, with the request it was on
 
     # ---- for subclasses -------------------------------------------------------------------------
-    @abstractmethod
     def build_instance(self, rng: random.Random) -> Instance:
-        """Generate one episode from `rng` (the only source of randomness)."""
+        """Generate one episode from `rng` (the only source of randomness): the game's own instance without a
+        surface, else one drawn from the target's surface (drawn again until the oracle's plan fits)."""
+        if self.config.surface is None:
+            return self._build_alone(rng)
+        return self.fitting_instance(rng, self._draw_from_surface)
+
+    @abstractmethod
+    def _build_alone(self, rng: random.Random) -> Instance:
+        """The game's own instance (no surface)."""
+
+    @abstractmethod
+    def _draw_from_surface(self, rng: random.Random) -> Instance | None:
+        """An instance of the target's requests (None when its order descriptions read ambiguously)."""
 
     @abstractmethod
     def score(self) -> dict[str, float]:
@@ -590,7 +599,7 @@ class StorefrontCapabilityGame(ToolEnvGame):
         ids that were shown, and a yes right before each write unless the surface's policy has no such rule)."""
         return policy_violations(self.state.messages, self.state.tool_calls, self.instance.user.user_id,
                                  write_tools=StorefrontTools.write_tools(), auth_tools=StorefrontTools.auth_tools(),
-                                 require_confirmation=self.config.checks_confirmation)
+                                 require_confirmation=self.config.asks_confirmation)
 
     def legit_values(self) -> LegitValues:
         """What the agent may say: the instance's amounts, the statuses of its requests' orders (before and
@@ -649,7 +658,7 @@ class StorefrontCapabilityGame(ToolEnvGame):
                                       max_turns=2 * len(instance.requests) + 4, identity_reply=instance.identity_reply,
                                       revealed_identity=self.config.identity_in_opening,
                                       own_order_ids=tuple(instance.user.orders))
-        self._replies: list[Reply] = []  # every reply the customer received, with how they read it
+        self._replies = []
         # The orders' statuses as generated (the live database is the instance's: a write changes it).
         self._start_statuses = {oid: order.status for oid, order in instance.db.orders.items()}
         return self.start_episode(self.toolkit_class(instance.db), [{"role": "user", "content": instance.opening}])

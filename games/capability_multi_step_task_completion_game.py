@@ -132,11 +132,6 @@ class MultiStepTaskCompletionGame(StorefrontCapabilityGame):
         self.rates = None if config.surface is None else config.surface_rates(
             forbidden_rate=0.0, email_auth_rate=config.email_share(config.email_auth_rate))
 
-    def build_instance(self, rng: random.Random) -> Instance:
-        if self.rates is None:
-            return self._build_alone(rng)
-        return self.fitting_instance(rng, self._draw_from_surface)
-
     def _draw_from_surface(self, rng: random.Random) -> Instance | None:
         """`n_requests` allowed target requests (None when a later order holds the item an earlier request
         described its order by, as the target redraws)."""

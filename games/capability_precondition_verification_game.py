@@ -138,11 +138,6 @@ class PreconditionVerificationGame(StorefrontCapabilityGame):
         self.rates = None if config.surface is None else config.surface_rates(
             forbidden_rate=config.violating_fraction, email_auth_rate=config.email_share(config.email_auth_rate))
 
-    def build_instance(self, rng: random.Random) -> Instance:
-        if self.rates is None:
-            return self._build_alone(rng)
-        return self.fitting_instance(rng, self._draw_from_surface)
-
     def _draw_from_surface(self, rng: random.Random) -> Instance:
         """One target request of a kind with a status rule, forbidden at `violating_fraction`, maybe with a claim."""
         customer = draw_customer(rng, self.rates)

@@ -190,11 +190,6 @@ class StructuredDataReasoningGame(StorefrontCapabilityGame):
         self.rates = (None if config.surface is None else
                       {kind: config.surface_rates(kind) for kind in config.drawn_kinds})
 
-    def build_instance(self, rng: random.Random) -> Instance:
-        if self.rates is None:
-            return self._build_alone(rng)
-        return self.fitting_instance(rng, self._draw_from_surface)
-
     def _draw_from_surface(self, rng: random.Random) -> Instance | None:
         """One allowed target return or exchange, among the knobs' distractor items and payment methods (None
         when a 'return_to_gift_card' could not go to the gift card: the customer paid with their only one)."""

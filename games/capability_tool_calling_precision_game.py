@@ -159,11 +159,6 @@ class ToolCallingPrecisionGame(StorefrontCapabilityGame):
         self.rates = None if config.surface is None else config.surface_rates(
             forbidden_rate=0.0, email_auth_rate=1.0 - config.name_zip_rate, **config.looseness_rates())
 
-    def build_instance(self, rng: random.Random) -> Instance:
-        if self.rates is None:
-            return self._build_alone(rng)
-        return self.fitting_instance(rng, self._draw_from_surface)
-
     def _draw_from_surface(self, rng: random.Random) -> Instance:
         """One allowed target request, its values written as loosely as the level's rates draw."""
         customer = draw_customer(rng, self.rates)

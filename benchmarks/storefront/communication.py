@@ -194,10 +194,9 @@ class Replies:
 
     def __init__(self, replies: list[Reply], tool_outputs: list[str], legit: LegitValues) -> None:
         self.legit = legit
-        judged = [r for r in replies if not is_raw_dump(r.text, tool_outputs)]
-        self.wrong = [r for r in judged if not self._asserts_only_legit(r)]
-        wrong = {id(r) for r in self.wrong}
-        candidates = [r for r in judged if id(r) not in wrong and not r.question]
+        judged = [(r, self._asserts_only_legit(r)) for r in replies if not is_raw_dump(r.text, tool_outputs)]
+        self.wrong = [r for r, legit_only in judged if not legit_only]
+        candidates = [r for r, legit_only in judged if legit_only and not r.question]
         copied = _CopiedValues(copied_values(tool_outputs)) if candidates else None
         self.reports = [r for r in candidates if copied.count(r.text) < MAX_COPIED_VALUES]
         self._voided = {order_id for r in self.wrong for order_id in (*self.refers_to(r), r.order_id)}
