@@ -218,7 +218,6 @@ class GRPOTrainer:
             self.optimizer, lambda it: min(1.0, (it + 1) / warmup) if warmup else 1.0
         )
         self.start_iteration = 0
-        self.episodes_done = 0  # episodes played by the run so far (metrics.jsonl's episodes_total)
         self.tracker = MetricLogger()  # `run` opens the trackers of config.report_to (rank 0)
         self.run_kind = run_kind  # names the run in the trackers (gate_grpo for train.grpo_gater)
 
@@ -234,8 +233,6 @@ class GRPOTrainer:
         if self.rank == 0 and metrics.exists():  # drop lines of iterations after the checkpoint
             kept = [l for l in metrics.read_text().splitlines() if l and json.loads(l)["iteration"] <= iteration]
             atomic_write_text(metrics, "".join(line + "\n" for line in kept))
-        # Every iteration plays the same number of episodes (groups_per_iteration x group_size over all ranks).
-        self.episodes_done = iteration * self.config.groups_per_iteration * self.config.group_size
 
     def requests(self, iteration: int) -> list[EpisodeRequest]:
         """This rank's episodes: every world_size-th group of the iteration, `group_size` samples each."""
@@ -611,12 +608,12 @@ class GRPOTrainer:
             "gen_tokens": int(gen_tokens),
             "gen_tokens_per_s": gen_tokens / max(gen_s / self.world_size, 1e-9),
             "train_tokens_per_s": train_tokens / max(train_s / self.world_size, 1e-9),
-            "episodes_total": self.episodes_done + int(n_episodes),
+            # Every iteration plays groups_per_iteration x group_size episodes over all ranks (a resume too).
+            "episodes_total": (iteration + 1) * c.groups_per_iteration * c.group_size,
             "lr": self.scheduler.get_last_lr()[0],
             "seconds": time.perf_counter() - started,
             **update_stats,
         }
-        self.episodes_done += int(n_episodes)
         if sampler_tokens:  # how far the sampler's own log-probs were from the trainer's (re-scored runs)
             metrics["sampler_kl"] = sampler_kl_sum / sampler_tokens
         self._write_artifacts(iteration + 1, episodes, metrics)
