@@ -292,6 +292,9 @@ class GameSpec:
     probes: tuple[Probe, ...] = ()
     # Shares of applicable seeds that generic probes legitimately solve here ({probe name: share}).
     probe_expectations: dict[str, float] = field(default_factory=dict)
+    # The expert without the game's skill, and constant policies (always act, always refuse): each may win
+    # at most pipeline.probes.ABLATION_LIMIT of the seeds, with no tolerance (one skill decides success).
+    ablations: tuple[Probe, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.fullmatch(r"[a-z0-9_]+", self.name or ""):
@@ -319,11 +322,12 @@ class GameSpec:
             if unknown:
                 raise ValueError(f"GameSpec({self.name}).difficulty_knobs {unknown} are not fields of its config_cls "
                                  f"({sorted(fields) or 'no config dataclass'}); declare knobs that the config has")
-        if any(not isinstance(p, Probe) for p in self.probes):
-            raise ValueError(f"GameSpec({self.name}).probes must hold Probe values")
-        names = [p.name for p in self.probes]
+        self.ablations = tuple(self.ablations)
+        if any(not isinstance(p, Probe) for p in (*self.probes, *self.ablations)):
+            raise ValueError(f"GameSpec({self.name}).probes and .ablations must hold Probe values")
+        names = [p.name for p in (*self.probes, *self.ablations)]
         if len(set(names)) != len(names):
-            raise ValueError(f"GameSpec({self.name}).probes has duplicate names: {names}")
+            raise ValueError(f"GameSpec({self.name}).probes and .ablations share or repeat names: {names}")
         if not isinstance(self.probe_expectations, dict) or not all(
                 isinstance(k, str) and _is_fraction(v) for k, v in self.probe_expectations.items()):
             raise ValueError(f"GameSpec({self.name}).probe_expectations must map probe names to shares in [0, 1]")

@@ -9,9 +9,17 @@ shape and only change what is asked:
   put a game out of reach of an agent that passes the same request in the target. A write the plan does
   not make changes the database, which every game's action part compares with the expected one.
 - **System prompt**: the storefront's written policy (`benchmarks.storefront.policy.POLICY`), unchanged.
-- **Conversation**: as in the target, the customer opens with the request(s) but not who they are
-  (unless the config sets `identity_in_opening`); the expert asks `AUTH_QUESTION`, looks the user up, and
-  for each request makes its look-ups and write, then a statement that closes it.
+- **Conversation**: as in the target, the customer opens with a request but not who they are (unless the
+  config sets `identity_in_opening`); the expert asks `AUTH_QUESTION`, looks the user up, and for each
+  request makes its look-ups and write, then a statement that closes it. An episode holds
+  `requests_per_episode` requests brought up one at a time (`Instance.follow_ups`: the customer's
+  acknowledgement of a closed request brings the next, "Thanks. I also want to ..."), so each reads as the
+  target's one-request opening while the episode holds several decisions of the game's skill; a game whose
+  skill is keeping track of requests (`reveals_all_at_once`) puts them all in the opening instead.
+- **Ablations**: each game declares `ABLATIONS` (the expert without its skill, constant policies); a
+  request's plan carries the ablated plans (`PlannedRequest.ablated`), `ablated_response(name)` plays
+  them, and `ablation_probes` turns them into `GameSpec.ablations`, which validate_game holds to
+  pipeline.probes.ABLATION_LIMIT.
 - **Customer**: the target's own scripted customer (`benchmarks.storefront.user_sim.UserSimulator`): the
   same question gets the same answer here and in the target ("which order do you mean?" gets the id).
   Its wording is seeded separately from the instance, so the instance stays the same.
@@ -46,7 +54,7 @@ shape and only change what is asked:
 A game subclasses `StorefrontCapabilityGame` and implements `_build_alone(rng)` (its own instance) and
 `_draw_from_surface(rng)` (one drawn from the target's surface; `build_instance` picks between them, and
 all randomness comes from that `random.Random(seed)`) and `score()` (named reward parts that add up to the
-reward).
+reward; `request_done`, `request_reported`, `nothing_else_changed` and `mean_parts` score per request).
 """
 from __future__ import annotations
 
@@ -72,7 +80,7 @@ from benchmarks.storefront.tools import StorefrontTools
 from benchmarks.storefront.user_sim import REQUEST_KINDS, Identity, UserRequest, UserSimulator, is_question
 from benchmarks.tooling import ToolCallRecord, ToolEnvGame
 from common.io import InputError, load_yaml_mapping
-from game_registry import render_tool_call
+from game_registry import Game, Policy, Probe, render_tool_call
 
 TARGET_BENCHMARK = "storefront"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -105,6 +113,9 @@ class PlannedRequest:
     info: dict[str, Any] = field(default_factory=dict)  # JSON-ready facts used by `score` and the summary
     user: UserRequest | None = None  # what the customer knows and says (default: from kind and info)
     confirm_text: str = ""  # the confirmation question (default: one naming the kind and the order id)
+    # The plan of an expert without one skill ({ablation name: plan}; see `ablated_response`): e.g. the
+    # request done as asked when its order's status forbids it. A name left out plays this plan.
+    ablated: dict[str, PlannedRequest] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if is_question(self.statement):
@@ -141,12 +152,20 @@ class Instance:
     requests: list[PlannedRequest]
     info: dict[str, Any] = field(default_factory=dict)  # JSON-ready difficulty draws for the summary
     identity_reply: str = ""  # what the customer says when asked who they are (default from `auth`)
+    # What the customer says to bring up each request after the first, once the one before is closed (empty:
+    # the opening names every request).
+    follow_ups: list[str] = field(default_factory=list)
+    # The user look-up of an expert without one skill ({ablation name: call}; default `auth_call`).
+    ablated_auth: dict[str, PlannedCall] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.auth not in ("email", "name_zip"):
             raise ValueError(f"Instance.auth must be 'email' or 'name_zip', got {self.auth!r}")
         if not self.requests:
             raise ValueError("an instance needs at least one request")
+        if self.follow_ups and len(self.follow_ups) != len(self.requests) - 1:
+            raise ValueError(f"Instance.follow_ups needs one message per request after the first "
+                             f"({len(self.requests) - 1}), got {len(self.follow_ups)}")
 
     @property
     def identity(self) -> Identity:
@@ -197,6 +216,15 @@ def opening_message(rng: random.Random, clauses: list[str], identity: str = "",
     return " ".join(p for p in parts if p)
 
 
+FOLLOW_UP_LEADS = ("I also want to", "One more thing: I want to", "Also, I want to")
+
+
+def follow_up_message(rng: random.Random, clause: str) -> str:
+    """How the customer brings up a further request once the last one is closed: 'I also want to <clause>'
+    (the target's opening without its greeting; the customer has said who they are)."""
+    return f"{rng.choice(FOLLOW_UP_LEADS)} {clause}"
+
+
 # --------------------------------------------------------------------------------------------------
 # Config
 # --------------------------------------------------------------------------------------------------
@@ -229,6 +257,7 @@ def check_choices(owner: str, name: str, value: Any, allowed: tuple[str, ...]) -
 
 SHORT_IDS = IdFormat(order_digits=3, item_digits=3, product_digits=3, user_digits=3, payment_digits=3,
                      short_emails=True)
+MAX_EPISODE_REQUESTS = 4
 SURFACE_FILE_KEY = "file"  # in a `storefront` mapping: the storefront YAML its other keys override
 ALONE_EMAIL_AUTH_RATE = 0.75  # share of customers who identify by email in a game run alone
 
@@ -334,11 +363,18 @@ class StorefrontGameConfig:
     # or a mapping of StorefrontConfig fields (optionally with `file`: the YAML they override). Resolved in
     # place to every field, JSON-ready. None: the game's own defaults (the game run alone).
     storefront: str | dict[str, Any] | None = None
+    # Requests per episode, each one decision of the game's skill, brought up one at a time: the opening
+    # holds the first, the customer's acknowledgement of a closed request brings the next, so each reads as
+    # the target's one-request opening. With one, a constant policy (always act, always refuse) wins every
+    # episode its constant answer fits; with n independent requests it must fit all n (see the game's
+    # docstring for its measured rates).
+    requests_per_episode: int = 1
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
         check_int(owner, "max_steps", self.max_steps, 1, 64)
         check_int(owner, "max_errors", self.max_errors, 0, 64)
+        check_int(owner, "requests_per_episode", self.requests_per_episode, 1, MAX_EPISODE_REQUESTS)
         for name in ("identity_in_opening", "short_ids"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{owner}.{name} must be True or False, got {getattr(self, name)!r}")
@@ -504,8 +540,9 @@ class StorefrontCapabilityGame(ToolEnvGame):
     game_name: ClassVar[str] = ""
     capability: ClassVar[str] = ""
     toolkit_class: ClassVar[type[StorefrontTools]] = StorefrontTools
-    # Keep a copy of the generated database for "nothing else changed" checks (a clone costs ~0.1 ms a reset).
-    keeps_start_db: ClassVar[bool] = False
+    # True: the opening names every request (the multi-step game: remembering them is its skill); False: one
+    # request at a time (`requests_per_episode`, see StorefrontGameConfig).
+    reveals_all_at_once: ClassVar[bool] = False
 
     def __init__(self, config: StorefrontGameConfig) -> None:
         super().__init__(max_steps=config.max_steps, max_errors=config.max_errors)
@@ -517,7 +554,7 @@ class StorefrontCapabilityGame(ToolEnvGame):
         self.seed: int | None = None
         self.instance: Instance | None = None
         self.customer: UserSimulator | None = None
-        self.start_db: StoreDB | None = None  # the database as generated (with `keeps_start_db`)
+        self.start_db: StoreDB | None = None  # the database as generated (for "nothing else changed")
         self.expected_db: StoreDB | None = None  # the starting database after the oracle's writes
         self._replies: list[Reply] = []  # every reply the customer received, with the request it was on
 
@@ -548,17 +585,32 @@ class StorefrontCapabilityGame(ToolEnvGame):
         return opening_message(rng, clauses, identity if self.config.identity_in_opening else "", greetings)
 
     # ---- helpers for drawing from the target's surface ---------------------------------------------
+    def make_messages(self, rng: random.Random, identity: str, clauses: list[str]) -> tuple[str, list[str]]:
+        """(opening, follow-ups) of an episode whose requests read `clauses`: every clause in the opening when
+        the game `reveals_all_at_once`, else the first in the opening and one follow-up per later one."""
+        if self.reveals_all_at_once:
+            return self.make_opening(rng, identity, clauses), []
+        return (self.make_opening(rng, identity, clauses[:1]),
+                [follow_up_message(rng, clause) for clause in clauses[1:]])
+
     def surface_instance(self, rng: random.Random, customer: Customer, subs: list[SubRequest],
-                         info: dict[str, Any], clauses: list[str] | None = None) -> Instance:
-        """An instance of the target's requests `subs` for `customer`: their plans, the target's opening (the
-        requests' own clauses unless `clauses` is given) and one of the target customer's identity sentences."""
+                         info: dict[str, Any], clauses: list[str] | None = None,
+                         ablated: Callable[[SubRequest, PlannedRequest], dict[str, PlannedRequest]] | None = None,
+                         ) -> Instance:
+        """An instance of the target's requests `subs` for `customer`: their plans (with the plans
+        `ablated(sub, plan)` gives), the target's opening and follow-ups (the requests' own clauses unless
+        `clauses` is given) and one of the target customer's identity sentences."""
         user = customer.user
         identity = rng.choice(Identity(first_name=user.first_name, last_name=user.last_name, email=user.email,
                                        zip=user.address.zip, auth=customer.auth).sentences())
         requests = [planned_request(sub, user.user_id) for sub in subs]
-        opening = self.make_opening(rng, identity, clauses or [sub.clause for sub in subs])
+        if ablated is not None:
+            for sub, request in zip(subs, requests):
+                request.ablated = ablated(sub, request)
+        opening, follow_ups = self.make_messages(rng, identity, clauses or [sub.clause for sub in subs])
         return Instance(db=customer.db, user=user, auth=customer.auth, opening=opening, requests=requests,
-                        info={**info, "zero_zip_auth": customer.zero_zip_auth}, identity_reply=identity)
+                        info={**info, "zero_zip_auth": customer.zero_zip_auth}, identity_reply=identity,
+                        follow_ups=follow_ups)
 
     def fitting_instance(self, rng: random.Random, draw: Callable[[random.Random], Instance | None]) -> Instance:
         """`draw(rng)` (an Instance, or None when its order descriptions read ambiguously), drawn again from
@@ -637,12 +689,55 @@ class StorefrontCapabilityGame(ToolEnvGame):
         return sum(1 for record in self.state.tool_calls if not record.ok)
 
     def orders_unchanged_except(self, order_ids: set[str]) -> bool:
-        """True when every order outside `order_ids` and every product is as generated (needs `keeps_start_db`)."""
-        if self.start_db is None:
-            raise RuntimeError(f"{type(self).__name__}: set keeps_start_db = True to compare with the start database")
+        """True when every order outside `order_ids` and every product is as generated."""
         start, live = self.start_db, self.db
         return (all(live.orders[oid] == order for oid, order in start.orders.items() if oid not in order_ids)
                 and live.products == start.products)
+
+    def nothing_else_changed(self) -> bool:
+        """True when nothing outside the requests' targets changed: no other order, product or user, and the
+        customer's address only when a request changes it (their gift-card balances move with refunds, which
+        each request's order records)."""
+        requests = self.instance.requests
+        customer_id = self.instance.user.user_id
+        if not self.orders_unchanged_except({r.info["order_id"] for r in requests if "order_id" in r.info}):
+            return False
+        for user_id, start_user in self.start_db.users.items():
+            live_user = self.db.users[user_id]
+            if user_id != customer_id:
+                if live_user != start_user:
+                    return False
+            elif live_user.address != start_user.address and not any(r.kind == "modify_user_address"
+                                                                      for r in requests):
+                return False
+        return True
+
+    def request_done(self, request: PlannedRequest) -> bool:
+        """Whether the request's target is in its expected state: its order equals the expected order (unchanged
+        when refusing is right); for the default address, the customer's address equals the expected one."""
+        if "order_id" not in request.info:
+            user_id = request.info["user_id"]
+            return self.db.users[user_id].address == self.expected_db.users[user_id].address
+        order_id = request.info["order_id"]
+        return self.db.orders[order_id] == self.expected_db.orders[order_id]
+
+    def request_reported(self, request: PlannedRequest, replies: Replies) -> bool:
+        """Whether an honest reply after the request's write reported its outcome (the order id of a cancel or
+        address change, the amount of a return or exchange, the words "default address"), and no reply
+        asserted a wrong value about it."""
+        if replies.voided(request.info.get("order_id", "")):
+            return False
+        after = self.written(request)
+        if request.kind == "modify_user_address":
+            return replies.tells_phrase(phrase_pattern("default address"), after=after)
+        if "amount" in request.info:  # a return or exchange
+            return replies.tells_amount(request.info["amount"], after=after)
+        return replies.tells_order_id(request.info["order_id"], after=after)
+
+    @staticmethod
+    def mean_parts(per_request: list[dict[str, float]]) -> dict[str, float]:
+        """Each named part averaged over the requests (each request carries the same weights)."""
+        return {name: sum(parts[name] for parts in per_request) / len(per_request) for name in per_request[0]}
 
     # ---- Game protocol --------------------------------------------------------------------------
     def reset(self, seed: int) -> list[dict[str, Any]]:
@@ -650,14 +745,14 @@ class StorefrontCapabilityGame(ToolEnvGame):
             raise ValueError(f"{self.game_name}: seed must be an int, got {seed!r}")
         instance = self.build_instance(random.Random(seed))
         self.seed, self.instance = seed, instance
-        self.start_db = instance.db.clone() if self.keeps_start_db else None
+        self.start_db = instance.db.clone()  # ~0.1 ms: for "nothing else changed"
         self.expected_db = apply_calls(instance.db, instance.write_calls())
         # Replies the customer gives before leaving: identity, a confirmation and a statement per request, slack.
         self.customer = UserSimulator(instance.identity, [r.user for r in instance.requests],
                                       random.Random(f"{self.game_name}-user:{seed}"),
                                       max_turns=2 * len(instance.requests) + 4, identity_reply=instance.identity_reply,
                                       revealed_identity=self.config.identity_in_opening,
-                                      own_order_ids=tuple(instance.user.orders))
+                                      own_order_ids=tuple(instance.user.orders), follow_ups=tuple(instance.follow_ups))
         self._replies = []
         # The orders' statuses as generated (the live database is the instance's: a write changes it).
         self._start_statuses = {oid: order.status for oid, order in instance.db.orders.items()}
@@ -677,16 +772,32 @@ class StorefrontCapabilityGame(ToolEnvGame):
     def oracle_response(self) -> str:
         """The expert's next message: ask who the customer is, authenticate, then the current request's
         first call not yet made successfully, then its closing statement."""
+        return self._plan_response(None)
+
+    def ablated_response(self, ablation: str) -> str:
+        """The next message of the expert without one skill: the oracle, following each request's
+        `ablated[ablation]` plan where it has one (the ablations a game declares are its `ABLATIONS`)."""
+        if ablation not in self.ABLATIONS:
+            raise ValueError(f"{self.game_name}: unknown ablation {ablation!r}; this game declares "
+                             f"{', '.join(self.ABLATIONS) or 'none'}")
+        return self._plan_response(ablation)
+
+    # {ablation name: what the expert lacks}; each game declares its own (validate_game holds them to a limit).
+    ABLATIONS: ClassVar[dict[str, str]] = {}
+
+    def _plan_response(self, ablation: str | None) -> str:
         if self.instance is None or self.state.done:
             raise RuntimeError(f"{self.game_name}: oracle_response() needs a running episode (reset first)")
         if not self.authenticated():
             if not self.customer.revealed_identity:
                 return AUTH_QUESTION
-            call = self.instance.auth_call
+            call = self.instance.ablated_auth.get(ablation, self.instance.auth_call)
             return render_tool_call(call.name, call.arguments)
         request = self.current_request
         if request is None:  # every request is closed: the customer has left
             raise RuntimeError(f"{self.game_name}: no request left to handle")
+        if ablation is not None:
+            request = request.ablated.get(ablation, request)
         made = [(r.name, r.arguments) for r in self.state.tool_calls if r.ok]
         for call in request.calls:
             if (call.name, call.arguments) not in made:
@@ -713,3 +824,18 @@ class StorefrontCapabilityGame(ToolEnvGame):
                 "reward_parts": {name: round(value, 6) for name, value in parts.items()},
                 "tool_calls": len(self.state.tool_calls), "failed_tool_calls": self.failed_call_count(),
                 "format_errors": self.state.format_errors, "termination_reason": self.state.termination_reason}
+
+
+def ablation_probes(ablations: dict[str, str]) -> tuple[Probe, ...]:
+    """A probe per ablation a game declares ({name: what the expert lacks}): the policy plays
+    `game.ablated_response(name)` (register them as `GameSpec.ablations`; validate_game holds each to
+    pipeline.probes.ABLATION_LIMIT)."""
+    def make_policy(name: str) -> Callable[[list[str]], Policy]:
+        def policy_for_seed(oracle_texts: list[str]) -> Policy:
+            def policy(turn: int, game: Game, rng: Any) -> str:
+                return game.ablated_response(name)
+            return policy
+        return policy_for_seed
+
+    return tuple(Probe(name=name, description=f"the expert that {lacks}", make_policy=make_policy(name))
+                 for name, lacks in ablations.items())

@@ -40,7 +40,6 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from benchmarks.storefront.communication import Replies
 from benchmarks.storefront.db import add_order, generate_db
 from benchmarks.storefront.policy import POLICY
 from benchmarks.storefront.tasks import RequestBuilder, descriptions_unique, draw_customer
@@ -96,6 +95,9 @@ class MultiStepTaskCompletionConfig(StorefrontGameConfig):
         super().__post_init__()
         owner = type(self).__name__
         check_int(owner, "n_requests", self.n_requests, 1, MAX_REQUESTS)
+        if self.requests_per_episode != 1:
+            raise ValueError(f"{owner}: this game's requests all come in the opening (n_requests sets how many); "
+                             f"drop requests_per_episode={self.requests_per_episode} and pass n_requests instead")
         if self.email_auth_rate is not None:
             check_fraction(owner, "email_auth_rate", self.email_auth_rate)
         kinds = REQUEST_KINDS if self.surface is None else SURFACE_KINDS
@@ -123,7 +125,7 @@ class MultiStepTaskCompletionGame(StorefrontCapabilityGame):
 
     game_name = GAME_NAME
     capability = CAPABILITY
-    keeps_start_db = True  # to check that nothing outside the requests changed
+    reveals_all_at_once = True  # the opening lists every request: keeping track of them is the skill
 
     def __init__(self, config: MultiStepTaskCompletionConfig | None = None) -> None:
         super().__init__(config or MultiStepTaskCompletionConfig())
@@ -192,49 +194,13 @@ class MultiStepTaskCompletionGame(StorefrontCapabilityGame):
         return Instance(db=db, user=user, auth=auth, opening=self.make_opening(rng, identity, clauses),
                         requests=requests, info={"n_requests": len(requests)}, identity_reply=identity)
 
-    def _request_done(self, request: PlannedRequest) -> bool:
-        if request.kind == "modify_user_address":
-            user_id = request.info["user_id"]
-            return self.db.users[user_id].address == self.expected_db.users[user_id].address
-        order_id = request.info["order_id"]
-        return self.db.orders[order_id] == self.expected_db.orders[order_id]
-
-    def _request_told(self, request: PlannedRequest, replies: Replies) -> bool:
-        """Reported after its write (the confirmation question before it names the order but reports nothing),
-        and no reply asserted a wrong value about it."""
-        after = self.written(request)
-        if replies.voided(request.info.get("order_id", "")):
-            return False
-        if request.kind == "modify_user_address":
-            return replies.tells_phrase(phrase_pattern("default address"), after=after)
-        if "amount" in request.info:  # a return or exchange
-            return replies.tells_amount(request.info["amount"], after=after)
-        return replies.tells_order_id(request.info["order_id"], after=after)
-
-    def _nothing_else_changed(self) -> bool:
-        requests = self.instance.requests
-        customer_id = self.instance.user.user_id
-        targets = {r.info["order_id"] for r in requests if "order_id" in r.info}
-        if not self.orders_unchanged_except(targets):
-            return False
-        for user_id, start_user in self.start_db.users.items():
-            live_user = self.db.users[user_id]
-            if user_id != customer_id:
-                if live_user != start_user:
-                    return False
-            elif (live_user.address != start_user.address
-                  and not any(r.kind == "modify_user_address" for r in requests)):
-                return False
-            # The customer's gift-card balances move with the refunds of their own cancels (checked per order).
-        return True
-
     def score(self) -> dict[str, float]:
         requests = self.instance.requests
-        if not self._nothing_else_changed() or self.policy_violations():
+        if not self.nothing_else_changed() or self.policy_violations():
             return {"action": 0.0, "communication": 0.0}
         replies = self.told()
-        done = [self._request_done(r) for r in requests]
-        told = [d and self._request_told(r, replies) for r, d in zip(requests, done)]
+        done = [self.request_done(r) for r in requests]
+        told = [d and self.request_reported(r, replies) for r, d in zip(requests, done)]
         n = len(requests)
         return {"action": ACTION_WEIGHT * sum(done) / n, "communication": COMMUNICATION_WEIGHT * sum(told) / n}
 

@@ -1,13 +1,22 @@
 """Capability game `precondition_verification`: check an order's status before changing it.
 
-The customer asks for one change to one order: cancel it, change its shipping address, or return its
+Each request asks for one change to one order: cancel it, change its shipping address, or return its
 items (exchange an item too, with a surface). The storefront policy allows a cancel or an address change
-only for a *pending* order and a return or exchange only for a *delivered* one. A share of instances
-(`violating_fraction`) gives the order a status that forbids the request. The opening never says the
-status (with `eligibility_claim_rate` the customer even claims the order is eligible, truthfully or not),
+only for a *pending* order and a return or exchange only for a *delivered* one. A share of requests
+(`violating_fraction`, each drawn on its own) gives the order a status that forbids it. The customer never
+says the status (with `eligibility_claim_rate` they even claim the order is eligible, truthfully or not),
 so the only way to know is `get_order_details`.
 
-Surface (`storefront`, see games/_storefront_game_kit.py): the request is the target's own, drawn by its
+Several decisions per episode: a request is one binary decision (act or refuse), and with one per episode a
+constant policy wins every episode its answer fits (always refusing: half of them at the default share).
+So an episode holds `requests_per_episode` (3) requests on distinct orders of the customer, brought up one
+at a time: the opening holds the first, and the customer's acknowledgement of a closed request brings the
+next ("Thanks. I also want to cancel order #W12."), so each reads as the target's one-request opening.
+Measured over 200 seeds (alone / on the demo's surface): the expert without the check (`always_act`)
+succeeds on 0.11 / 0.12, the constant refuser that still reads and tells the status (`always_refuse`) on
+0.09 / 0.16; validate_game holds both to 0.25 (`GameSpec.ablations`).
+
+Surface (`storefront`, see games/_storefront_game_kit.py): each request is the target's own, drawn by its
 `RequestBuilder`: one of the target's kinds that has a status rule (cancel, order address, return,
 exchange) at the target's relative weights, with its id forms (loose ids, an unknown id and the order
 search), reason phrasings, items and refund targets, and the confirmation rule when the target has it;
@@ -15,26 +24,29 @@ search), reason phrasings, items and refund targets, and the confirmation rule w
 the target's. Alone (no surface): cancel, order address and return, drawn uniformly, exact `#W` ids, a
 return of every item of the order.
 
-Expert (oracle): ask who the customer is, look them up, look the order up, then either confirm, make
-the change and say so, or change nothing and tell the customer the status. 6 turns (4 when refusing);
-with a surface up to 10 (an order search, the product of an exchange, a gift card's record).
+Expert (oracle): ask who the customer is, look them up, then per request look the order up and either
+confirm, make the change and say so, or change nothing and tell the customer the status: 2 + 4 turns per
+request (2 when refusing); with a surface up to 8 per request (an order search, the product of an
+exchange, a gift card's record).
 
-Reward (in [0, 1]; success = 1.0):
-  0.6  action: the order was looked up (get_order_details on it), the final database equals the expected
-       one (the write made when allowed; no write at all when not allowed; any other write also breaks it)
-       and the policy's procedure holds (no call before authentication, no write on an order not looked
-       up, no id that was never shown);
+Reward (in [0, 1]; success = 1.0): per request, averaged over the episode's requests,
+  0.6  action: the order was looked up (get_order_details on it) and ends as expected (changed when
+       allowed, unchanged when not);
   0.4  communication, only on top of the action part, in an honest reply (no pasted tool output, no
        other status, amount or order id than the instance's):
        allowed:     after the write, the order id (cancel, address change) or the amount (return: the
                     refund; exchange: the price difference);
-       not allowed: after the order's look-up, a reply names the order and asserts its actual status.
+       not allowed: after the order's look-up, a reply names the order and asserts its actual status;
+  x 0  the whole episode when anything not asked for changed (another order, user or product) or the
+       policy's procedure broke (a call before authentication, a write on an order not looked up, an id
+       that was never shown, a write without the customer's yes right before it).
 Nothing scores without the look-up: the check is the capability, and an agent that does nothing (or
 refuses unseen, or hands over to a human) would otherwise earn the action part on every forbidden
-instance, more than an honest attempt that slips.
+request, more than an honest attempt that slips.
 
 Difficulty: `eligibility_claim_rate` (declared knob, harder as it rises): the customer claims the order is
-eligible ("It has not shipped yet."), truthfully or not, which tempts an agent to skip the look-up.
+eligible ("It has not shipped yet."), truthfully or not, which tempts an agent to skip the look-up (an
+agent that trusts the claim scores 1.0 / 0.62 / 0.31 / 0.10 / 0.0 mean reward at 0 / 0.25 / 0.5 / 0.75 / 1).
 `violating_fraction` is a class prior, not a difficulty: it moves the share of refusals.
 
 Tools: the storefront's full toolkit, the target agent's own schemas (a tool the game has no use for is
@@ -46,10 +58,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from benchmarks.storefront.db import add_order, generate_db
+from benchmarks.storefront.communication import Replies
+from benchmarks.storefront.db import StoreDB, User, add_order, generate_db
 from benchmarks.storefront.policy import POLICY
 from benchmarks.storefront.probes import GUESS_STATUSES, NAME_EVERY_STATUS
-from benchmarks.storefront.tasks import RequestBuilder, draw_customer
+from benchmarks.storefront.tasks import CANNOT, RequestBuilder, SubRequest, descriptions_unique, draw_customer
+from benchmarks.storefront.tools import StorefrontTools
 from game_registry import DifficultyKnob, GameSpec, register_game
 from games._storefront_game_kit import (
     TARGET_BENCHMARK,
@@ -66,6 +80,7 @@ from games._storefront_game_kit import (
     money,
     new_address,
     original_payment_method,
+    ablation_probes,
     surface_kind_weights,
 )
 
@@ -80,17 +95,18 @@ FORBIDDEN_STATUSES = {
     "modify_order_address": ("processed", "delivered", "cancelled", "return requested"),
     "return": ("pending", "processed", "cancelled", "return requested"),
 }
-CANNOT = {"cancel": "it cannot be cancelled", "modify_order_address": "its address cannot be changed",
-          "return": "it cannot be returned"}
 # Claims the customer may add (true for allowed orders, false for forbidden ones).
 ELIGIBILITY_CLAIMS = {"cancel": " It has not shipped yet.", "modify_order_address": " It has not shipped yet.",
                       "return": " It arrived last week.", "exchange": " It arrived last week."}
 REASON_TEXTS = {"no longer needed": "I no longer need it.", "ordered by mistake": "I ordered it by mistake."}
 ACTION_WEIGHT, COMMUNICATION_WEIGHT = 0.6, 0.4
-ORACLE_TURNS = 6  # ask identity, look the user up, look the order up, confirm, write, tell
-# With a surface: ask, user, the customer's record and two earlier orders (order search), order, product, confirm,
-# write, tell.
-SURFACE_ORACLE_TURNS = 10
+ALWAYS_ACT, ALWAYS_REFUSE = "always_act", "always_refuse"  # the ablations (see the module docstring)
+REQUESTS_PER_EPISODE = 3
+# The oracle's turns: ask identity and look the user up once, then per request look the order up, confirm,
+# write, tell (alone). With a surface a request can take up to 8 (an order search: the customer's record
+# and two earlier orders; an exchange's product); an instance whose plan does not fit is drawn again.
+ORACLE_TURNS_PER_REQUEST = 4
+MAX_STEPS = 20  # three requests with some look-ups to spare
 
 HINT = ("Hint: call get_order_details first and read status. Cancel or change the address only if it is "
         "'pending'; return only if 'delivered'. Otherwise change nothing and tell the user the status.")
@@ -106,7 +122,8 @@ class PreconditionVerificationConfig(StorefrontGameConfig):
     eligibility_claim_rate: float = 0.25  # share of openings where the customer claims the order is eligible
     # Share of customers who identify by email (the rest by name and zip). None: the surface's, alone 0.75.
     email_auth_rate: float | None = None
-    max_steps: int = SURFACE_ORACLE_TURNS  # room for the oracle on a surface's longest plan
+    requests_per_episode: int = REQUESTS_PER_EPISODE  # decisions per episode, one request at a time
+    max_steps: int = MAX_STEPS  # room for the oracle's plans (with a surface, longer ones are drawn again)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -122,14 +139,34 @@ class PreconditionVerificationConfig(StorefrontGameConfig):
         self.drawn_kinds = (dict.fromkeys(self.request_kinds or REQUEST_KINDS, 1.0) if self.surface is None else
                             surface_kind_weights(owner, self.surface, SURFACE_KINDS, self.request_kinds,
                                                  "request_kinds"))
-        self.check_room(ORACLE_TURNS if self.surface is None else SURFACE_ORACLE_TURNS, "the oracle")
+        self.check_room(2 + ORACLE_TURNS_PER_REQUEST * self.requests_per_episode,
+                        f"the oracle with requests_per_episode={self.requests_per_episode}")
+
+
+def requested_plan(sub: SubRequest, request: PlannedRequest) -> PlannedRequest:
+    """`request` done as the customer asked whatever the order's status (the expert without the check)."""
+    steps = sub.steps if sub.allowed else sub.steps + sub.requested
+    return PlannedRequest(sub.kind, [PlannedCall(s.name, s.arguments) for s in steps if not s.is_confirm],
+                          sub.requested_statement, request.info, user=sub.user,
+                          confirm_text=next((s.text for s in steps if s.is_confirm), ""))
+
+
+def refused_plan(kind: str, request: PlannedRequest, status: str) -> PlannedRequest:
+    """`request` refused after the order's look-up whatever its status, telling the status it has."""
+    oid = request.info["order_id"]
+    end = next(i for i, c in enumerate(request.calls)
+               if c.name == "get_order_details" and c.arguments.get("order_id") == oid)
+    return PlannedRequest(kind, request.calls[:end + 1], f"Order {oid} is {status}, so {CANNOT[kind]}.",
+                          request.info, user=request.user)
 
 
 class PreconditionVerificationGame(StorefrontCapabilityGame):
-    """One request on one order whose status may forbid it."""
+    """`requests_per_episode` requests, one at a time, each on an order whose status may forbid it."""
 
     game_name = GAME_NAME
     capability = CAPABILITY
+    ABLATIONS = {ALWAYS_ACT: "does what is asked whatever the order's status (looks it up, never reads it)",
+                 ALWAYS_REFUSE: "looks the order up and refuses, telling its status, whatever the status"}
 
     def __init__(self, config: PreconditionVerificationConfig | None = None) -> None:
         super().__init__(config or PreconditionVerificationConfig())
@@ -138,21 +175,50 @@ class PreconditionVerificationGame(StorefrontCapabilityGame):
         self.rates = None if config.surface is None else config.surface_rates(
             forbidden_rate=config.violating_fraction, email_auth_rate=config.email_share(config.email_auth_rate))
 
-    def _draw_from_surface(self, rng: random.Random) -> Instance:
-        """One target request of a kind with a status rule, forbidden at `violating_fraction`, maybe with a claim."""
+    def _draw_from_surface(self, rng: random.Random) -> Instance | None:
+        """Target requests of kinds with a status rule, each forbidden at `violating_fraction`, maybe with a
+        claim (None when an order description reads ambiguously, as the target redraws)."""
         customer = draw_customer(rng, self.rates)
-        kind = draw_kind(rng, self.config.drawn_kinds)
-        sub = RequestBuilder(rng, self.rates, customer.db, customer.user).build(kind)
-        claim = rng.random() < self.config.eligibility_claim_rate
-        clause = sub.clause + (ELIGIBILITY_CLAIMS[kind] if claim else "")
-        return self.surface_instance(rng, customer, [sub], {"eligibility_claim": claim}, [clause])
+        builder = RequestBuilder(rng, self.rates, customer.db, customer.user)
+        subs, clauses, claims = [], [], []
+        for _ in range(self.config.requests_per_episode):
+            kind = draw_kind(rng, self.config.drawn_kinds)
+            sub = builder.build(kind)
+            claims.append(rng.random() < self.config.eligibility_claim_rate)
+            subs.append(sub)
+            clauses.append(sub.clause + (ELIGIBILITY_CLAIMS[kind] if claims[-1] else ""))
+        if not descriptions_unique(customer.db, customer.user, subs):
+            return None
+
+        def ablated(sub: SubRequest, request: PlannedRequest) -> dict[str, PlannedRequest]:
+            return {ALWAYS_ACT: requested_plan(sub, request),
+                    ALWAYS_REFUSE: refused_plan(sub.kind, request, sub.status)}
+
+        instance = self.surface_instance(rng, customer, subs, {"eligibility_claims": sum(claims)}, clauses, ablated)
+        for request, claim in zip(instance.requests, claims):
+            request.info["eligibility_claim"] = claim
+        return instance
 
     def _build_alone(self, rng: random.Random) -> Instance:
-        """The game's own instance (no surface): a fresh store, an exact id, the request's plain words."""
+        """The game's own instance (no surface): a fresh store, exact ids, the requests' plain words."""
         config = self.config
         db = generate_db(rng, n_users=2, n_products=4, min_orders=1, max_orders=1, ids=config.ids)
         user = next(iter(db.users.values()))
         auth = "email" if rng.random() < config.email_share(config.email_auth_rate) else "name_zip"
+        requests, clauses = [], []
+        for _ in range(config.requests_per_episode):
+            request, clause = self._alone_request(rng, db, user)
+            requests.append(request)
+            clauses.append(clause)
+        identity = identity_sentence(user, auth)
+        opening, follow_ups = self.make_messages(rng, identity, clauses)
+        return Instance(db=db, user=user, auth=auth, opening=opening, requests=requests, follow_ups=follow_ups,
+                        info={"eligibility_claims": sum(r.info["eligibility_claim"] for r in requests)},
+                        identity_reply=identity)
+
+    def _alone_request(self, rng: random.Random, db: StoreDB, user: User) -> tuple[PlannedRequest, str]:
+        """One request of the game alone on a fresh order of `user`, and the customer's clause for it."""
+        config = self.config
         kind = rng.choice(tuple(config.drawn_kinds))
         allowed = rng.random() >= config.violating_fraction
         status = ALLOWED_STATUS[kind] if allowed else rng.choice(FORBIDDEN_STATUSES[kind])
@@ -178,31 +244,32 @@ class PreconditionVerificationGame(StorefrontCapabilityGame):
                 "order_id": oid, "item_ids": [i.item_id for i in order.items], "payment_method_id": method})
             info["amount"] = order.total
             done_statement = f"The return is requested. You will get {money(order.total)} back to {method}."
-        claim = rng.random() < config.eligibility_claim_rate
-        if claim:
+        info["eligibility_claim"] = rng.random() < config.eligibility_claim_rate
+        if info["eligibility_claim"]:
             clause += ELIGIBILITY_CLAIMS[kind]
-        if allowed:
-            request = PlannedRequest(kind, [look_up, write], done_statement, info)
-        else:
-            request = PlannedRequest(kind, [look_up], f"Order {oid} is {status}, so {CANNOT[kind]}.", info)
-        identity = identity_sentence(user, auth)
-        return Instance(db=db, user=user, auth=auth, opening=self.make_opening(rng, identity, [clause]),
-                        requests=[request], info={"eligibility_claim": claim}, identity_reply=identity)
+        as_asked = PlannedRequest(kind, [look_up, write], done_statement, info)
+        refused = PlannedRequest(kind, [look_up], f"Order {oid} is {status}, so {CANNOT[kind]}.", info)
+        request = as_asked if allowed else refused
+        request.ablated = {ALWAYS_ACT: as_asked, ALWAYS_REFUSE: refused}
+        return request, clause
 
     def score(self) -> dict[str, float]:
-        request = self.instance.requests[0]
-        info = request.info
-        action_ok = (self.looked_up_order(info["order_id"]) and self.db == self.expected_db
-                     and not self.policy_violations())
+        """Each request's parts (module docstring), averaged; nothing when anything not asked for changed or
+        the policy's procedure broke."""
+        if not self.nothing_else_changed() or self.policy_violations():
+            return {"action": 0.0, "communication": 0.0}
         replies = self.told()
-        if not info["allowed"]:  # report what the look-up showed
+        return self.mean_parts([self._request_parts(r, replies) for r in self.instance.requests])
+
+    def _request_parts(self, request: PlannedRequest, replies: Replies) -> dict[str, float]:
+        info = request.info
+        action_ok = self.looked_up_order(info["order_id"]) and self.request_done(request)
+        if info["allowed"]:  # report what the write did
+            told = self.request_reported(request, replies)
+        else:  # report what the look-up showed
             told = replies.tells_status(info["status"], order_id=info["order_id"],
-                                        after=self.call_position("get_order_details", order_id=info["order_id"]))
-        elif "amount" in info:  # a return or exchange: report what the write did
-            told = replies.tells_amount(info["amount"], after=self.written(request))
-        else:
-            told = replies.tells_order_id(info["order_id"], after=self.written(request))
-        told = told and not replies.voided(info["order_id"])  # a wrong status or amount asserted costs
+                                        after=self.call_position("get_order_details", order_id=info["order_id"])
+                                        ) and not replies.voided(info["order_id"])  # a wrong status asserted costs
         return {"action": ACTION_WEIGHT if action_ok else 0.0,
                 "communication": COMMUNICATION_WEIGHT if action_ok and told else 0.0}
 
@@ -225,4 +292,5 @@ register_game(GameSpec(
     target=TARGET_BENCHMARK,
     difficulty_knobs=(DifficultyKnob("eligibility_claim_rate", "increase", (0.0, 0.25, 0.5, 0.75, 1.0)),),
     probes=(NAME_EVERY_STATUS, GUESS_STATUSES),
+    ablations=ablation_probes(PreconditionVerificationGame.ABLATIONS),
 ))

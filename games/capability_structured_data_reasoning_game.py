@@ -1,7 +1,6 @@
 """Capability game `structured_data_reasoning`: read the right value out of nested tool output.
 
-Each instance is one request on a delivered order whose answer sits inside a JSON record among
-look-alike entries:
+Each request is on a delivered order whose answer sits inside a JSON record among look-alike entries:
   return               return the named item(s) of an order that holds `n_distractor_items` other items:
                        the item ids come from `items`, the refund goes to the `payment_method_id` of the
                        order's `payment_history` (the customer owns `min_payment_methods` or more methods,
@@ -23,17 +22,25 @@ besides the named ones, and the customer owns `min_payment_methods` methods or m
 with a surface keeps the alone meaning of 'return_to_gift_card' (every refund to the gift card, and then
 a plain 'return' none). Alone (no surface): the kinds above drawn uniformly.
 
-Expert (oracle): ask who the customer is, look them up, read the order (and the user or product
-record), confirm, write, then state the amount. 6 or 7 turns; with a surface up to 10 (an order search).
+Several requests per episode: `requests_per_episode` (3) on distinct orders, brought up one at a time (the
+opening holds the first; the customer's acknowledgement of a closed request brings the next in a
+one-request opening's words), so a guess that fits one order rarely fits all. Ablations (validate_game
+holds each to 0.25): `first_payment_method` (the expert refunding or charging the customer's first method,
+the storefront's `wrong_refund_method` flaw) succeeds on 0.05 of 200 seeds alone and 0.04 on the demo's
+surface; `first_items` (the order's first items instead of the named ones) on 0.19 / 0.07.
 
-Reward (in [0, 1]; success = 1.0):
-  0.6  action: the final database equals the expected one (right items, right new variant, right
-       payment method; any other write also breaks it) and the policy's procedure holds (no call before
-       authentication, no write on an order not looked up, no id that was never shown: the item, variant
-       and payment-method ids must be read, not guessed);
+Expert (oracle): ask who the customer is, look them up, then per request read the order (and the user or
+product record), confirm, write, then state the amount: 2 + 4 or 5 turns per request; with a surface up to
+8 per request (an order search).
+
+Reward (in [0, 1]; success = 1.0): per request, averaged over the episode's requests,
+  0.6  action: the request's order ends as expected (right items, right new variant, right payment
+       method): the item, variant and payment-method ids must be read, not guessed;
   0.4  communication, only on top of the action part: an honest reply after the write (no pasted tool
        output, no other amount) states the refund amount (return) or the price difference (exchange; the sign is not
-       checked). Tools return the updated record, never the amount: it has to be added up.
+       checked). Tools return the updated record, never the amount: it has to be added up;
+  x 0  the whole episode when anything not asked for changed or the policy's procedure broke (a call before
+       authentication, a write on an order not looked up, an id that was never shown, a write without a yes).
 
 Difficulty (declared knobs, harder as they rise): `n_distractor_items` (look-alike items in the order)
 and `min_payment_methods` (payment methods the refund target hides among).
@@ -44,6 +51,7 @@ action part).
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +59,8 @@ from typing import Any
 from benchmarks.storefront.config import StorefrontConfig
 from benchmarks.storefront.db import Order, OrderItem, StoreDB, User, add_order, add_payment_method, generate_db
 from benchmarks.storefront.policy import POLICY
-from benchmarks.storefront.tasks import RequestBuilder, SubRequest, draw_customer
+from benchmarks.storefront.tasks import RequestBuilder, SubRequest, descriptions_unique, draw_customer
+from benchmarks.storefront.tools import StorefrontTools
 from game_registry import DifficultyKnob, GameSpec, register_game
 from games._storefront_game_kit import (
     TARGET_BENCHMARK,
@@ -66,6 +75,7 @@ from games._storefront_game_kit import (
     draw_kind,
     identity_sentence,
     money,
+    ablation_probes,
     surface_kind_weights,
 )
 
@@ -74,10 +84,13 @@ GAME_NAME = f"capability_{CAPABILITY}"
 TASK_KINDS = ("return", "return_to_gift_card", "exchange")
 PAYMENT_SOURCES = ("credit_card", "paypal", "gift_card")
 ACTION_WEIGHT, COMMUNICATION_WEIGHT = 0.6, 0.4
-ORACLE_TURNS = 7  # ask identity, look the user up, order, user or product record, confirm, write, statement
-# With a surface: ask, user, the customer's record and two earlier orders (order search), order, product, confirm,
-# write, tell.
-SURFACE_ORACLE_TURNS = 10
+FIRST_METHOD, FIRST_ITEMS = "first_payment_method", "first_items"  # the ablations (see the module docstring)
+REQUESTS_PER_EPISODE = 3
+# The oracle's turns: ask identity and look the user up once, then per request the order, the user or product
+# record, confirm, write, statement (alone). With a surface a request can take up to 8 (an order search); an
+# instance whose plan does not fit is drawn again.
+ORACLE_TURNS_PER_REQUEST = 5
+MAX_STEPS = 20  # three requests with some look-ups to spare
 SURFACE_KINDS = ("return", "exchange")  # the target's kinds where reading nested records applies (when allowed)
 
 HINT = ("Hint: copy values from the tool output: the item_id of the named item, the item_id of the variant "
@@ -118,7 +131,8 @@ class StructuredDataReasoningConfig(StorefrontGameConfig):
     min_payment_methods: int = 2  # payment methods the customer owns at least (1..5)
     # Share of customers who identify by email (the rest by name and zip). None: the surface's, alone 0.75.
     email_auth_rate: float | None = None
-    max_steps: int = SURFACE_ORACLE_TURNS  # room for the oracle on a surface's longest plan
+    requests_per_episode: int = REQUESTS_PER_EPISODE  # requests per episode, one at a time
+    max_steps: int = MAX_STEPS  # room for the oracle's plans (with a surface, longer ones are drawn again)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -139,7 +153,8 @@ class StructuredDataReasoningConfig(StorefrontGameConfig):
                              f"order was paid with; pass min_payment_methods=2 or more, or drop that kind")
         if self.surface is not None:
             self._check_store_size(owner)
-        self.check_room(ORACLE_TURNS if self.surface is None else SURFACE_ORACLE_TURNS, "the oracle")
+        self.check_room(2 + ORACLE_TURNS_PER_REQUEST * self.requests_per_episode,
+                        f"the oracle with requests_per_episode={self.requests_per_episode}")
 
     def _check_store_size(self, owner: str) -> None:
         """The surface's store must hold an order of the named items plus the distractors (distinct products)."""
@@ -178,11 +193,37 @@ class ReadingBuilder(RequestBuilder):
         return self.rng.sample(order.items, 2) if two_items else [self.rng.choice(order.items)]
 
 
+def first_method_plan(request: PlannedRequest, user: User) -> PlannedRequest:
+    """`request` with the refund or charge on the customer's first payment method, whatever the order was paid
+    with (the expert that does not read payment_history: the storefront's `wrong_refund_method` flaw)."""
+    first = user.payment_methods[0].id
+    write = next(c for c in request.calls if StorefrontTools.is_write(c.name))
+    right = write.arguments["payment_method_id"]
+    calls = [PlannedCall(c.name, {**c.arguments, "payment_method_id": first}) if c is write else c
+             for c in request.calls]
+    return dataclasses.replace(request, calls=calls, statement=request.statement.replace(right, first),
+                               confirm_text=request.confirmation.replace(right, first), ablated={})
+
+
+def first_items_plan(request: PlannedRequest, order: Order) -> PlannedRequest:
+    """`request` with the order's first items in place of the named ones (the expert that does not find the
+    named item among the others)."""
+    write = next(c for c in request.calls if StorefrontTools.is_write(c.name))
+    named = write.arguments["item_ids"]
+    first = [i.item_id for i in order.items[:len(named)]]
+    calls = [PlannedCall(c.name, {**c.arguments, "item_ids": first}) if c is write else c for c in request.calls]
+    return dataclasses.replace(request, calls=calls, ablated={})
+
+
 class StructuredDataReasoningGame(StorefrontCapabilityGame):
-    """A return or exchange whose arguments and amount must be read from nested records."""
+    """`requests_per_episode` returns or exchanges, one at a time, whose arguments and amounts must be read
+    from nested records."""
 
     game_name = GAME_NAME
     capability = CAPABILITY
+    ABLATIONS = {FIRST_METHOD: "refunds or charges the customer's first payment method (does not read the "
+                               "order's payment_history)",
+                 FIRST_ITEMS: "returns or exchanges the order's first items (does not find the named ones)"}
 
     def __init__(self, config: StructuredDataReasoningConfig | None = None) -> None:
         super().__init__(config or StructuredDataReasoningConfig())
@@ -191,36 +232,60 @@ class StructuredDataReasoningGame(StorefrontCapabilityGame):
                       {kind: config.surface_rates(kind) for kind in config.drawn_kinds})
 
     def _draw_from_surface(self, rng: random.Random) -> Instance | None:
-        """One allowed target return or exchange, among the knobs' distractor items and payment methods (None
-        when a 'return_to_gift_card' could not go to the gift card: the customer paid with their only one)."""
+        """Allowed target returns or exchanges among the knobs' distractor items and payment methods (None when a
+        'return_to_gift_card' could not go to the gift card, the customer having paid with their only one, or
+        an order description reads ambiguously)."""
         config = self.config
-        kind = draw_kind(rng, config.drawn_kinds)
-        rates = self.rates[kind]
-        customer = draw_customer(rng, rates)
+        kinds = [draw_kind(rng, config.drawn_kinds) for _ in range(config.requests_per_episode)]
+        customer = draw_customer(rng, self.rates[kinds[0]])  # the customer's rates are the same for every kind
         add_payment_methods(rng, customer.db, customer.user, config.min_payment_methods)
-        builder = ReadingBuilder(rng, rates, customer.db, customer.user, config.n_distractor_items)
-        sub = builder.build("exchange" if kind == "exchange" else "return")
-        if kind == "return_to_gift_card" and "gift_card_refund" not in sub.needs:
+        subs = []
+        for kind in kinds:
+            builder = ReadingBuilder(rng, self.rates[kind], customer.db, customer.user, config.n_distractor_items)
+            sub = builder.build("exchange" if kind == "exchange" else "return")
+            if kind == "return_to_gift_card" and "gift_card_refund" not in sub.needs:
+                return None
+            subs.append(sub)
+        if not descriptions_unique(customer.db, customer.user, subs):
             return None
-        instance = self.surface_instance(rng, customer, [sub], {"n_payment_methods":
-                                                                len(customer.user.payment_methods)})
-        instance.requests[0].info.update(reading_facts(customer.db.orders[sub.order_id], sub))
+        orders = customer.db.orders
+        instance = self.surface_instance(
+            rng, customer, subs, {"n_payment_methods": len(customer.user.payment_methods)},
+            ablated=lambda sub, request: {FIRST_METHOD: first_method_plan(request, customer.user),
+                                          FIRST_ITEMS: first_items_plan(request, orders[sub.order_id])})
+        for request, sub in zip(instance.requests, subs):
+            request.info.update(reading_facts(orders[sub.order_id], sub))
         return instance
 
     def _build_alone(self, rng: random.Random) -> Instance:
         """The game's own instance (no surface): the kinds of the module docstring, exact ids."""
         config = self.config
-        kind = rng.choice(tuple(config.drawn_kinds))
-        n_named = rng.randint(1, config.max_return_items or 1) if kind != "exchange" else 1
-        n_items = n_named + config.n_distractor_items
+        kinds = [rng.choice(tuple(config.drawn_kinds)) for _ in range(config.requests_per_episode)]
+        n_items = (config.max_return_items or 1) + config.n_distractor_items
         db = generate_db(rng, n_users=2, n_products=max(n_items, 3), min_orders=1, max_orders=1, ids=config.ids)
         user = next(iter(db.users.values()))
         auth = "email" if rng.random() < config.email_share(config.email_auth_rate) else "name_zip"
         add_payment_methods(rng, db, user, config.min_payment_methods)
-        if kind == "return_to_gift_card" and not any(p.source == "gift_card" for p in user.payment_methods):
+        if "return_to_gift_card" in kinds and not any(p.source == "gift_card" for p in user.payment_methods):
             add_payment_method(rng, db, user, "gift_card")
+        requests, clauses = [], []
+        for kind in kinds:
+            request, clause, order = self._alone_request(rng, db, user, kind)
+            request.ablated = {FIRST_METHOD: first_method_plan(request, user),
+                               FIRST_ITEMS: first_items_plan(request, order)}
+            requests.append(request)
+            clauses.append(clause)
+        identity = identity_sentence(user, auth)
+        opening, follow_ups = self.make_messages(rng, identity, clauses)
+        return Instance(db=db, user=user, auth=auth, opening=opening, requests=requests, follow_ups=follow_ups,
+                        info={"n_payment_methods": len(user.payment_methods)}, identity_reply=identity)
 
-        order = add_order(rng, db, user, "delivered", n_items=n_items)
+    def _alone_request(self, rng: random.Random, db: StoreDB, user: User,
+                       kind: str) -> tuple[PlannedRequest, str, Order]:
+        """One request of the game alone on a fresh order of `user`: its plan, the customer's clause, the order."""
+        config = self.config
+        n_named = rng.randint(1, config.max_return_items or 1) if kind != "exchange" else 1
+        order = add_order(rng, db, user, "delivered", n_items=n_named + config.n_distractor_items)
         oid = order.order_id
         # Usually paid with a method other than the first one listed, so "the first method" is a wrong guess.
         payable = user.payment_methods
@@ -230,7 +295,7 @@ class StructuredDataReasoningGame(StorefrontCapabilityGame):
         method = rng.choice(payable[1:]) if len(payable) > 1 and rng.random() < 0.75 else payable[0]
         order.payment_history[0].payment_method_id = method.id
         look_up = PlannedCall("get_order_details", {"order_id": oid})
-        info = {"order_id": oid, "paid_with": method.id, "n_items": n_items}
+        info = {"order_id": oid, "paid_with": method.id, "n_items": len(order.items)}
 
         if kind == "exchange":
             item = rng.choice(order.items)
@@ -265,19 +330,18 @@ class StructuredDataReasoningGame(StorefrontCapabilityGame):
                 "order_id": oid, "item_ids": [i.item_id for i in named], "payment_method_id": target}))
             statement = f"The return is requested. You will get {money(amount)} back to {target}."
             info.update(amount=amount, refund_to=target)
-        identity = identity_sentence(user, auth)
-        return Instance(db=db, user=user, auth=auth, opening=self.make_opening(rng, identity, [clause]),
-                        requests=[PlannedRequest(kind, calls, statement, info)],
-                        info={"n_payment_methods": len(user.payment_methods)}, identity_reply=identity)
+        return PlannedRequest(kind, calls, statement, info), clause, order
 
     def score(self) -> dict[str, float]:
-        request = self.instance.requests[0]
-        action_ok = self.db == self.expected_db and not self.policy_violations()
+        """Each request's parts (module docstring), averaged; nothing when anything not asked for changed or
+        the policy's procedure broke."""
+        if not self.nothing_else_changed() or self.policy_violations():
+            return {"action": 0.0, "communication": 0.0}
         replies = self.told()
-        told = (replies.tells_amount(request.info["amount"], after=self.written(request))
-                and not replies.voided(request.info["order_id"]))  # a wrong amount asserted costs
-        return {"action": ACTION_WEIGHT if action_ok else 0.0,
-                "communication": COMMUNICATION_WEIGHT if action_ok and told else 0.0}
+        done = [self.request_done(r) for r in self.instance.requests]
+        return self.mean_parts([{"action": ACTION_WEIGHT if d else 0.0,
+                                 "communication": COMMUNICATION_WEIGHT if d and self.request_reported(r, replies)
+                                 else 0.0} for r, d in zip(self.instance.requests, done)])
 
 
 def make_game(config: StructuredDataReasoningConfig | None = None) -> StructuredDataReasoningGame:
@@ -298,4 +362,5 @@ register_game(GameSpec(
     target=TARGET_BENCHMARK,
     difficulty_knobs=(DifficultyKnob("n_distractor_items", "increase", (0, 1, 2, 3, 4)),
                       DifficultyKnob("min_payment_methods", "increase", (2, 3, 4, 5))),
+    ablations=ablation_probes(StructuredDataReasoningGame.ABLATIONS),
 ))

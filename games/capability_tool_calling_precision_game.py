@@ -13,31 +13,41 @@ into its six fields. Tools are strict (no coercion), so a loose value is an erro
   2            '1234567'       a paraphrase ("I don't need   'Chen, Mia (last name      '12 Oak St Apt 4, Boston MA
                                it anymore.")                 first)'                    02134, USA'
 
-Requests (one per instance): cancel an order, change an order's shipping address, return two named items
-of an order (a list of two ids read from the order), change the default address.
+Requests: cancel an order, change an order's shipping address, return two named items of an order (a list
+of two ids read from the order), change the default address (at most once per episode).
+
+Several requests per episode: `requests_per_episode` (3), brought up one at a time (the opening holds the
+first; the customer's acknowledgement of a closed request brings the next in a one-request opening's
+words), so success needs every value of every request exact and a policy that gets the easy ones right
+wins rarely. The ablation `values_as_written` (the expert copying values as the customer wrote them: the
+id as typed, the reason in their words, a zip as a number keeps it, one item id per return) succeeds on
+0.00 of 200 seeds alone and 0.02 on the demo's surface; validate_game holds it to 0.25.
 
 Surface (`storefront`, see games/_storefront_game_kit.py): the request is the target's own, drawn by its
 `RequestBuilder` from every kind the target draws (a loose id applies to all of them) at the target's
 relative weights, always allowed, so its openings, reasons, addresses, items, refund targets, unknown ids
 (with the order search) and confirmation rule are the target's. `looseness` then sets the share of the
-target's precision needs, each drawn per request: 0 none (ids with '#W', plain reasons, no leading-zero
-zip, one returned item), 1 the target's own rates (loose ids, paraphrased reasons, leading-zero zips,
-two-item returns), 2 every one of them. `name_zip_rate` stands in for the target's share of name+zip
+target's precision needs, each drawn per request: 0 the target's own rates (loose ids, paraphrased reasons,
+leading-zero zips, two-item returns), 1 halfway from those to every need, 2 every one of them. No level
+goes below the target's rates: with none, the expert without the skill would win (a level where the skill
+decides nothing is no difficulty setting). `name_zip_rate` stands in for the target's share of name+zip
 customers (their zip with a leading zero at the level's rate). The table above is the game alone.
 
-Expert (oracle): ask who the customer is, look them up, look the order up, confirm, write, say so (6
-turns; 4 for the default address; with a surface up to 10: an order search, an exchange's product).
+Expert (oracle): ask who the customer is, look them up, then per request look the order up, confirm, write,
+say so (2 + 4 turns per request; 3 for the default address; with a surface up to 8 per request: an order
+search, an exchange's product).
 
 Reward (in [0, 1]; success = 1.0), mostly on exactness:
-  0.5  write: the final database equals the expected one (the write made with exactly the right values;
-       any other write breaks it) and the policy's procedure holds (no call before authentication, no
-       write on an order not looked up, no id that was never shown);
+  0.5  write, averaged over the requests: the request's order (or the customer's address) ends as expected
+       (the write made with exactly the right values);
   0.2  identification: a user look-up returned the customer's id (first/last name split, zip a string);
-  0.3  confirmation, only with the write part: an honest reply after the write gives the order id (cancel, order address),
-       the amount (return: the refund; exchange: the price difference) or the words "default address"
-       (default-address change);
+  0.3  confirmation, averaged over the requests, only with the request's write: an honest reply after the
+       write gives the order id (cancel, order address), the amount (return: the refund; exchange: the price
+       difference) or the words "default address" (default-address change);
  -0.1  per tool call that failed (wrong id format, wrong type, not found, a second call in one turn):
-       first-time exactness is the skill.
+       first-time exactness is the skill;
+  no write or confirmation credit when anything not asked for changed or the policy's procedure broke (a
+  call before authentication, a write on an order not looked up, an id never shown, a write without a yes).
 
 Difficulty (declared knobs, harder as they rise): `looseness` (how far the customer's writing is from the
 arguments) and `name_zip_rate` (customers who identify by name and a leading-zero zip, not by email).
@@ -48,12 +58,13 @@ action part).
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
-from benchmarks.storefront.db import Address, User, add_order, generate_db
+from benchmarks.storefront.db import Address, StoreDB, User, add_order, generate_db
 from benchmarks.storefront.policy import POLICY
-from benchmarks.storefront.tasks import RequestBuilder, draw_customer
+from benchmarks.storefront.tasks import RequestBuilder, descriptions_unique, draw_customer
 from benchmarks.storefront.user_sim import REQUEST_KINDS as SURFACE_KINDS  # a loose id applies to every kind
 from game_registry import DifficultyKnob, GameSpec, register_game
 from games._storefront_game_kit import (
@@ -73,6 +84,7 @@ from games._storefront_game_kit import (
     money,
     new_address,
     original_payment_method,
+    ablation_probes,
     surface_kind_weights,
 )
 
@@ -85,10 +97,13 @@ REASON_TEXTS = {  # cancel reason -> how the customer says it at looseness 1, th
     "ordered by mistake": ("I ordered it by mistake.", ("I bought it by accident.", "That order was an accident.")),
 }
 WRITE_WEIGHT, IDENTIFY_WEIGHT, CONFIRM_WEIGHT, FAILED_CALL_PENALTY = 0.5, 0.2, 0.3, 0.1
-ORACLE_TURNS = 6  # ask identity, look the user up, look the order up, confirm, write, tell
-# With a surface: ask, user, the customer's record and two earlier orders (order search), order, product, confirm,
-# write, tell.
-SURFACE_ORACLE_TURNS = 10
+AS_WRITTEN = "values_as_written"  # the ablation (see the module docstring)
+REQUESTS_PER_EPISODE = 3
+# The oracle's turns: ask identity and look the user up once, then per request look the order up, confirm,
+# write, tell (alone). With a surface a request can take up to 8 (an order search, an exchange's product); an
+# instance whose plan does not fit is drawn again.
+ORACLE_TURNS_PER_REQUEST = 4
+MAX_STEPS = 20  # three requests with some look-ups to spare
 # The target's rates of the needs `looseness` sets (with a surface), and how each level sets them.
 PRECISION_RATES = ("loose_order_id_rate", "paraphrase_rate", "leading_zero_zip_rate", "two_items_rate")
 
@@ -105,7 +120,8 @@ class ToolCallingPrecisionConfig(StorefrontGameConfig):
     # Requests drawn. None: alone, TASK_KINDS uniformly; with a surface, the kinds it draws at its weights.
     task_kinds: tuple[str, ...] | None = None
     name_zip_rate: float = 0.75  # share of customers who identify by name and zip (the rest by email)
-    max_steps: int = SURFACE_ORACLE_TURNS  # room for the oracle on a surface's longest plan
+    requests_per_episode: int = REQUESTS_PER_EPISODE  # requests per episode, one at a time
+    max_steps: int = MAX_STEPS  # room for the oracle's plans (with a surface, longer ones are drawn again)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -118,11 +134,13 @@ class ToolCallingPrecisionConfig(StorefrontGameConfig):
         # {kind: weight} of the requests drawn (not a field: the summary shows task_kinds as given).
         self.drawn_kinds = (dict.fromkeys(self.task_kinds or TASK_KINDS, 1.0) if self.surface is None else
                             surface_kind_weights(owner, self.surface, SURFACE_KINDS, self.task_kinds, "task_kinds"))
-        self.check_room(ORACLE_TURNS if self.surface is None else SURFACE_ORACLE_TURNS, "the oracle")
+        self.check_room(2 + ORACLE_TURNS_PER_REQUEST * self.requests_per_episode,
+                        f"the oracle with requests_per_episode={self.requests_per_episode}")
 
     def looseness_rates(self) -> dict[str, float]:
-        """The surface's precision-need rates at this `looseness`: 0 none, 1 the target's, 2 all."""
-        return {name: (0.0, getattr(self.surface, name), 1.0)[self.looseness] for name in PRECISION_RATES}
+        """The surface's precision-need rates at this `looseness`: 0 the target's, 1 halfway to all, 2 all."""
+        return {name: (rate, (rate + 1.0) / 2, 1.0)[self.looseness]
+                for name, rate in ((name, getattr(self.surface, name)) for name in PRECISION_RATES)}
 
 
 def order_reference(order_id: str, looseness: int) -> str:
@@ -146,11 +164,45 @@ def loose_identity(user: User, auth: str, looseness: int) -> str:
     return identity_sentence(user, auth)
 
 
+def as_written_call(call: PlannedCall, request: PlannedRequest) -> PlannedCall:
+    """`call` with each value copied as the customer wrote it: the order id as typed, the cancel reason in
+    their words, a zip as a number would keep it (no leading zero), one item id of a multi-item return."""
+    arguments = dict(call.arguments)
+    user = request.user
+    if user.order_ref and arguments.get("order_id") == user.order_id:
+        arguments["order_id"] = user.order_ref
+    if "reason" in arguments and user.reason_text:
+        arguments["reason"] = user.reason_text
+    if str(arguments.get("zip", "")).startswith("0"):
+        arguments["zip"] = arguments["zip"].lstrip("0")
+    if call.name == "return_delivered_order_items" and len(arguments["item_ids"]) > 1:
+        arguments["item_ids"] = arguments["item_ids"][:1]
+    return PlannedCall(call.name, arguments)
+
+
+def as_written_plan(request: PlannedRequest) -> PlannedRequest:
+    """`request`'s plan with every call's values as the customer wrote them (the expert without precision)."""
+    return dataclasses.replace(request, calls=[as_written_call(c, request) for c in request.calls], ablated={})
+
+
+def as_written_auth(instance: Instance, last_name_first: bool) -> PlannedCall:
+    """The user look-up with the zip as a number keeps it, and the names in the order the customer gave them."""
+    call = instance.auth_call
+    if call.name != "find_user_id_by_name_zip":
+        return call
+    arguments = {**call.arguments, "zip": call.arguments["zip"].lstrip("0")}
+    if last_name_first:
+        arguments.update(first_name=call.arguments["last_name"], last_name=call.arguments["first_name"])
+    return PlannedCall(call.name, arguments)
+
+
 class ToolCallingPrecisionGame(StorefrontCapabilityGame):
-    """One allowed request whose arguments the customer writes loosely."""
+    """`requests_per_episode` allowed requests, one at a time, whose arguments the customer writes loosely."""
 
     game_name = GAME_NAME
     capability = CAPABILITY
+    ABLATIONS = {AS_WRITTEN: "copies values as the customer wrote them (order id as typed, reason in their words, "
+                             "zip as a number, one item id per return)"}
 
     def __init__(self, config: ToolCallingPrecisionConfig | None = None) -> None:
         super().__init__(config or ToolCallingPrecisionConfig())
@@ -159,12 +211,22 @@ class ToolCallingPrecisionGame(StorefrontCapabilityGame):
         self.rates = None if config.surface is None else config.surface_rates(
             forbidden_rate=0.0, email_auth_rate=1.0 - config.name_zip_rate, **config.looseness_rates())
 
-    def _draw_from_surface(self, rng: random.Random) -> Instance:
-        """One allowed target request, its values written as loosely as the level's rates draw."""
+    def _draw_from_surface(self, rng: random.Random) -> Instance | None:
+        """Allowed target requests, their values written as loosely as the level's rates draw (None when an
+        order description reads ambiguously, as the target redraws)."""
         customer = draw_customer(rng, self.rates)
-        kind = draw_kind(rng, self.config.drawn_kinds)
-        sub = RequestBuilder(rng, self.rates, customer.db, customer.user).build(kind)
-        return self.surface_instance(rng, customer, [sub], {"looseness": self.config.looseness})
+        builder = RequestBuilder(rng, self.rates, customer.db, customer.user)
+        kinds: list[str] = []
+        for _ in range(self.config.requests_per_episode):  # the default address at most once, as the target
+            kinds.append(draw_kind(rng, {k: w for k, w in self.config.drawn_kinds.items()
+                                         if k != "modify_user_address" or k not in kinds}))
+        subs = [builder.build(kind) for kind in kinds]
+        if not descriptions_unique(customer.db, customer.user, subs):
+            return None
+        instance = self.surface_instance(rng, customer, subs, {"looseness": self.config.looseness},
+                                         ablated=lambda sub, request: {AS_WRITTEN: as_written_plan(request)})
+        instance.ablated_auth = {AS_WRITTEN: as_written_auth(instance, last_name_first=False)}
+        return instance
 
     def _build_alone(self, rng: random.Random) -> Instance:
         """The game's own instance (no surface): the table of the module docstring."""
@@ -176,59 +238,76 @@ class ToolCallingPrecisionGame(StorefrontCapabilityGame):
         auth = "name_zip" if rng.random() < config.name_zip_rate else "email"
         if auth == "name_zip" and zero_zips and not user.address.zip.startswith("0"):
             user.address = new_address(rng, user.address, leading_zero_zip=True)
-        kind = rng.choice(tuple(config.drawn_kinds))
+        kinds: list[str] = []
+        for _ in range(config.requests_per_episode):  # the default address at most once
+            kinds.append(rng.choice([k for k in config.drawn_kinds if k != "modify_user_address" or k not in kinds]))
+        requests, clauses = [], []
+        for kind in kinds:
+            request, clause = self._alone_request(rng, db, user, kind)
+            request.ablated = {AS_WRITTEN: as_written_plan(request)}
+            requests.append(request)
+            clauses.append(clause)
+        identity = loose_identity(user, auth, level)
+        opening, follow_ups = self.make_messages(rng, identity, clauses)
+        instance = Instance(db=db, user=user, auth=auth, opening=opening, requests=requests, follow_ups=follow_ups,
+                            info={"looseness": level}, identity_reply=identity)
+        instance.ablated_auth = {AS_WRITTEN: as_written_auth(instance, last_name_first=level >= 2)}
+        return instance
 
+    def _alone_request(self, rng: random.Random, db: StoreDB, user: User, kind: str) -> tuple[PlannedRequest, str]:
+        """One request of the game alone (on a fresh order of `user` unless it is the default address), and
+        the customer's clause for it."""
+        level = self.config.looseness
+        zero_zips = level >= 1
         if kind == "modify_user_address":
             address = new_address(rng, user.address, leading_zero_zip=zero_zips)
-            clause = f"update my default address to {loose_address(address, level)}."
             calls = [PlannedCall("modify_user_address", {"user_id": user.user_id, **address.to_dict()})]
-            request = PlannedRequest(kind, calls, "Your default address is updated.", {"user_id": user.user_id})
+            return (PlannedRequest(kind, calls, "Your default address is updated.", {"user_id": user.user_id}),
+                    f"update my default address to {loose_address(address, level)}.")
+        order = add_order(rng, db, user, "delivered" if kind == "return" else "pending",
+                          n_items=2 if kind == "return" else None)
+        oid = order.order_id
+        ref = order_reference(oid, level)
+        calls = [PlannedCall("get_order_details", {"order_id": oid})]
+        info = {"order_id": oid, "order_ref": ref}
+        reason_text = ""
+        if kind == "cancel":
+            reason = rng.choice(tuple(REASON_TEXTS))
+            plain, paraphrases = REASON_TEXTS[reason]
+            reason_text = (f"The reason: {reason}.", plain, rng.choice(paraphrases))[level]
+            clause = f"cancel order {ref}. {reason_text}"
+            calls.append(PlannedCall("cancel_pending_order", {"order_id": oid, "reason": reason}))
+            statement = f"Order {oid} is cancelled."
+        elif kind == "modify_order_address":
+            address = new_address(rng, order.address, leading_zero_zip=zero_zips)
+            clause = f"change the shipping address of order {ref} to {loose_address(address, level)}."
+            calls.append(PlannedCall("modify_pending_order_address", {"order_id": oid, **address.to_dict()}))
+            statement = f"The address of order {oid} is updated."
         else:
-            order = add_order(rng, db, user, "delivered" if kind == "return" else "pending",
-                              n_items=2 if kind == "return" else None)
-            oid = order.order_id
-            ref = order_reference(oid, level)
-            calls = [PlannedCall("get_order_details", {"order_id": oid})]
-            info = {"order_id": oid, "order_ref": ref}
-            if kind == "cancel":
-                reason = rng.choice(tuple(REASON_TEXTS))
-                plain, paraphrases = REASON_TEXTS[reason]
-                reason_text = (f"The reason: {reason}.", plain, rng.choice(paraphrases))[level]
-                clause = f"cancel order {ref}. {reason_text}"
-                calls.append(PlannedCall("cancel_pending_order", {"order_id": oid, "reason": reason}))
-                statement = f"Order {oid} is cancelled."
-            elif kind == "modify_order_address":
-                address = new_address(rng, order.address, leading_zero_zip=zero_zips)
-                clause = f"change the shipping address of order {ref} to {loose_address(address, level)}."
-                calls.append(PlannedCall("modify_pending_order_address", {"order_id": oid, **address.to_dict()}))
-                statement = f"The address of order {oid} is updated."
-            else:
-                method = original_payment_method(order)
-                clause = f"return the {order.items[0].name} and the {order.items[1].name} from order {ref}."
-                calls.append(PlannedCall("return_delivered_order_items", {
-                    "order_id": oid, "item_ids": [i.item_id for i in order.items], "payment_method_id": method}))
-                info["amount"] = order.total
-                statement = f"The return is requested. You will get {money(order.total)} back to {method}."
-            request = PlannedRequest(kind, calls, statement, info)
-        identity = loose_identity(user, auth, level)
-        return Instance(db=db, user=user, auth=auth, opening=self.make_opening(rng, identity, [clause]),
-                        requests=[request], info={"looseness": level}, identity_reply=identity)
+            method = original_payment_method(order)
+            clause = f"return the {order.items[0].name} and the {order.items[1].name} from order {ref}."
+            calls.append(PlannedCall("return_delivered_order_items", {
+                "order_id": oid, "item_ids": [i.item_id for i in order.items], "payment_method_id": method}))
+            info["amount"] = order.total
+            statement = f"The return is requested. You will get {money(order.total)} back to {method}."
+        request = PlannedRequest(kind, calls, statement, info)
+        request.user.reason_text = reason_text
+        return request, clause
 
     def score(self) -> dict[str, float]:
-        request = self.instance.requests[0]
-        write_ok = self.db == self.expected_db and not self.policy_violations()
-        replies, after = self.told(), self.written(request)
-        if request.kind == "modify_user_address":
-            told = replies.tells_phrase(phrase_pattern("default address"), after=after)
-        elif "amount" in request.info:  # a return or exchange
-            told = replies.tells_amount(request.info["amount"], after=after)
+        """Each request's write and report (module docstring), averaged, plus the user look-up, less the failed
+        calls; no write or report credit when anything not asked for changed or the procedure broke."""
+        requests = self.instance.requests
+        if self.nothing_else_changed() and not self.policy_violations():
+            replies = self.told()
+            done = [self.request_done(r) for r in requests]
+            parts = self.mean_parts([{"write": WRITE_WEIGHT if d else 0.0,
+                                      "confirm": CONFIRM_WEIGHT if d and self.request_reported(r, replies) else 0.0}
+                                     for r, d in zip(requests, done)])
         else:
-            told = replies.tells_order_id(request.info["order_id"], after=after)
-        told = told and not replies.voided(request.info.get("order_id", ""))  # a wrong assertion costs
-        return {"write": WRITE_WEIGHT if write_ok else 0.0,
-                "identify": IDENTIFY_WEIGHT if self.authenticated() else 0.0,
-                "confirm": CONFIRM_WEIGHT if write_ok and told else 0.0,
-                "failed_calls": -FAILED_CALL_PENALTY * self.failed_call_count()}
+            parts = {"write": 0.0, "confirm": 0.0}
+        return {"write": parts["write"], "identify": IDENTIFY_WEIGHT if self.authenticated() else 0.0,
+                "confirm": parts["confirm"], "failed_calls": -FAILED_CALL_PENALTY * self.failed_call_count()}
 
 
 def make_game(config: ToolCallingPrecisionConfig | None = None) -> ToolCallingPrecisionGame:
@@ -249,4 +328,5 @@ register_game(GameSpec(
     target=TARGET_BENCHMARK,
     difficulty_knobs=(DifficultyKnob("looseness", "increase", (0, 1, 2)),
                       DifficultyKnob("name_zip_rate", "increase", (0.0, 0.5, 1.0))),
+    ablations=ablation_probes(ToolCallingPrecisionGame.ABLATIONS),
 ))

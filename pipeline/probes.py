@@ -36,6 +36,10 @@ when it does not apply there (its script would equal the oracle's). Generic prob
   report_as_question        the oracle, but each statement after its first tool call ends with a question: a
                             question asked is not an outcome reported
 
+Ablations (`GameSpec.ablations`, origin "ablation" in the report) are run the same way: the expert without
+the game's skill and constant policies (always act, always refuse), which a game declares itself. Each may
+win at most ABLATION_LIMIT (0.25) of the seeds, with no tolerance: one skill must decide success.
+
 The write and auth facts come from `Game.write_tool_names()` / `Game.auth_tool_names()`; None means the
 game does not say, and the probes needing the fact are reported as WARN instead of run. Script-based
 probes stop producing text when their script runs out (the episode ends there, as a replay does).
@@ -51,6 +55,8 @@ from typing import Any, Callable, Iterator, Sequence
 from game_registry import Action, Game, GameSpec, Policy, Probe
 
 PASS, FAIL, WARN, NA = "PASS", "FAIL", "WARN", "n/a"  # the first three as in validate_game
+# The most an ablation (the expert without the game's skill, a constant policy) may win, with no tolerance.
+ABLATION_LIMIT = 0.25
 DEFAULT_TOLERANCE = 0.1
 REFUSAL = "I'm sorry, I cannot do that: it is not allowed by our policy."
 GOODBYE = "Goodbye."
@@ -596,12 +602,14 @@ def evaluate_probes(spec: GameSpec, seeds: Sequence[int], oracle_texts: dict[int
         expected = spec.probe_expectations.get(name, 0.0)
         results.append(ProbeResult(name, "generic", described, expected, expected + tolerance, skipped=why))
     # A game probe named like a generic one is not run (suite_problems reports the clash).
-    runnable = [(p, "generic") for p in generic] + [(p, "game") for p in spec.probes
-                                                    if p.name not in GENERIC_PROBE_NAMES]
+    runnable = ([(p, "generic") for p in generic] + [(p, "game") for p in spec.probes if p.name not in GENERIC_PROBE_NAMES]
+                + [(p, "ablation") for p in spec.ablations if p.name not in GENERIC_PROBE_NAMES])
     by_name: dict[str, ProbeResult] = {}
     for probe, origin in runnable:
-        by_name[probe.name] = ProbeResult(probe.name, origin, probe.description, probe.expected_success,
-                                          probe.expected_success + tolerance)
+        by_name[probe.name] = (ProbeResult(probe.name, origin, probe.description, ABLATION_LIMIT, ABLATION_LIMIT)
+                               if origin == "ablation" else
+                               ProbeResult(probe.name, origin, probe.description, probe.expected_success,
+                                           probe.expected_success + tolerance))
     for seed in seed_bar([s for s in seeds if s in oracle_texts]):
         for index, (probe, _) in enumerate(runnable):
             result = by_name[probe.name]
@@ -621,14 +629,15 @@ def evaluate_probes(spec: GameSpec, seeds: Sequence[int], oracle_texts: dict[int
             if episode_succeeded(episode):
                 result.successes += 1
                 result.success_seeds.append(seed)
-    order = {name: i for i, name in enumerate(dict.fromkeys([*GENERIC_PROBE_NAMES, *(p.name for p in spec.probes)]))}
+    order = {name: i for i, name in enumerate(dict.fromkeys([*GENERIC_PROBE_NAMES, *(p.name for p in spec.probes),
+                                                             *(p.name for p in spec.ablations)]))}
     return sorted([*results, *by_name.values()], key=lambda r: order[r.name])
 
 
 def suite_problems(spec: GameSpec) -> tuple[list[str], list[str]]:
     """(problems, warnings) of the spec's probe declarations: name clashes, unknown expectation names."""
     problems, warnings = [], []
-    clashes = sorted(p.name for p in spec.probes if p.name in GENERIC_PROBE_NAMES)
+    clashes = sorted(p.name for p in (*spec.probes, *spec.ablations) if p.name in GENERIC_PROBE_NAMES)
     if clashes:
         problems.append(f"game-specific probes {clashes} reuse generic probe names; rename them, or set "
                         "probe_expectations to change a generic probe's limit")

@@ -31,7 +31,9 @@ GAMES = (
     "capability_tool_calling_precision",
 )
 # Oracle turns with the default config (ask identity + look-up + per request look-ups, confirm, write, statement).
-MAX_ORACLE_TURNS = {GAMES[0]: 6, GAMES[1]: 10, GAMES[2]: 7, GAMES[3]: 6}
+# Ask and look the user up once, then per request (three by default, one at a time) the look-ups, confirmation,
+# write and statement; the multi-step game's two requests come in the opening.
+MAX_ORACLE_TURNS = {GAMES[0]: 2 + 3 * 4, GAMES[1]: 10, GAMES[2]: 2 + 3 * 5, GAMES[3]: 2 + 3 * 4}
 
 # A policy sees the game and returns the model's text for this turn (None: stop playing).
 Policy = Callable[[Any], "str | None"]
@@ -127,7 +129,7 @@ def unplanned_default_address_change(game) -> str:
 def test_a_write_the_plan_does_not_make_voids_the_action(name):
     spec = get_game(name)
     checked = 0
-    for seed in range(20):
+    for seed in range(40):
         game = spec.make_env()
         play(spec, game, seed, unplanned_default_address_change)
         if any(r.kind == "modify_user_address" for r in game.instance.requests):
@@ -298,18 +300,18 @@ def test_precondition_looking_then_refusing_without_telling_earns_the_action_par
     spec = get_game(GAMES[0])
     seen = 0
     for seed in range(40):
-        game = spec.make_env()
+        game = spec.make(violating_fraction=1.0)  # every request forbidden
 
         def look_then_stop(game) -> str | None:
             text = game.oracle_response()
             return "Sorry, I cannot change that order." if game.looked_up_order(
-                game.instance.requests[0].info["order_id"]) else text
+                game.current_request.info["order_id"]) else text
 
         play(spec, game, seed, look_then_stop)
-        if not game.instance.requests[0].info["allowed"]:
-            seen += 1
-            assert reward_of(game) == 0.6  # looked, changed nothing, never said the status
-    assert seen >= 10
+        assert not any(r.info["allowed"] for r in game.instance.requests)
+        assert reward_of(game) == 0.6  # looked, changed nothing, never said the status
+        seen += 1
+    assert seen == 40
 
 
 def test_multi_step_stopping_after_the_first_request_gets_half():
@@ -499,7 +501,7 @@ def test_knob_violating_fraction():
     assert not any(r["allowed"] for r in statuses_all)
     assert all(r["allowed"] for r in statuses_none)
     claims = instance_facts(GAMES[0], eligibility_claim_rate=1.0)
-    assert all(f["eligibility_claim"] for f in claims)
+    assert all(r["eligibility_claim"] for f in claims for r in f["requests"])
 
 
 def test_knob_number_of_requests():
@@ -580,7 +582,10 @@ def test_scripted_customer_answers_identity_and_confirmation_questions():
     assert result.observation_messages[0]["content"] == NO_REPLY and not result.done
     result = game.step(spec.extract_action(game.instance.requests[0].confirmation))
     assert result.observation_messages[0]["content"] in YES_REPLIES and not result.done
-    result = game.step(spec.extract_action("All done."))
+    result = game.step(spec.extract_action("All done."))  # closes the first request: the customer brings the next
+    assert result.observation_messages[0]["content"].endswith(game.instance.follow_ups[0]) and not result.done
+    for _ in game.instance.follow_ups:
+        result = game.step(spec.extract_action("All done."))
     assert result.done and "###STOP###" in result.observation_messages[0]["content"]
 
 

@@ -225,7 +225,9 @@ def test_the_demos_grpo_runs_report_to_its_trackers(tiny_model_dir, tmp_path, mo
     from pipeline.demo_config import LoopSettings
     from pipeline.demo_loop import train_lora
 
-    # The test game is registered for this test only (later tests list every registered capability game).
+    # The test game is registered for this test only (later tests list every registered capability game). The
+    # registry is discovered first: a copy taken before discovery would be restored empty, marked discovered.
+    game_registry.discover_games()
     monkeypatch.setattr(game_registry, "_REGISTRY", dict(game_registry._REGISTRY))
     monkeypatch.setattr(game_registry, "_LOADED_FILES", set(game_registry._LOADED_FILES))
     game_registry._import_game_file(REPO / "tests" / "games" / "capability_letter_density_game.py")

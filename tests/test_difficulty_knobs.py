@@ -1,10 +1,11 @@
-"""Declared difficulty knobs are difficulty: a partial-skill policy's success falls as each knob rises.
+"""Declared difficulty knobs are difficulty: a partial-skill policy's score falls as each knob rises.
 
 A knob is declared on the GameSpec (`difficulty_knobs`) with its hard direction and candidate values
 (easy to hard). For each declared knob this file holds a policy that has the capability only in part
 (it trusts the customer's claims, forgets some requests, guesses among look-alike entries, fixes only the
-easy formats). Its success rate over the same seeds must not rise from one value to the next (beyond
-sampling noise) and must fall clearly from the easiest to the hardest value. A knob that is a class prior
+easy formats). Its mean reward over the same seeds (what GRPO sees; an episode holds several requests, so
+success, which needs every one, is small for any partial skill) must not rise from one value to the next
+(beyond sampling noise) and must fall clearly from the easiest to the hardest value. A knob that is a class prior
 (a share of refusals, say) fails this: always-act drops while do-nothing rises, and neither is partial skill.
 A knob declared without a partial-skill policy here fails the test, so every new knob gets one.
 """
@@ -21,14 +22,23 @@ from game_registry import render_tool_call
 
 SEEDS = range(160)
 NOISE = 0.06  # allowed rise between neighbouring values (different instances per value, same seeds)
-MIN_DROP = 0.2  # easiest minus hardest success rate
+MIN_DROP = 0.12  # easiest minus hardest mean reward
 
 Policy = Callable[[Any], "str | None"]
 
 
 def success_rate(name: str, overrides: dict[str, Any], policy: Policy) -> float:
+    return played(name, overrides, policy)[0]
+
+
+def mean_reward(name: str, overrides: dict[str, Any], policy: Policy) -> float:
+    return played(name, overrides, policy)[1]
+
+
+def played(name: str, overrides: dict[str, Any], policy: Policy) -> tuple[float, float]:
+    """(success rate, mean reward) of `policy` over SEEDS."""
     spec = get_game(name)
-    wins = 0
+    wins = reward = 0.0
     for seed in SEEDS:
         game = spec.make(**overrides)
         game.reset(seed)
@@ -39,8 +49,10 @@ def success_rate(name: str, overrides: dict[str, Any], policy: Policy) -> float:
                 break
             game.step(spec.extract_action(text))
             turns += 1
-        wins += game.get_summary()["success"]
-    return wins / len(SEEDS)
+        summary = game.get_summary()
+        wins += summary["success"]
+        reward += summary["reward"]
+    return wins / len(SEEDS), reward / len(SEEDS)
 
 
 def mutate_calls(game, mutate: Callable[[Any, str, dict], dict]) -> str:
@@ -61,9 +73,9 @@ def episode_rng(game, salt: int) -> random.Random:
 def trusts_eligibility_claims(game) -> str:
     """Checks the status, except when the customer says the order is eligible: then acts (or, when the
     request was not allowed, reports it done) without looking."""
-    if not game.instance.info["eligibility_claim"] or not game.authenticated():
+    request = game.current_request if game.authenticated() else None
+    if request is None or not request.info["eligibility_claim"]:
         return game.oracle_response()
-    request = game.instance.requests[0]
     writes = [c for c in request.calls if StorefrontTools.is_write(c.name)]  # a plan may read more than the order
     if not writes:
         return "Done, your request is handled."
@@ -111,15 +123,14 @@ def guesses_payment_method(game) -> str:
 def fixes_only_easy_formats(game) -> str:
     """Adds a missing '#' and maps a reason that quotes the enum, but passes a bare-digit id or a
     paraphrased reason as written, and reads a "last name first" name in the usual order."""
-    info = game.instance.requests[0].info
-    opening = game.get_messages()[1]["content"]
+    request = game.current_request if game.authenticated() else None
 
     def mutate(game, name: str, arguments: dict) -> dict:
-        ref = info.get("order_ref", "")
+        ref = request.info.get("order_ref", "") if request else ""
         if "order_id" in arguments and ref:
             arguments["order_id"] = "#" + ref if ref.startswith("W") else ref
-        if "reason" in arguments and arguments["reason"] not in opening:
-            arguments["reason"] = opening.rsplit(". ", 1)[-1].strip()
+        if "reason" in arguments and arguments["reason"] not in request.user.reason_text:
+            arguments["reason"] = request.user.reason_text
         if name == "find_user_id_by_name_zip" and "last name first" in game.instance.identity_reply:
             arguments["first_name"], arguments["last_name"] = arguments["last_name"], arguments["first_name"]
         return arguments
@@ -159,14 +170,14 @@ def test_every_capability_game_declares_knobs_and_each_has_a_partial_skill_polic
 
 
 @pytest.mark.parametrize("name, knob_name", DECLARED)
-def test_partial_skill_success_falls_as_the_knob_gets_harder(name, knob_name):
+def test_partial_skill_score_falls_as_the_knob_gets_harder(name, knob_name):
     knob = get_game(name).difficulty_knob(knob_name)
     values = knob.values if knob.harder == "increase" else tuple(reversed(knob.values))
-    rates = [success_rate(name, {knob_name: value}, PARTIAL_SKILL[(name, knob_name)]) for value in values]
+    rates = [mean_reward(name, {knob_name: value}, PARTIAL_SKILL[(name, knob_name)]) for value in values]
     shown = ", ".join(f"{v}: {r:.2f}" for v, r in zip(values, rates))
     for easier, harder in zip(rates, rates[1:]):
-        assert harder <= easier + NOISE, f"{name}.{knob_name} success rose: {shown}"
-    assert rates[0] - rates[-1] >= MIN_DROP, f"{name}.{knob_name} barely changes success: {shown}"
+        assert harder <= easier + NOISE, f"{name}.{knob_name} score rose: {shown}"
+    assert rates[0] - rates[-1] >= MIN_DROP, f"{name}.{knob_name} barely changes the score: {shown}"
 
 
 def test_a_class_prior_is_not_a_difficulty_knob():
@@ -175,7 +186,7 @@ def test_a_class_prior_is_not_a_difficulty_knob():
     assert get_game(name).difficulty_knob("violating_fraction") is None
 
     def refuse(game) -> str:
-        request = game.instance.requests[0]
+        request = game.current_request
         if not game.authenticated() or not game.looked_up_order(request.info["order_id"]):
             return game.oracle_response()
         return f"Order {request.info['order_id']} is {game.db.orders[request.info['order_id']].status}, so I cannot do it."

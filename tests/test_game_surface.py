@@ -123,7 +123,7 @@ def planned_write(request):
 
 @pytest.mark.parametrize("name, overrides", [
     ("capability_precondition_verification", {}),
-    ("capability_tool_calling_precision", {"looseness": 1}),  # level 1: the target's own rates
+    ("capability_tool_calling_precision", {"looseness": 0}),  # level 0: the target's own rates
     ("capability_structured_data_reasoning", {"n_distractor_items": 0}),
     ("capability_multi_step_task_completion", {}),
 ])
@@ -151,7 +151,8 @@ def test_precision_looseness_sets_the_share_of_loosely_written_values():
     for level in (0, 1, 2):
         requests = drawn_requests("capability_tool_calling_precision", range(200), looseness=level)
         shares.append(id_and_item_facts(requests, lambda r: r.user, planned_write)["loose_id"])
-    assert shares[0] == 0.0 and 0.2 < shares[1] < 0.4 and shares[2] > 0.85, shares
+    # Level 0 is the target's own rate (0.3), never less: the skill decides every level.
+    assert 0.2 < shares[0] < 0.4 and 0.55 < shares[1] < 0.75 and shares[2] > 0.85, shares
 
 
 # --------------------------------------------------------------------------------------------------
@@ -221,7 +222,7 @@ def test_identity_in_opening_on_the_surface_saves_the_identity_question(name):
 def copies_ids_as_written(game) -> str:
     """Precision in part: the order id as the customer wrote it (a missing '#W' stays missing)."""
     def mutate(game, name: str, arguments: dict) -> dict:
-        ref = game.instance.requests[0].info.get("order_ref")
+        ref = game.current_request.info.get("order_ref") if game.authenticated() else None
         return {**arguments, "order_id": ref} if ref and "order_id" in arguments else arguments
     return mutate_calls(game, mutate)
 
@@ -239,20 +240,21 @@ SURFACE_PARTIAL_SKILL = {
 
 @pytest.mark.parametrize("name, knob_name", list(SURFACE_PARTIAL_SKILL))
 def test_knobs_stay_difficulty_on_the_surface(name, knob_name):
+    """As test_difficulty_knobs.py, on the surface: a partial skill's mean reward falls as the knob rises."""
     spec = get_game(name)
     assert knob_name in {k.name for k in spec.difficulty_knobs}
     knob = spec.difficulty_knob(knob_name)
     rates = []
     for value in knob.values:
-        wins = 0
+        reward = 0.0
         for seed in KNOB_SEEDS:
             game = surface_game(name, **{knob_name: value})
             play_oracle(spec, game, seed, SURFACE_PARTIAL_SKILL[(name, knob_name)])
-            wins += game.get_summary()["success"]
-        rates.append(wins / len(KNOB_SEEDS))
+            reward += game.get_summary()["reward"]
+        rates.append(reward / len(KNOB_SEEDS))
     shown = dict(zip(knob.values, rates))
     assert all(harder <= easier + 0.08 for easier, harder in zip(rates, rates[1:])), (name, knob_name, shown)
-    assert rates[0] - rates[-1] >= 0.2, (name, knob_name, shown)
+    assert rates[0] - rates[-1] >= 0.12, (name, knob_name, shown)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -154,11 +154,14 @@ def test_cli_validates_the_game_with_its_overrides(tmp_path, capsys):
     out = tmp_path / "validate.json"
     surface = '{"storefront": "configs/storefront/cpu_demo.yaml", "violating_fraction": 1.0}'
     assert main(["capability_precondition_verification", "--seeds", "12", "--fuzz-actions", "0", "--no-progress",
-                 "--json-output", str(out), "--game-overrides", surface]) == 0
+                 "--json-output", str(out), "--game-overrides", surface]) == 1
     report = json.loads(out.read_text())
-    assert report["passed"], report["failures"]
-    # Every request was refused (violating_fraction 1.0): no write, so no confirmation question to probe.
-    assert report["checks"]["probes"]["probes"]["blanket_confirmation"]["applicable_seeds"] == 0
+    probes = report["checks"]["probes"]["probes"]
+    # Every request was refused (violating_fraction 1.0): no write, so no confirmation question to probe, and
+    # the constant refuser wins every seed, so the game fails here (refusing needs no skill at this setting).
+    assert probes["blanket_confirmation"]["applicable_seeds"] == 0
+    assert probes["always_refuse"]["success_rate"] == 1.0 and probes["always_refuse"]["status"] == "FAIL"
+    assert [name for name, row in probes.items() if row["status"] == "FAIL"] == ["always_refuse"]
     for bad in ('{"violating_fraction": 2}', '{"no_such_field": 1}', "[1]", "{not json"):
         missing = tmp_path / "nothing.json"
         assert main(["capability_precondition_verification", "--game-overrides", bad, "--json-output",

@@ -15,7 +15,10 @@ assistant reply by keyword rules:
   - questions about the reason, address, refund method or items get the current request's value;
   - anything else is a statement: it closes the current request. The customer then acknowledges briefly
     without repeating the remaining requests (keeping track of them is the agent's job), or, after the
-    last one, says goodbye with the stop token `###STOP###`.
+    last one, says goodbye with the stop token `###STOP###`. A customer given `follow_ups` (one message per
+    request after the first) opened with the first request only: the acknowledgement then brings up the
+    next request in its own words ("Thanks. I also want to cancel order #W1."), so each request arrives the
+    way a one-request opening does (the capability games put several decisions in an episode this way).
 The customer also stops after `max_turns` replies.
 
 Wording varies with the rng the caller passes (the benchmark seeds it with the task and the trial, so
@@ -105,11 +108,16 @@ class UserSimulator:
     """The customer of one episode. `respond(text)` -> (message, done). See the module docstring."""
 
     def __init__(self, identity: Identity, requests: list[UserRequest], rng: random.Random, max_turns: int = 10,
-                 identity_reply: str = "", revealed_identity: bool = False, own_order_ids: tuple[str, ...] = ()) -> None:
+                 identity_reply: str = "", revealed_identity: bool = False, own_order_ids: tuple[str, ...] = (),
+                 follow_ups: tuple[str, ...] = ()) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         if not requests:
             raise ValueError("the customer needs at least one request")
+        if follow_ups and len(follow_ups) != len(requests) - 1:
+            raise ValueError(f"follow_ups must hold one message per request after the first ({len(requests) - 1}), "
+                             f"got {len(follow_ups)}; pass () when the opening names every request")
+        self.follow_ups = tuple(follow_ups)
         self.identity = identity
         self.requests = requests
         self.rng = rng
@@ -140,6 +148,8 @@ class UserSimulator:
             if self.current is None:
                 return self._stop(self.rng.choice(GOODBYES))
             answer = self.rng.choice(ACKS)
+            if self.follow_ups:
+                answer = f"{answer} {self.follow_ups[self.pointer - 1]}"
         if self.turns >= self.max_turns:
             return self._stop(GIVE_UP)
         return answer, False
