@@ -407,6 +407,11 @@ def discover_games() -> None:
     global _DISCOVERED
     if _DISCOVERED:
         return
+    for folder in game_dirs()[len(DEFAULT_GAME_DIRS):]:  # a typo there would otherwise only show as "unknown game"
+        if not folder.is_dir():
+            raise GameImportError(f"TRACE_GAMES_DIRS names {folder} ({folder.resolve()}), which is not a folder; "
+                                  "fix or remove that entry (entries are separated by "
+                                  f"{os.pathsep!r}, relative ones start at the current folder)")
     _DISCOVERED = True
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))  # game files import benchmarks.* and game_registry

@@ -32,6 +32,7 @@ bad output path leaves no file behind.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import shlex
 import sys
@@ -41,8 +42,9 @@ from types import TracebackType
 from typing import Any
 
 import jinja2
+import jinja2.meta
 
-from common.io import InputError, atomic_write_text, check_output_path, load_yaml_mapping
+from common.io import InputError, atomic_write_text, check_output_path, check_url, load_yaml_mapping
 
 REPO_ROOT = Path(__file__).resolve().parent
 PROMPTS_DIR = REPO_ROOT / "prompts"
@@ -221,6 +223,117 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+# Keys this script reads itself (or sets), and the reference's names it maps; every other top-level key must be read
+# by the template, so a misspelt one ("lablers") is named instead of silently leaving the default text.
+SCRIPT_KEYS = frozenset({"run_name", "file_prefix", "template", "stage", "output_dir", "capabilities_file",
+                         "environment_kind", "config_file", *REFERENCE_KEYS})
+
+
+def _template_variables(env: jinja2.Environment, name: str, seen: set[str] | None = None) -> set[str]:
+    """Variables a template and the templates it includes read. An include whose name is computed (the
+    environment kind's part) counts every `_*.md.j2` part next to the including template."""
+    seen = set() if seen is None else seen
+    seen.add(name)
+    source = env.loader.get_source(env, name)[0]
+    tree = env.parse(source)
+    names = set(jinja2.meta.find_undeclared_variables(tree))
+    for ref in jinja2.meta.find_referenced_templates(tree):
+        refs = [ref] if ref is not None else sorted(
+            t for t in env.list_templates() if t.rsplit("/", 1)[0] == name.rsplit("/", 1)[0]
+            and t.rsplit("/", 1)[-1].startswith("_") and t.endswith(".md.j2"))
+        for child in refs:
+            if child not in seen:
+                names |= _template_variables(env, child, seen)
+    return names
+
+
+def _expanded_variables(env: jinja2.Environment, config: dict[str, Any]) -> set[str]:
+    """Variables that text config values use through the template's `expand` filter (`{{ model }}`)."""
+    names: set[str] = set()
+    stack: list[Any] = list(config.values())
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str) and "{" in value:
+            try:
+                names |= jinja2.meta.find_undeclared_variables(env.parse(value))
+            except jinja2.TemplateSyntaxError:
+                pass  # the render reports it if the value is expanded
+    return names
+
+
+def check_unknown_keys(config: dict[str, Any], path: Path, env: jinja2.Environment, template_name: str) -> None:
+    """InputError naming every top-level key no template part reads (with the nearest known key)."""
+    import difflib
+
+    try:
+        known = SCRIPT_KEYS | _template_variables(env, template_name) | _expanded_variables(env, config)
+    except jinja2.TemplateNotFound:
+        return  # the render names the missing template
+    unknown = sorted(set(config) - known)
+    if unknown:
+        hints = [f"{key!r}" + (f" (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(key, known, 1))
+                               else "") for key in unknown]
+        raise InputError(f"{path}: unknown config key{'s' if len(unknown) > 1 else ''} {', '.join(hints)}: no part of "
+                         f"template {template_name} reads {'them' if len(unknown) > 1 else 'it'}; fix the spelling or "
+                         "remove it")
+
+
+def _number(config: dict[str, Any], key: str, path: Path, low: float, high: float | None = None, *,
+            integer: bool = False) -> None:
+    """InputError unless config[key] (a dotted key reads a nested mapping) is absent or a finite number in range."""
+    value: Any = config
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return
+        value = value[part]
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = is_number and (isinstance(value, int) if integer else math.isfinite(value))
+    ok = ok and value >= low and (high is None or value <= high)
+    if not ok:
+        kind = "an integer" if integer else "a finite number"
+        wanted = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
+        raise InputError(f"{path}: config key '{key}' must be {kind} {wanted}, got {value!r}")
+
+
+def check_config_values(config: dict[str, Any], path: Path) -> None:
+    """InputError for a value the prompt would state as nonsense: "Spawn -1 subagents", "K = 20 of 10", "Cov(c) ≥
+    nan", a band whose low end is above its high end, port 99999, a share outside [0, 1]."""
+    for key in ("labelers", "validation_seeds", "scenarios_per_capability", "rollouts.seeds", "rollouts.samples",
+                "smoke_test.samples", "candidates.min", "candidates.max"):
+        _number(config, key, path, 1, integer=True)
+    _number(config, "k", path, 1, config["labelers"] if isinstance(config.get("labelers"), int) else None, integer=True)
+    _number(config, "max_mutation_rounds", path, 0, integer=True)
+    _number(config, "port", path, 1, 65535, integer=True)
+    _number(config, "rho", path, 0.0, 1.0)
+    _number(config, "delta", path, -1.0, 1.0)
+    for key in ("rollouts.temperature", "smoke_test.temperature"):
+        _number(config, key, path, 0.0)
+    for key in ("calibration_band.low", "calibration_band.high"):
+        _number(config, key, path, 0.0, 1.0)
+    band = config.get("calibration_band")  # its numbers are checked above
+    if isinstance(band, dict) and {"low", "high"} <= set(band) and band["low"] > band["high"]:
+        raise InputError(f"{path}: calibration_band low {band['low']} is above high {band['high']}; give low <= high, "
+                         "e.g. {low: 0.2, high: 0.6}")
+    candidates = config.get("candidates")
+    if isinstance(candidates, dict) and {"min", "max"} <= set(candidates) and candidates["min"] > candidates["max"]:
+        raise InputError(f"{path}: candidates min {candidates['min']} is above max {candidates['max']}")
+    if "hint_ratio" in config:
+        try:
+            shares = [float(part) for part in str(config["hint_ratio"]).split("-")]
+        except ValueError:
+            shares = []
+        if not 1 <= len(shares) <= 2 or not all(math.isfinite(x) and 0.0 <= x < 1.0 for x in shares):
+            raise InputError(f"{path}: config key 'hint_ratio' must be a share in [0, 1) or a range LOW-HIGH of them, "
+                             f"e.g. \"0.25\", got {config['hint_ratio']!r}")
+    for key in ("base_url",):
+        if isinstance(config.get("smoke_test"), dict) and key in config["smoke_test"]:
+            check_url(str(config["smoke_test"][key]), f"{path}: config key 'smoke_test.{key}'")
+
+
 def render_prompt(config_path: str | Path, stage: str) -> RenderedPrompt:
     """Render the template a config names for `stage`; raises InputError on any bad input."""
     if stage not in STAGES:
@@ -255,11 +368,13 @@ def render_prompt(config_path: str | Path, stage: str) -> RenderedPrompt:
     if not isinstance(template_name, str) or not template_name:
         raise InputError(f"{path}: config key 'template' must be a path under prompts/, got {template_name!r}")
 
+    env = _environment()
+    check_config_values(config, path)
+    check_unknown_keys(config, path, env, template_name)
     context = dict(config)
     context["stage"] = stage
     context["config_file"] = _display_path(path)
     context["template"] = template_name
-    env = _environment()
     try:
         text = env.get_template(template_name).render(context)
     except jinja2.UndefinedError as err:
@@ -324,8 +439,8 @@ def _agent_flags_problem(args: argparse.Namespace) -> str | None:
         return "--all loops over PENDING capabilities: it needs --stage environment"
     if args.validate_seeds is not None and args.validate_seeds < 1:
         return f"--validate-seeds must be >= 1 (got {args.validate_seeds})"
-    if args.agent_timeout is not None and args.agent_timeout <= 0:
-        return f"--agent-timeout must be > 0 seconds (got {args.agent_timeout})"
+    if args.agent_timeout is not None and not (math.isfinite(args.agent_timeout) and args.agent_timeout > 0):
+        return f"--agent-timeout must be a finite number of seconds > 0 (got {args.agent_timeout})"
     if args.workdir is not None and not Path(args.workdir).is_dir():
         return f"--workdir {args.workdir}: not a folder"
     return None
@@ -364,6 +479,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
+        if args.run is not None:  # the agent is looked up before the prompt is written, not after
+            from pipeline import agent_runner
+
+            agent_runner.get_agent(args.agents or agent_runner.DEFAULT_AGENTS_FILE, args.run)
         prompt = render_prompt(args.config, args.stage)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)

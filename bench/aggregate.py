@@ -17,7 +17,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 import numpy as np
 
+from common.io import InputError, check_int
 from pipeline.aggregate_capabilities import CATEGORIES, FAILED_KEYS, PASSED_KEYS, aggregate
+
+MAX_CAPABILITIES = 13  # capability 12 is never LACKING on a failure; a 14th would need a negative probability
 
 
 def write_synthetic_runs(folder: Path, n_runs: int, n_trajectories: int, n_capabilities: int,
@@ -57,6 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trajectories", type=int, default=20_000)
     parser.add_argument("--capabilities", type=int, default=10)
     args = parser.parse_args(argv)
+    try:  # the synthetic generator's ranges: capability i is LACKING on failures with probability 0.6 - 0.05 i
+        check_int(args.runs, "--runs", 1)
+        check_int(args.trajectories, "--trajectories", 1)
+        check_int(args.capabilities, "--capabilities", 1, MAX_CAPABILITIES)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
         paths = write_synthetic_runs(Path(tmp), args.runs, args.trajectories, args.capabilities)
         start = time.perf_counter()

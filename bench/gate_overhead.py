@@ -31,6 +31,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: make the repo's packages 
 
 import torch  # noqa: E402
 
+from common.io import InputError, check_int, check_number  # noqa: E402
 from moe_gate import build_capability_model  # noqa: E402
 from moe_gate.smoke_test import make_random_adapter, make_tiny_base, randomise_gate  # noqa: E402
 from train.backends import HFBackend, SamplingParams  # noqa: E402
@@ -45,6 +46,15 @@ def tokens_per_second(model: torch.nn.Module, prompts: list[list[int]], new_toke
     completions = backend.generate(prompts, params)
     seconds = time.perf_counter() - started
     return sum(len(c.token_ids) for c in completions) / seconds
+
+
+def check_device(device: str) -> None:
+    """InputError unless `device` is cpu, or cuda / cuda:N on a machine where that GPU exists."""
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or (index and not (kind == "cuda" and index.isdigit())):
+        raise InputError(f"--device must be cpu, cuda or cuda:N, got {device!r}")
+    if kind == "cuda" and (not torch.cuda.is_available() or int(index or 0) >= torch.cuda.device_count()):
+        raise InputError(f"--device {device}: no such GPU here ({torch.cuda.device_count()} visible); use --device cpu")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,11 +72,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda where there is a GPU")
     args = parser.parse_args(argv)
+    try:  # every flag before any model is built
+        for flag in ("rounds", "batch", "prompt_len", "new_tokens", "adapters", "rank", "layers"):
+            check_int(getattr(args, flag), f"--{flag.replace('_', '-')}", 1)
+        check_int(args.vocab, "--vocab", 3)  # prompts are drawn from ids 2 .. vocab - 1
+        check_int(args.threads, "--threads", 0)
+        check_number(args.target, "--target", 0.0)
+        if args.hidden < 2 or args.hidden % 2:
+            raise InputError(f"--hidden must be an even integer >= 2, got {args.hidden}")
+        check_device(args.device)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    if min(args.rounds, args.batch, args.prompt_len, args.new_tokens, args.adapters, args.rank) < 1 or args.hidden % 2:
-        print("error: counts must be >= 1 and --hidden even", file=sys.stderr)
-        return 2
 
     def base():
         return make_tiny_base(0, hidden=args.hidden, layers=args.layers, vocab=args.vocab)

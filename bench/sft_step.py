@@ -26,7 +26,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: make the repo's packages 
 
 import torch  # noqa: E402
 
-from common.io import InputError  # noqa: E402
+from common.io import InputError, check_int, check_model_folder, check_number  # noqa: E402
 
 DEMO_CONFIG = REPO_ROOT / "configs/demo.yaml"
 
@@ -43,12 +43,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.demos < 2:
         raise InputError(f"--demos must be >= 2, got {args.demos}")
-    if not args.epochs > 0:
-        raise InputError(f"--epochs must be > 0, got {args.epochs}")
-    if args.threads < 0 or args.target < 0:
-        raise InputError(f"--threads and --target must be >= 0, got {args.threads} and {args.target}")
-    if args.model is not None and not (args.model / "config.json").is_file():
-        raise InputError(f"--model {args.model}: not a model folder (no config.json); build one with python -m train.tiny")
+    check_number(args.epochs, "--epochs", 0.0, low_open=True)
+    check_int(args.threads, "--threads", 0)
+    check_number(args.target, "--target", 0.0)
+    from train.sft import SFTConfig
+
+    try:  # the trainer's own checks (batch_tokens >= 64, ...), before the demonstrations are built
+        SFTConfig(epochs=args.epochs, batch_tokens=args.batch_tokens)
+    except ValueError as err:
+        raise InputError(f"--batch-tokens / --epochs: {err}") from None
+    if args.model is not None:
+        check_model_folder(args.model, "--model")
     return args
 
 

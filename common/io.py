@@ -21,6 +21,31 @@ class InputError(Exception):
     """Bad user input (a file, a flag). CLIs print it and exit 2; nothing is written."""
 
 
+def _writable_ancestor(target: Path, text: str, flag: str) -> Path:
+    """The nearest existing ancestor folder of `target`, checked to be a folder where files can be created."""
+    folder = target.parent
+    try:
+        while not folder.exists() and folder != folder.parent:  # walk up to the folder that exists
+            folder = folder.parent
+    except OSError as err:  # e.g. a parent we may not even look into
+        raise InputError(f"{flag} {text}: cannot check its folder ({err.strerror or err}); "
+                         "pick a folder you can write to") from None
+    if not folder.is_dir():
+        raise InputError(f"{flag} {text}: {folder} is a file, not a folder; pick another path for {flag}")
+    _probe_writable(folder, text, flag)
+    return folder
+
+
+def _probe_writable(folder: Path, text: str, flag: str) -> None:
+    """InputError unless a file can be created in `folder` (an anonymous temporary file: nothing is left)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise InputError(f"{flag} {text}: cannot create files in {folder} ({err.strerror or err}); "
+                         f"pick a writable folder for {flag}") from None
+
+
 def check_output_path(path: str | os.PathLike, flag: str) -> None:
     """Raise InputError unless `path` can be written as an output file; call it before any work starts.
 
@@ -36,21 +61,73 @@ def check_output_path(path: str | os.PathLike, flag: str) -> None:
     if text.endswith(("/", os.sep)) or target.is_dir():
         raise InputError(f"{flag} {text}: is a folder, not a file; give a file path inside it, "
                          f"e.g. {flag} {target / 'out.json'}")
-    folder = target.parent
+    _writable_ancestor(target, text, flag)
+
+
+def check_output_folder(path: str | os.PathLike, flag: str) -> None:
+    """Raise InputError unless `path` is a folder files can be created in, or one that can be created
+    (its nearest existing ancestor is a writable folder); call it before any work starts. Creates nothing."""
+    text = os.fspath(path)
+    if not text:
+        raise InputError(f"{flag} is empty; give a folder path, e.g. {flag} runs/out")
+    target = Path(text)
     try:
-        while not folder.exists() and folder != folder.parent:  # walk up to the folder that exists
-            folder = folder.parent
-    except OSError as err:  # e.g. a parent we may not even look into
-        raise InputError(f"{flag} {text}: cannot check its folder ({err.strerror or err}); "
-                         "pick a folder you can write to") from None
-    if not folder.is_dir():
-        raise InputError(f"{flag} {text}: {folder} is a file, not a folder; pick another path for {flag}")
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
+        is_dir, exists = target.is_dir(), target.exists()
     except OSError as err:
-        raise InputError(f"{flag} {text}: cannot create files in {folder} ({err.strerror or err}); "
-                         f"pick a writable folder for {flag}") from None
+        raise InputError(f"{flag} {text}: cannot check it ({err.strerror or err}); pick a folder you can write "
+                         "to") from None
+    if exists and not is_dir:
+        raise InputError(f"{flag} {text}: is a file, not a folder; give a folder path for {flag}")
+    if is_dir:
+        _probe_writable(target, text, flag)
+    else:
+        _writable_ancestor(target, text, flag)
+
+
+def check_distinct_paths(output: str | os.PathLike, flag: str, *inputs: str | os.PathLike | None) -> None:
+    """InputError when the output `output` is one of the `inputs` (the same file by path, links resolved)."""
+    resolved = Path(output).resolve()
+    for source in inputs:
+        if source is not None and Path(source).resolve() == resolved:
+            raise InputError(f"{flag} {output}: is also an input ({source}); write the output elsewhere, "
+                             "the input would be overwritten")
+
+
+def check_url(url: str | None, flag: str) -> str:
+    """`url` if it is an http(s) URL with a host, else InputError showing the fix (a missing scheme is the
+    usual slip: `localhost:8000` would otherwise be retried for half a minute before anything says why)."""
+    from urllib.parse import urlsplit
+
+    text = (url or "").strip()
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0-65535
+    except ValueError as err:
+        raise InputError(f"{flag} {url}: not a valid URL ({err}); e.g. {flag} http://127.0.0.1:8000/v1") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        fixed = f"http://{text}" if text and "://" not in text else "http://127.0.0.1:8000/v1"
+        raise InputError(f"{flag} {url}: needs a scheme and host; add http:// (or https://), e.g. {flag} {fixed}")
+    return text
+
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+def check_model_folder(path: str | os.PathLike, flag: str) -> Path:
+    """`path` as a Path if it is a local Hugging Face model folder (config.json and weights), else InputError
+    naming what is missing; call it before loading (a missing file otherwise surfaces deep in transformers)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        what = "is a file, not a model folder" if folder.exists() else "model folder not found"
+        raise InputError(f"{flag} {path}: {what}; give a local model folder (build one with "
+                         "python -m train.tiny, or python -m train.models fetch)")
+    if not (folder / "config.json").is_file():
+        raise InputError(f"{flag} {path}: not a model folder (no config.json); give the folder a model was saved to")
+    if not any((folder / name).is_file() for name in WEIGHT_FILES) and not any(folder.glob("model-*.safetensors")):
+        raise InputError(f"{flag} {path}: no weights (none of {', '.join(WEIGHT_FILES)}); the model was not saved "
+                         "completely, save or fetch it again")
+    return folder
 
 
 def check_number(value: float, flag: str, low: float | None = None, high: float | None = None, *,
@@ -76,6 +153,17 @@ def check_number(value: float, flag: str, low: float | None = None, high: float 
         ok = value < high if high_open else value <= high
     if not ok:
         raise InputError(f"{flag} must be a finite number {wanted}".rstrip() + f", got {value!r}")
+    return value
+
+
+def check_int(value: int, flag: str, low: int | None = None, high: int | None = None) -> int:
+    """`value` if it is an integer within [low, high] (either bound optional), else InputError naming `flag`."""
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    ok = ok and (low is None or value >= low) and (high is None or value <= high)
+    if not ok:
+        wanted = (f"in [{low}, {high}]" if low is not None and high is not None
+                  else f">= {low}" if low is not None else f"<= {high}" if high is not None else "")
+        raise InputError(f"{flag} must be an integer {wanted}".rstrip() + f", got {value!r}")
     return value
 
 

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Mapping
 import torch
 from torch import nn
 
+from common.run_folder import follow_umask
 from moe_gate.gater import LayerCapabilityGater, Selection, TrajectoryGlobalRouter
 from moe_gate.multi_lora import AdapterFile, GateError, LayerRoute, MultiLoRAGatedLinear, Route, read_peft_adapter
 
@@ -389,6 +390,7 @@ def save_gate(model: CapabilityModel, directory: str | os.PathLike, state: dict[
         save_file(state if state is not None else gate_state(model), str(staging / GATE_WEIGHTS),
                   metadata={"format": GATE_FORMAT})
         (staging / GATE_CONFIG).write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+        follow_umask(staging)  # safetensors writes 0600 files: give the gate the user's usual modes
         for name in (GATE_WEIGHTS, GATE_CONFIG):  # config last: a folder with a config has its weights
             os.replace(staging / name, directory / name)
     finally:
@@ -410,10 +412,21 @@ def read_gate_config(directory: str | os.PathLike) -> dict[str, Any]:
     return config
 
 
-def load_gate(model: CapabilityModel, directory: str | os.PathLike) -> None:
-    """Load a saved gate into `model`, refusing one trained for other adapters, slots or another base model."""
+def read_gate_weights(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The tensors of a gate folder's gate.safetensors; a file that is not safetensors raises GateError."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    path = Path(directory) / GATE_WEIGHTS
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as err:
+        raise GateError(f"{path}: not a readable safetensors file ({err}); write the gate again with save_gate or "
+                        "`python -m train.train_router_sft`") from None
+
+
+def load_gate(model: CapabilityModel, directory: str | os.PathLike) -> None:
+    """Load a saved gate into `model`, refusing one trained for other adapters, slots or another base model."""
     saved = read_gate_config(directory)
     mine = gate_config(model)
     if saved["slots"] != mine["slots"]:
@@ -434,7 +447,7 @@ def load_gate(model: CapabilityModel, directory: str | os.PathLike) -> None:
     for key in ("mode", "include_base_slot", "soft"):
         if saved.get(key) != mine[key]:
             raise GateError(f"{directory}: the gate has {key}={saved.get(key)!r}, this model {mine[key]!r}")
-    state = load_file(str(Path(directory) / GATE_WEIGHTS))
+    state = read_gate_weights(directory)
     device = next(model.gate.parameters()).device
     try:
         model.gate.load_state_dict({k: v.to(device) for k, v in state.items()})

@@ -33,7 +33,7 @@ import torch
 
 from common.chat_render import render_messages
 from moe_gate.gater import TrajectoryGlobalRouter
-from moe_gate.model_builder import GATE_WEIGHTS, read_gate_config
+from moe_gate.model_builder import GATE_WEIGHTS, read_gate_config, read_gate_weights
 from moe_gate.multi_lora import GateError
 
 _SKIPPED_MODEL_TYPES = ("gemma", "gemma2", "gemma3")  # embeddings scaled by sqrt(hidden) inside the model
@@ -64,10 +64,10 @@ class GlobalRouterFront:
     """Chooses the slot of a prompt with a saved global gate; knows each slot's upstream model name."""
 
     def __init__(self, gate_dir: str | Path, *, base_model: str | None = None, base_served_name: str | None = None):
-        from safetensors.torch import load_file
         from transformers import AutoTokenizer
 
         config = read_gate_config(gate_dir)
+        state = read_gate_weights(gate_dir)  # a broken file fails here, before the tokenizer and embeddings load
         if config["mode"] != "global" or config.get("soft"):
             raise GateError(f"{gate_dir}: mode {config['mode']!r}{' (soft)' if config.get('soft') else ''} cannot be "
                             "served by one vLLM adapter per request; serve a hard global gate here, or this gate in "
@@ -84,7 +84,10 @@ class GlobalRouterFront:
             raise GateError(f"{model_dir}: not the base model the gate was trained on ({base['name_or_path']})")
         self.slots: list[str] = list(config["slots"])
         self.router = TrajectoryGlobalRouter(base["hidden_size"], len(self.slots))
-        self.router.load_state_dict(load_file(str(Path(gate_dir) / GATE_WEIGHTS)))
+        try:
+            self.router.load_state_dict(state)
+        except RuntimeError as err:
+            raise GateError(f"{gate_dir}: {GATE_WEIGHTS} does not fit its gate_config.json: {err}") from None
         self.router.eval()
         self.base_served_name = base_served_name or base["name_or_path"]
         self.name = f"routed:{Path(gate_dir).resolve().name}"
@@ -182,6 +185,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="the upstream's name for the base model (default: the gate's base model path)")
     args = parser.parse_args(argv)
     try:
+        if not 0 <= args.port <= 65535:
+            raise GateError(f"--port must be in [0, 65535] (0: any free port), got {args.port}")
+        if not args.upstream.startswith(("http://", "https://")):
+            raise GateError(f"--upstream {args.upstream}: give the vLLM server's URL with its scheme, e.g. "
+                            f"http://{args.upstream.split('://')[-1]}")
         front = GlobalRouterFront(args.gate, base_model=args.base_model, base_served_name=args.base_served_name)
         server = make_server(front, args.upstream, args.host, args.port)
     except (GateError, OSError) as err:

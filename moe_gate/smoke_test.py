@@ -21,6 +21,9 @@ from typing import Callable
 
 import torch
 
+from common.io import InputError
+from common.run_folder import check_output_dir, follow_umask
+
 TOLERANCE = 1e-5
 
 
@@ -49,6 +52,7 @@ def make_random_adapter(base_factory: Callable[[], torch.nn.Module], directory: 
             if "lora_" in name:
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * std)
     peft_model.save_pretrained(str(directory), save_embedding_layers=False)
+    follow_umask(directory)  # safetensors writes 0600 files
     return directory
 
 
@@ -160,6 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m moe_gate.smoke_test", description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", type=Path, default=None, help="write the adapters and gate here and keep them")
     args = parser.parse_args(argv)
+    if args.keep is not None:
+        try:
+            check_output_dir(args.keep, "--keep")
+        except InputError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     with tempfile.TemporaryDirectory(prefix="moe-gate-smoke-") as scratch:
         workdir = args.keep or Path(scratch)
         workdir.mkdir(parents=True, exist_ok=True)

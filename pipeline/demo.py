@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from common.io import InputError, atomic_write_json, atomic_write_jsonl, load_json
+from common.run_folder import Interrupted, check_output_dir, exit_code, follow_umask
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROFILES = {"default": "configs/demo.yaml", "fast": "configs/demo_fast.yaml"}
@@ -157,6 +158,7 @@ class Demo:
         figures = sft_run(chats, sft, log, "sft")
         model.save_pretrained(folder / "model")
         tokenizer.save_pretrained(folder / "model")
+        follow_umask(folder / "model")  # safetensors writes 0600 files
         atomic_write_json(folder / "model" / "sft_info.json", {"config": dataclasses.asdict(sft), **figures,
                                                                "log": log, "openings": openings_figures})
         shown = sum(r["reward"] < 1 for r in demos)
@@ -391,7 +393,7 @@ def write_report(demo: Demo) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.demo_config import SECTIONS, load_demo_config
+    from pipeline.demo_config import load_demo_config
     from train.tracking import check_report_to, require_trackers
 
     parser = argparse.ArgumentParser(prog="python -m pipeline.demo", description=__doc__.split("\n\n")[0])
@@ -423,12 +425,23 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as err:
                 raise InputError(str(err)) from None
         require_trackers(config.report_to)  # a missing package stops the demo before any step runs
+        check_output_dir(run_dir, "--run-dir")
         demo = Demo(config, run_dir, args.fresh, args.profile)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    try:
+        return _run_steps(demo, config, config_path, run_dir, args.profile)
+    except KeyboardInterrupt:
+        raise Interrupted(f"the steps that completed are kept in {run_dir}: run the same command again to resume "
+                          "from the interrupted step") from None
+
+
+def _run_steps(demo: Demo, config: Any, config_path: Path, run_dir: Path, profile: str) -> int:
+    from pipeline.demo_config import SECTIONS
+
     run_dir.mkdir(parents=True, exist_ok=True)
-    print(f"TRACE CPU demo ({args.profile} profile, {config_path.relative_to(REPO_ROOT) if config_path.is_relative_to(REPO_ROOT) else config_path}) "
+    print(f"TRACE CPU demo ({profile} profile, {config_path.relative_to(REPO_ROOT) if config_path.is_relative_to(REPO_ROOT) else config_path}) "
           f"on {_device()} -> {run_dir}", flush=True)
     sections = {name: dataclasses.asdict(getattr(config, name)) for name in SECTIONS}
     storefront = {"storefront": demo.storefront_fields()}
@@ -457,4 +470,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

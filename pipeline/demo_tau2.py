@@ -28,9 +28,9 @@ import sys
 from pathlib import Path
 
 from pipeline import rule_labeler
-from common.io import InputError, atomic_write_json, atomic_write_jsonl, load_json
+from common.io import InputError, atomic_write_json, atomic_write_jsonl, check_output_folder, load_json
 from pipeline._summarize import summarize_paths
-from pipeline.aggregate_capabilities import aggregate, format_table, write_outputs
+from pipeline.aggregate_capabilities import AggregationConfig, aggregate, format_table, write_outputs
 from pipeline.labels_to_run import labels_to_run
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -125,6 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--runs must be at least 1")
     if not TAU2_RESULTS:
         print(f"error: no τ²-bench results found under {REPO_ROOT / 'tests/fixtures/real/tau2-bench'}", file=sys.stderr)
+        return 2
+    try:  # the aggregation's thresholds and the run folder, before any of the 22 files is written
+        AggregationConfig(rho=args.rho, delta=args.delta, k=args.k)
+        if args.k > args.runs:
+            raise ValueError(f"--k {args.k} must be <= --runs {args.runs}")
+        check_output_folder(args.run_dir / "select" / "labels", "--run-dir")
+    except (InputError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
 
     print(BANNER)

@@ -25,8 +25,10 @@ checked by `aggregate_capabilities.validate_run`), `DIR/labeling_report.json`, t
 
 Resuming: every finished call is appended to `DIR/label_cache.jsonl`, keyed by sha256 of (model, hash
 of the prompt and sampling parameters, trajectory id, capability set, run); an interrupted or repeated
-invocation pays only for what is missing. `--dry-run` prints the calls it would make and an estimate of
-their prompt tokens, and makes none. HTTP retries, Retry-After, --requests-per-minute: see
+invocation pays only for what is missing. Ctrl-C stops at once (exit 130): the calls in flight are dropped, the
+finished ones stay in the cache, no run file is written. Every flag, path and the --base-url (http:// or https://)
+are checked before the summary is read, `--dry-run` included. `--dry-run` prints the calls it would make and an
+estimate of their prompt tokens, and makes none. HTTP retries, Retry-After, --requests-per-minute: see
 `pipeline/llm_client.py`. The API key is read from the variable named by --api-key-env and is never
 printed, logged, cached or written.
 """
@@ -37,12 +39,12 @@ import hashlib
 import json
 import math
 import os
+import queue
 import random
 import re
 import sys
 import threading
 import warnings
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -52,10 +54,11 @@ if __package__ in (None, ""):  # run as `python pipeline/label_trajectories.py`:
 
 from tqdm import tqdm
 
-from common.io import InputError, atomic_write_json, load_jsonl
+from common.io import (InputError, atomic_write_json, check_distinct_paths, check_number, check_output_folder,
+                       check_url, load_jsonl)
 from pipeline._summarize import truncate_middle
-from pipeline.aggregate_capabilities import (CATEGORIES, aggregate, check_outputs, format_table, load_candidates,
-                                             validate_run, write_outputs)
+from pipeline.aggregate_capabilities import (CATEGORIES, AggregationConfig, aggregate, check_outputs, format_table,
+                                             load_candidates, validate_run, write_outputs)
 from pipeline.labels_to_run import SkippedTrajectoryWarning, labels_to_run
 from pipeline.llm_client import ChatClient, FatalAPIError, RateLimiter, RetryPolicy
 
@@ -391,6 +394,7 @@ class LabelCache:
         # A kill mid-write can leave the last line without its newline; the next append must start a
         # new line, or it would be glued to the cut one and lost with it on the next load.
         self._starts_mid_line = False
+        self._closed = False
         if path.exists():
             text = path.read_text(encoding="utf-8")
             self._starts_mid_line = bool(text) and not text.endswith("\n")
@@ -408,9 +412,16 @@ class LabelCache:
     def get(self, key: str) -> dict | None:
         return self.entries.get(key)
 
+    def close(self) -> None:
+        """Take no more entries (after Ctrl-C); waits for an append in progress, so the file ends on a whole line."""
+        with self._lock:
+            self._closed = True
+
     def put(self, entry: dict) -> None:
         line = json.dumps(entry, ensure_ascii=False) + "\n"
         with self._lock:
+            if self._closed:
+                return
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a", encoding="utf-8") as handle:
                 handle.write("\n" + line if self._starts_mid_line else line)
@@ -520,61 +531,76 @@ def run_jobs(client: ChatClient, jobs: Sequence[LabelJob], descriptions: dict[st
     """Label every job (cached ones without a call), `config.concurrency` at a time; key -> cache entry.
 
     The first FatalAPIError stops new calls, lets the running ones finish (their results are cached) and is
-    re-raised; a rerun resumes from the cache.
+    re-raised; a rerun resumes from the cache. Ctrl-C (KeyboardInterrupt in this, the main thread) closes the
+    cache and returns at once: the workers are daemon threads, so the calls still in flight (and their
+    retries) are dropped with the process instead of holding its exit for minutes.
     """
     n_caps = len(descriptions)
     results: dict[str, dict] = {}
     lock = threading.Lock()
-    todo = []
+    todo: queue.SimpleQueue[LabelJob] = queue.SimpleQueue()
+    n_todo = 0
     for job in jobs:
         entry = cache.get(job.key)
         if entry is not None:
             results[job.key] = entry
             stats[job.run].trajectories_from_cache += 1
         else:
-            todo.append(job)
+            todo.put(job)
+            n_todo += 1
     stop = threading.Event()
-    bar = tqdm(total=len(jobs) * n_caps, initial=(len(jobs) - len(todo)) * n_caps, desc="label", unit="pair",
+    finished: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()  # ("entry" | "error", value), one per job
+    bar = tqdm(total=len(jobs) * n_caps, initial=(len(jobs) - n_todo) * n_caps, desc="label", unit="pair",
                file=sys.stderr, disable=None)
 
-    def work(job: LabelJob) -> dict | None:
-        if stop.is_set():
-            return None
-        try:
-            entry = label_one(client, job, descriptions, config, stats[job.run], lock)
-        except FatalAPIError:
-            stop.set()  # here, not in the main thread, so this worker's next job already sees it
-            raise
-        cache.put(entry)  # written here, in the worker, so a kill loses at most the calls in flight
-        return entry
+    def work() -> None:
+        while not stop.is_set():
+            try:
+                job = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                entry = label_one(client, job, descriptions, config, stats[job.run], lock)
+                cache.put(entry)  # written here, in the worker, so a kill loses at most the calls in flight
+            except FatalAPIError as err:
+                stop.set()  # here, not in the main thread, so this worker's next job already sees it
+                finished.put(("error", err))
+                return
+            except BaseException as err:  # a bug: handed to the main thread, which re-raises it
+                stop.set()
+                finished.put(("error", err))
+                return
+            finished.put(("entry", entry))
 
-    fatal: FatalAPIError | None = None
-    pool = ThreadPoolExecutor(max_workers=config.concurrency)
+    workers = [threading.Thread(target=work, name=f"label-{i}", daemon=True)
+               for i in range(min(config.concurrency, n_todo))]
+    error: BaseException | None = None
     try:
-        pending: set[Future] = {pool.submit(work, job) for job in todo}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                try:
-                    entry = future.result()
-                except FatalAPIError as err:
-                    if fatal is None:
-                        fatal = err
-                    continue
-                if entry is not None:
-                    results[entry["key"]] = entry
-                    bar.update(n_caps)
-                    bar.set_postfix(tokens=sum(s.now["prompt_tokens"] + s.now["completion_tokens"]
-                                               for s in stats.values()))
-    except BaseException:  # Ctrl-C included: queued calls are dropped, calls in flight still get cached
+        for worker in workers:
+            worker.start()
+        done = 0
+        while done < n_todo and any(worker.is_alive() for worker in workers) or not finished.empty():
+            try:
+                kind, value = finished.get(timeout=0.2)  # a timeout, so Ctrl-C is seen at once
+            except queue.Empty:
+                continue
+            done += 1
+            if kind == "error":
+                error = error or value
+                continue
+            results[value["key"]] = value
+            bar.update(n_caps)
+            bar.set_postfix(tokens=sum(s.now["prompt_tokens"] + s.now["completion_tokens"] for s in stats.values()))
+    except KeyboardInterrupt:
         stop.set()
-        pool.shutdown(wait=False, cancel_futures=True)
+        cache.close()  # no worker appends after this: the cache ends on a complete line
         raise
     finally:
         bar.close()
-    pool.shutdown()
-    if fatal is not None:
-        raise fatal
+    if error is not None:
+        for worker in workers:  # the running calls finish and are cached, as documented
+            worker.join()
+        raise error
     return results
 
 
@@ -734,9 +760,22 @@ def _write_report(out: Path, report: dict) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; see the module docstring. Exit 0 done, 1 API failure (cache kept), 2 bad input."""
+    """CLI entry point; see the module docstring. Exit 0 done, 1 API failure (cache kept), 2 bad input, 130
+    Ctrl-C (finished calls kept in the cache, nothing else written)."""
     args = build_parser().parse_args(argv)
     out = Path(args.out)
+    try:
+        return _label(args, out)
+    except KeyboardInterrupt:
+        cache = out / CACHE_NAME
+        print(f"interrupted; finished calls are kept in {cache}" if cache.is_file() else "interrupted; nothing written",
+              file=sys.stderr)
+        return 130
+
+
+def _label(args: argparse.Namespace, out: Path) -> int:
+    # Every flag, path and URL is checked here, before the summary is read or any call is paid for; --dry-run
+    # passes the same checks.
     try:
         config = LabelingConfig(
             model=args.model, runs=args.runs, temperatures=args.temperature, seed=args.seed, max_tokens=args.max_tokens,
@@ -750,16 +789,18 @@ def main(argv: list[str] | None = None) -> int:
         k = args.k if args.k is not None else max(1, math.ceil(0.8 * args.runs))
         if not 1 <= k <= args.runs:
             raise ValueError(f"--k {k} must be between 1 and --runs {args.runs}")
-        if args.timeout <= 0:
-            raise ValueError(f"--timeout must be > 0 seconds (got {args.timeout})")
-    except ValueError as err:
+        AggregationConfig(rho=args.rho, delta=args.delta, k=k)  # the aggregation's own checks, NaN included
+        check_number(args.timeout, "--timeout", 0.0, low_open=True)
+    except (ValueError, InputError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     export = Path(args.export) if args.export else out / "selected_capabilities.json"
     try:
-        if out.exists() and not out.is_dir():
-            raise InputError(f"{out}: --out must be a folder")
+        if args.base_url is not None:
+            check_url(args.base_url, "--base-url")
+        check_output_folder(out, "--out")
         check_outputs(export)  # before any call is paid for
+        check_distinct_paths(export, "--export", args.summary, args.candidates)
         trajectories, skipped = load_summary(args.summary)
         descriptions = load_candidates(args.candidates) if args.candidates else None
         if descriptions is not None and not descriptions:
@@ -804,8 +845,9 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"interrupted; {len(cache.entries)} finished calls are cached in {cache.path} (calls still in flight "
-              "are added as they finish); rerun the same command to resume", file=sys.stderr)
+        cache.close()
+        print(f"interrupted; {len(cache.entries)} finished calls are cached in {cache.path} (calls in flight were "
+              "dropped); rerun the same command to resume", file=sys.stderr)
         return 130
     names = list(descriptions)
     run_paths = []

@@ -450,6 +450,10 @@ def main(argv: list[str] | None = None) -> int:
             data = load_json(path)
             if not isinstance(data, dict) or "simulations" not in data:
                 raise InputError(f"{path}: not τ²-bench results JSON (no `simulations` key)")
+            played = (data.get("info") or {}).get("game") if isinstance(data.get("info"), dict) else None
+            if played is not None and played != spec.name:  # collect_rollouts and train.evaluate record the game
+                raise InputError(f"{path}: rollouts of game {played!r}, not of --game {spec.name}; give the rollouts "
+                                 f"collected on {spec.name} (python -m train.collect_rollouts --game {spec.name} ...)")
             measurement = _measurement(value, data["simulations"], args.success_threshold, path, args.group_size)
             measurement["file"] = path
             measurements.append(measurement)

@@ -503,3 +503,400 @@ def test_env_step_subprocess_refuses_nan_seconds():
     assert result.returncode == 2
     assert result.stderr.strip() == "error: --seconds must be a finite number > 0, got nan"
     assert result.stdout == ""
+
+
+# --------------------------------------------------------------------------------------------------
+# python -m train.evaluate, python -m train.collect_rollouts (issue 28): checked before any model load
+# --------------------------------------------------------------------------------------------------
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Model loads in train.evaluate and train.collect_rollouts replaced by recorders (tokenizers still load)."""
+    from train import collect_rollouts, evaluate
+
+    loads = Recorder()
+    monkeypatch.setattr(evaluate, "load_policy_model", loads)
+    monkeypatch.setattr(collect_rollouts, "load_base_model", loads)
+    return loads
+
+
+def _evaluate(model_dir, out, *flags):
+    from train import evaluate
+
+    return evaluate.main(["--model", str(model_dir), "--tasks", "2", "--out", str(out), *flags])
+
+
+def _collect(model_dir, out, *flags):
+    from train import collect_rollouts
+
+    return collect_rollouts.main(["--game", "storefront", "--model", str(model_dir), "--seeds", "2", "--samples", "2",
+                                  "--out", str(out), *flags])
+
+
+def test_evaluate_unknown_game_exits_2_before_loading(tiny_model_dir, no_model_load, tmp_path, capsys):
+    # Before: KeyError traceback after the model had loaded.
+    out = tmp_path / "results.json"
+    code = _evaluate(tiny_model_dir, out, "--game", "nope")
+    expect_refused(code, capsys, "unknown game 'nope'", "registered games: ")
+    assert no_model_load.calls == [] and not out.exists()
+
+
+@pytest.mark.parametrize("run", [_evaluate, _collect])
+@pytest.mark.parametrize("tokens, message", [
+    ("-1", "--max-episode-tokens must be an integer >= 16, got -1"),
+    ("0", "--max-episode-tokens must be an integer >= 16, got 0"),
+    ("40", "no episode could generate a token and every one would score 0"),
+])
+def test_max_episode_tokens_below_the_prompt_exits_2(run, tokens, message, tiny_model_dir, no_model_load, tmp_path,
+                                                     capsys):
+    # Before: every episode scored 0 without a word (train exits 2 on the same: the same rule now).
+    out = tmp_path / "results.json"
+    code = run(tiny_model_dir, out, "--max-episode-tokens", tokens)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+    assert no_model_load.calls == [] and not out.exists()
+
+
+def test_collect_rollouts_refuses_bad_out_before_loading(tiny_model_dir, no_model_load, bad_outputs, tmp_path,
+                                                         capsys):
+    # Before: every rollout was collected, then IsADirectoryError (or a write error) on the output.
+    before = _files(tmp_path)
+    for path, message in bad_outputs:
+        expect_refused(_collect(tiny_model_dir, path), capsys, "--out", message)
+    assert no_model_load.calls == [] and _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_collect_rollouts_refuses_bad_temperature(value, tiny_model_dir, no_model_load, tmp_path, capsys):
+    # Before: --temperature nan crashed in the sampler after the model had loaded.
+    out = tmp_path / "rollouts.json"
+    code = _collect(tiny_model_dir, out, f"--temperature={value}")
+    expect_refused(code, capsys, "--temperature", "must be a finite number >= 0")
+    assert no_model_load.calls == [] and not out.exists()
+
+
+def test_model_folder_without_weights_exits_2(tiny_model_dir, no_model_load, tmp_path, capsys):
+    broken = tmp_path / "model"
+    broken.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (broken / name).write_bytes((tiny_model_dir / name).read_bytes())
+    for run in (_evaluate, _collect):
+        code = run(broken, tmp_path / "results.json")
+        expect_refused(code, capsys, "--model", "no weights")
+    assert no_model_load.calls == [] and not (tmp_path / "results.json").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# The SWE-bench path: pipeline.swebench.calibrate, phase3_synthesize.py, phase4_validate.py (issue 28)
+# --------------------------------------------------------------------------------------------------
+def _script(path: str, name: str):
+    """A script of the repository as a module (its folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--temperature", "nan"], "--temperature must be a finite number >= 0, got nan"),
+    (["--temperature=-1"], "--temperature must be a finite number >= 0, got -1.0"),
+    (["--max-episode-tokens", "10"], "--max-episode-tokens must be an integer >= 256, got 10"),
+])
+def test_swebench_calibrate_checks_numbers_before_any_rollout(flags, message, monkeypatch, tmp_path, capsys):
+    # Before: --temperature nan wrote state.json, then crashed in the sampler.
+    from pipeline.swebench import calibrate
+
+    rollouts = Recorder()
+    monkeypatch.setattr(calibrate, "trainer_rollouts", rollouts)
+    code = calibrate.main(["--capability", "semantic_logic_precision", "--model", "some/model", *flags,
+                           "--work-dir", str(tmp_path / "work"), "--out", str(tmp_path / "out.json")])
+    expect_refused(code, capsys, message.split()[0], message)
+    assert rollouts.calls == [] and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--threshold", "nan"], "--threshold must be a finite number in [0, 1], got nan"),
+    (["--threshold", "nan", "--model", "some/model"], "--threshold must be a finite number in [0, 1], got nan"),
+    (["--samples", "0"], "--samples must be an integer >= 1, got 0"),
+    (["--rounds", "9"], "--rounds must be an integer in [0, 5], got 9"),
+    (["--workers", "0"], "--workers must be an integer >= 1, got 0"),
+])
+def test_phase3_checks_flags_before_generating(flags, message, monkeypatch, tmp_path, capsys):
+    # Before: --threshold nan generated and self-tested 20 scenarios, then exited 2.
+    from pipeline.swebench import generate
+
+    phase3 = _script("swebench/qwen3.6_self_trace/phase3_synthesize.py", "phase3_under_test")
+    generated = Recorder(result=0)
+    monkeypatch.setattr(generate, "main", generated)
+    code = phase3.main(["--run-dir", str(tmp_path / "run"), "--capability", "semantic_logic_precision", *flags])
+    expect_refused(code, capsys, message.split()[0], message)
+    assert generated.calls == [] and list(tmp_path.iterdir()) == []
+
+
+def test_phase3_refuses_a_run_dir_under_a_file(monkeypatch, tmp_path, capsys):
+    from pipeline.swebench import generate
+
+    phase3 = _script("swebench/qwen3.6_self_trace/phase3_synthesize.py", "phase3_under_test")
+    generated = Recorder(result=0)
+    monkeypatch.setattr(generate, "main", generated)
+    (tmp_path / "a_file").write_text("x")
+    code = phase3.main(["--run-dir", str(tmp_path / "a_file" / "run")])
+    expect_refused(code, capsys, "--run-dir", "a_file is a file, not a folder")
+    assert generated.calls == []
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--fuzz-actions", "-1"], "--fuzz-actions must be an integer >= 0, got -1"),
+    (["--workers", "0"], "--workers must be an integer >= 1, got 0"),
+])
+def test_phase4_checks_flags_before_self_testing(flags, message, monkeypatch, tmp_path, capsys):
+    # Before: --fuzz-actions -1 self-tested every scenario, then a traceback in validate_game.
+    from pipeline.swebench import selftest
+
+    phase4 = _script("swebench/qwen3.6_self_trace/phase4_validate.py", "phase4_under_test")
+    tested = Recorder(result=[])
+    monkeypatch.setattr(selftest, "self_test_many", tested)
+    scenarios = tmp_path / "scenarios.json"
+    scenarios.write_text("[]")
+    code = phase4.main([str(scenarios), "--run-dir", str(tmp_path / "run"), *flags])
+    expect_refused(code, capsys, message.split()[0], message)
+    assert tested.calls == [] and not (tmp_path / "run").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# python -m pipeline.demo_tau2 (issue 28)
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("flags, message", [
+    (["--rho", "nan"], "rho must be in [0, 1] (got nan)"),
+    (["--delta=-inf"], "delta must be in [-1, 1] (got -inf)"),
+    (["--k", "0"], "k must be an integer >= 1 (got 0)"),
+    (["--runs", "3", "--k", "5"], "--k 5 must be <= --runs 3"),
+])
+def test_demo_tau2_checks_thresholds_before_writing(flags, message, monkeypatch, tmp_path, capsys):
+    # Before: --rho nan wrote 22 files (summary, candidates, labels, run files), then exited 2.
+    from pipeline import demo_tau2
+
+    selection = Recorder()
+    monkeypatch.setattr(demo_tau2, "run_selection", selection)
+    code = demo_tau2.main(["--run-dir", str(tmp_path / "run"), *flags])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+    assert selection.calls == [] and list(tmp_path.iterdir()) == []
+
+
+def test_demo_tau2_refuses_a_run_dir_that_cannot_be_created(monkeypatch, tmp_path, unwritable_folder, capsys):
+    # Before: a traceback (NotADirectoryError / PermissionError) from the first write.
+    from pipeline import demo_tau2
+
+    selection = Recorder()
+    monkeypatch.setattr(demo_tau2, "run_selection", selection)
+    (tmp_path / "a_file").write_text("x")
+    for run_dir, message in ((tmp_path / "a_file" / "run", "a_file is a file, not a folder"),
+                             (unwritable_folder / "run", "cannot create files in")):
+        expect_refused(demo_tau2.main(["--run-dir", str(run_dir)]), capsys, "--run-dir", message)
+    assert selection.calls == []
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("agent, flag, message", [
+    ("hf:{weightless}", "--agent hf:", "no weights"),
+    ("hf:{missing}", "--agent hf:", "folder not found"),
+    ("vllm:localhost:8000", "--agent vllm:", "add http://"),
+    ("vllm:http://127.0.0.1:{port}", "--agent vllm:", "no server listens at http://127.0.0.1:"),
+])
+def test_storefront_refuses_a_bad_agent_before_building_it(agent, flag, message, no_benchmark, tiny_model_dir,
+                                                           tmp_path, capsys):
+    # Before: hf:<folder without weights> gave a transformers traceback; a dead vllm: server one after ~34 s.
+    weightless = tmp_path / "weightless"
+    weightless.mkdir()
+    (weightless / "config.json").write_bytes((tiny_model_dir / "config.json").read_bytes())
+    agent = agent.format(weightless=weightless, missing=tmp_path / "missing", port=_free_port())
+    out = tmp_path / "results.json"
+    started = time.monotonic()
+    code = storefront_run.main(["--agent", agent, "--tokenizer", str(tiny_model_dir), "--tasks", "2", "--out",
+                                str(out), "--no-progress"])
+    expect_refused(code, capsys, flag, message)
+    assert time.monotonic() - started < 5
+    assert no_benchmark.calls == [] and not out.exists()
+
+
+def test_storefront_refuses_empty_kinds(no_benchmark, tmp_path, capsys):
+    # Before: --kinds '' meant every kind.
+    out = tmp_path / "results.json"
+    code = storefront_run.main(["--agent", "expert", "--tasks", "2", "--kinds", "", "--out", str(out), "--no-progress"])
+    expect_refused(code, capsys, "--kinds", "(none given)")
+    assert no_benchmark.calls == [] and not out.exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# bench/aggregate.py, bench/gate_overhead.py, bench/sft_step.py (issue 28): one line, no traceback
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("script, work, flags, message", [
+    ("aggregate", "write_synthetic_runs", ["--runs", "0"], "--runs must be an integer >= 1, got 0"),
+    ("aggregate", "write_synthetic_runs", ["--capabilities", "14"], "--capabilities must be an integer in [1, 13]"),
+    ("gate_overhead", "make_random_adapter", ["--device", "tpu"], "--device must be cpu, cuda or cuda:N, got 'tpu'"),
+    ("gate_overhead", "make_random_adapter", ["--target", "nan"], "--target must be a finite number >= 0, got nan"),
+    ("sft_step", "run", ["--batch-tokens", "1"],
+     "--batch-tokens / --epochs: SFTConfig.batch_tokens must be an int >= 64"),
+    ("sft_step", "run", ["--epochs", "inf"], "--epochs must be a finite number > 0, got inf"),
+])
+def test_bench_scripts_refuse_bad_flags(script, work, flags, message, monkeypatch, capsys):
+    # Before: ValueError (aggregate --runs 0, sft_step --batch-tokens 1 after building the demonstrations) and
+    # RuntimeError (gate_overhead --device tpu) tracebacks.
+    module = _script(f"bench/{script}.py", f"bench_{script}_under_test")
+    started = Recorder()
+    monkeypatch.setattr(module, work, started)
+    code = module.main(flags)
+    expect_refused(code, capsys, message.split()[0], message)
+    assert started.calls == []
+
+
+def test_recalibrate_refuses_another_games_rollouts(recal_game, rollouts_file, tmp_path, capsys):
+    # Before: rollouts recorded for another game were accepted (exit 0 or 1, a decision about the wrong game).
+    name, _ = recal_game
+    data = json.loads(rollouts_file.read_text())
+    data["info"] = {"game": "storefront"}
+    rollouts_file.write_text(json.dumps(data))
+    out = tmp_path / "decision.json"
+    code = recalibrate.main(["--game", name, "--knob", "n_keys", "--rollouts", f"2={rollouts_file}",
+                             "--json-output", str(out)])
+    expect_refused(code, capsys, str(rollouts_file), f"rollouts of game 'storefront', not of --game {name}")
+    assert not out.exists()
+    data["info"] = {"game": name}  # its own rollouts still pass
+    rollouts_file.write_text(json.dumps(data))
+    assert recalibrate.main(["--game", name, "--knob", "n_keys", "--rollouts", f"2={rollouts_file}"]) in (0, 1)
+
+
+def test_a_missing_trace_games_dirs_entry_is_an_error(monkeypatch, tmp_path, capsys):
+    # Before: the entry was skipped without a word, and its games were "unknown".
+    missing = tmp_path / "no_such_games"
+    monkeypatch.setenv("TRACE_GAMES_DIRS", os.pathsep.join([str(tmp_path), str(missing)]))
+    monkeypatch.setattr(game_registry, "_DISCOVERED", False)
+    monkeypatch.setattr(game_registry, "_REGISTRY", {})
+    assert game_registry.main(["--list"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: TRACE_GAMES_DIRS names {missing}") and "not a folder" in err
+    from train.evaluate import lookup_game
+
+    with pytest.raises(InputError, match="TRACE_GAMES_DIRS names"):
+        lookup_game("storefront")
+
+
+# --------------------------------------------------------------------------------------------------
+# Every entry point above with the same generic bad inputs (issue 28): a missing input file, an output that
+# is a folder (or, for a command that writes a folder, a file), a NaN number. Exit 2, one line naming the
+# value, no traceback, nothing written, and the work never started.
+# --------------------------------------------------------------------------------------------------
+def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
+    """{name: (main, {kind: argv}, (module, attribute) of the work that must not start)}."""
+    from pipeline import demo_tau2, label_trajectories
+    from pipeline.swebench import calibrate as swe_calibrate
+    from pipeline.swebench import generate as swe_generate
+    from pipeline.swebench import selftest as swe_selftest
+    from train import collect_rollouts, evaluate, models, tiny
+
+    import render_pipeline
+
+    game_registry.get_game("storefront")  # the real games first: registering the toy one stops discovery
+    toy.register_temporarily(monkeypatch, toy.make_spec(name="toy_vault_generic_door"))
+    monkeypatch.setenv("TRACE_TEST_KEY", "sk-test")
+    summary = tmp_path / "summary.jsonl"
+    summary.write_text("".join(json.dumps({"id": i, "passed": i.startswith("p"), "text": "t"}) + "\n"
+                               for i in ("f1", "p1")))
+    candidates = tmp_path / "candidates.json"
+    candidates.write_text(json.dumps({"candidates": [{"name": "tool_use", "description": "d"}]}))
+    rollouts = tmp_path / "rollouts.json"
+    rollouts.write_text(json.dumps({"info": {}, "tasks": [], "simulations": [
+        {"id": "0", "task_id": 0, "sample_idx": 0, "reward_info": {"reward": 1.0}}]}))
+    scenarios = tmp_path / "scenarios.json"
+    scenarios.write_text("[]")
+    m, folder, a_file, out = tmp_path / "missing.json", tmp_path / "folder", tmp_path / "a_file", tmp_path / "out.json"
+    phase3 = _script("swebench/qwen3.6_self_trace/phase3_synthesize.py", "phase3_generic")
+    phase4 = _script("swebench/qwen3.6_self_trace/phase4_validate.py", "phase4_generic")
+    sft_step = _script("bench/sft_step.py", "sft_step_generic")
+    gate_overhead = _script("bench/gate_overhead.py", "gate_overhead_generic")
+    lt = [str(summary), "--out", str(tmp_path / "labels"), "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
+          "--api-key-env", "TRACE_TEST_KEY", "--candidates", str(candidates), "--runs", "2", "--k", "1"]
+    ev = ["--model", str(tiny_model_dir), "--tasks", "2", "--out", str(out)]
+    cr = ["--game", "storefront", "--model", str(tiny_model_dir), "--seeds", "2", "--samples", "2", "--out", str(out)]
+    sf = ["--agent", "expert", "--tasks", "2", "--out", str(out), "--no-progress"]
+    rc = ["--game", "toy_vault_generic_door", "--knob", "n_keys", "--rollouts", f"2={rollouts}", "--json-output",
+          str(out)]
+    rp = [str(REPO / "configs/capability_selection.yaml"), "--stage", "capability", "--out", str(tmp_path / "p.md")]
+    sw = ["--capability", "semantic_logic_precision", "--model", "some/model", "--work-dir", str(tmp_path / "w"),
+          "--out", str(out)]
+    return {
+        "label_trajectories": (label_trajectories.main, {
+            "missing": [str(m), *lt[1:]], "output": [*lt, "--export", str(folder)], "nan": [*lt, "--rho", "nan"]},
+            (label_trajectories, "ChatClient")),
+        "train.evaluate": (evaluate.main, {
+            "missing": [*ev, "--config", str(m)], "output": [*ev[:-1], str(folder)],
+            "nan": [*ev, "--temperature", "nan"]}, (evaluate, "load_policy_model")),
+        "train.collect_rollouts": (collect_rollouts.main, {
+            "missing": [*cr[:3], str(m), *cr[4:]], "output": [*cr[:-1], str(folder)],
+            "nan": [*cr, "--temperature", "nan"]}, (collect_rollouts, "load_base_model")),
+        "storefront.run": (storefront_run.main, {
+            "missing": [*sf, "--config", str(m)], "output": ["--agent", "expert", "--tasks", "2", "--out", str(folder)],
+            "nan": [*sf, "--temperature", "nan"]}, (storefront_run, "run_benchmark")),
+        "recalibrate": (recalibrate.main, {
+            "missing": [*rc[:5], f"2={m}", *rc[6:]], "output": [*rc[:-1], str(folder)],
+            "nan": [*rc, "--success-threshold", "nan"]}, (recalibrate, "decide")),
+        "render_pipeline": (render_pipeline.main, {
+            "missing": [str(m), *rp[1:]], "output": [*rp[:-1], str(folder)],
+            "nan": [*rp, "--run", "x", "--agent-timeout", "nan"]}, (render_pipeline, "atomic_write_text")),
+        "demo_tau2": (demo_tau2.main, {"output": ["--run-dir", str(a_file)], "nan": ["--rho", "nan"]},
+                      (demo_tau2, "run_selection")),
+        "train.tiny": (tiny.main, {"missing": ["--out", str(tmp_path / "model"), "--corpus", str(m)],
+                                   "output": ["--out", str(a_file)]}, (tiny, "build_tiny_model")),
+        "train.models fetch": (models.main, {"output": ["fetch", "smollm2-135m", "--out", str(a_file / "m")]},
+                               (models, "locate_gguf")),
+        "swebench.calibrate": (swe_calibrate.main, {"output": [*sw[:-1], str(folder)],
+                                                    "nan": [*sw, "--temperature", "nan"]},
+                               (swe_calibrate, "trainer_rollouts")),
+        "phase3_synthesize": (phase3.main, {"output": ["--run-dir", str(a_file)],
+                                            "nan": ["--run-dir", str(tmp_path / "r"), "--threshold", "nan"]},
+                              (swe_generate, "main")),
+        "phase4_validate": (phase4.main, {"missing": [str(m), "--run-dir", str(tmp_path / "r")],
+                                          "output": [str(scenarios), "--run-dir", str(a_file)]},
+                            (swe_selftest, "self_test_many")),
+        "bench/sft_step": (sft_step.main, {"missing": ["--model", str(m)], "nan": ["--epochs", "nan"]},
+                           (sft_step, "run")),
+        "bench/gate_overhead": (gate_overhead.main, {"nan": ["--target", "nan"]},
+                                (gate_overhead, "make_random_adapter")),
+    }
+
+
+GENERIC_CASES = [(name, kind) for name, kinds in {
+    "label_trajectories": "missing output nan", "train.evaluate": "missing output nan",
+    "train.collect_rollouts": "missing output nan", "storefront.run": "missing output nan",
+    "recalibrate": "missing output nan", "render_pipeline": "missing output nan", "demo_tau2": "output nan",
+    "train.tiny": "missing output", "train.models fetch": "output", "swebench.calibrate": "output nan",
+    "phase3_synthesize": "output nan", "phase4_validate": "missing output", "bench/sft_step": "missing nan",
+    "bench/gate_overhead": "nan"}.items() for kind in kinds.split()]
+
+
+@pytest.mark.parametrize("name, kind", GENERIC_CASES)
+def test_every_entry_point_refuses_generic_bad_input(name, kind, tmp_path, tiny_model_dir, monkeypatch, capsys):
+    main, argvs, (module, work) = _entry_points(tmp_path, tiny_model_dir, monkeypatch)[name]
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "a_file").write_text("keep me\n")
+    started = Recorder()
+    monkeypatch.setattr(module, work, started)
+    capsys.readouterr()
+    before = _files(tmp_path)
+    code = main(argvs[kind])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    named = {"missing": "missing.json", "nan": "nan", "output": str(tmp_path / ("folder" if "folder" in
+                                                                                argvs[kind][-1] else "a_file"))}[kind]
+    assert named in err, err
+    assert started.calls == [] and _files(tmp_path) == before

@@ -305,7 +305,7 @@ def test_bad_game_or_model_exits_2(tiny_model_dir, letter_game, tmp_path, capsys
     assert code == 2 and "unknown game 'capability_nope'" in err
     code, err = _cli_in_process(train_main, ["--game", GAME, "--model", str(tmp_path / "missing"), "--output_dir",
                                              str(tmp_path / "o")], capsys)
-    assert code == 2 and "cannot load model" in err, err
+    assert code == 2 and "model folder not found" in err, err
 
 
 def test_a_runs_saved_config_reruns_it_as_its_header_says(tiny_model_dir, letter_game, tmp_path, capsys):

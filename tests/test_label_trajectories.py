@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -537,3 +538,95 @@ def test_export_that_is_a_folder_exits_2_before_any_call(inputs, capsys):
                              candidates=candidates))
         assert server.n_requests == 0
     assert code == 2 and "--export" in capsys.readouterr().err and not out.exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# Issue 28: checked at the door, Ctrl-C ends at once
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--rho", "nan"], "rho must be in [0, 1] (got nan)"),
+    (["--delta", "inf"], "delta must be in [-1, 1] (got inf)"),
+    (["--rho", "1.5"], "rho must be in [0, 1] (got 1.5)"),
+    (["--timeout", "nan"], "--timeout must be a finite number > 0, got nan"),
+])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_aggregation_thresholds_are_checked_before_any_call(inputs, capsys, flags, expected, dry_run):
+    # Before: --rho nan paid for every call, wrote run_01.json, then raised ValueError; --dry-run said 0.
+    summary, candidates, out = inputs
+    with FakeOpenAIServer(api_key=SECRET) as server:
+        code = lt.main(_argv(summary, out, server, "--runs", "2", "--k", "1", *flags, *(["--dry-run"] * dry_run),
+                             candidates=candidates))
+        assert server.n_requests == 0
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and expected in err and "Traceback" not in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("url", ["localhost:8000", "127.0.0.1:8000/v1", "ftp://host/v1", "http://"])
+def test_base_url_without_scheme_is_refused_at_once(inputs, capsys, url):
+    # Before: localhost:8000 was retried 7 times (~35 s) before failing.
+    summary, candidates, out = inputs
+    started = time.monotonic()
+    code = lt.main([str(summary), "--out", str(out), "--base-url", url, "--model", "m", "--api-key-env", KEY_ENV,
+                    "--candidates", str(candidates), "--runs", "2", "--k", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and time.monotonic() - started < 5
+    assert err.count("\n") == 1 and "--base-url" in err and "add http://" in err, err
+    assert not out.exists()
+
+
+def test_out_that_is_a_file_or_cannot_be_created_exits_2(inputs, capsys):
+    summary, candidates, _ = inputs
+    a_file = summary.parent / "a_file"
+    a_file.write_text("keep me")
+    for out, message in ((a_file, "is a file, not a folder"), (a_file / "labels", "a_file is a file, not a folder")):
+        with FakeOpenAIServer(api_key=SECRET) as server:
+            assert lt.main(_argv(summary, out, server, "--runs", "2", "--k", "1", candidates=candidates)) == 2
+            assert server.n_requests == 0
+        assert message in capsys.readouterr().err
+    assert a_file.read_text() == "keep me"
+
+
+def test_export_onto_the_summary_is_refused(inputs, capsys):
+    summary, candidates, out = inputs
+    before = summary.read_text()
+    with FakeOpenAIServer(api_key=SECRET) as server:
+        assert lt.main(_argv(summary, out, server, "--runs", "2", "--k", "1", "--export", str(summary),
+                             candidates=candidates)) == 2
+        assert server.n_requests == 0
+    assert "is also an input" in capsys.readouterr().err and summary.read_text() == before
+
+
+def test_ctrl_c_stops_at_once_with_one_line_and_a_whole_cache(inputs):
+    # Before: "interrupted" was printed, then the exit waited for the calls in flight and their retries (45 s in
+    # the field; here the blocked call holds it 60 s), and a second Ctrl-C gave a threading traceback.
+    summary, candidates, out = inputs
+    with FakeOpenAIServer(api_key=SECRET) as server:
+        server.faults = [None, None, "block"]  # the third call hangs, as a slow or retried call would
+        argv = _argv(summary, out, server, "--runs", "2", "--k", "1", "--concurrency", "1", candidates=candidates)
+        proc = subprocess.Popen([sys.executable, "-m", "pipeline.label_trajectories", *argv], cwd=REPO,
+                                env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            assert server.wait_for_requests(3, timeout=60), proc.communicate(timeout=5)
+            time.sleep(0.2)  # the two finished calls are in the cache
+            proc.send_signal(signal.SIGINT)
+            started = time.monotonic()
+            stdout, stderr = proc.communicate(timeout=30)
+            seconds = time.monotonic() - started
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 130, stderr
+        assert seconds < 10, f"took {seconds:.1f} s to stop"
+        lines = stderr.splitlines()  # the skipped-trajectory warning, then one line for the interrupt
+        assert "Traceback" not in stderr and len(lines) == 2 and lines[1].startswith("interrupted; 2 finished"), stderr
+        assert not list(out.glob("run_*.json")) and not (out / "labeling_report.json").exists()
+        text = (out / lt.CACHE_NAME).read_text()
+        assert text.endswith("\n") and [json.loads(line)["trajectory_id"] for line in text.splitlines()] == ["f1", "f2"]
+        server.release.set()
+        before = server.n_requests
+        assert lt.main(argv) == 0  # resumes: only the missing calls
+        assert server.n_requests - before == 2 * 6 - 2

@@ -52,3 +52,14 @@ def test_a_folder_that_is_not_a_model_is_never_overwritten(tmp_path):
     with pytest.raises(InputError, match="not a model folder"):
         models.fetch("smollm2-135m", out)
     assert (out / "notes.txt").read_text() == "keep me"
+
+
+def test_an_out_folder_that_cannot_be_created_is_refused_before_converting(tmp_path, monkeypatch, capsys):
+    # Before: a traceback after the 25 s conversion.
+    looked_up = []
+    monkeypatch.setattr(models, "locate_gguf", lambda spec: looked_up.append(spec))
+    (tmp_path / "a_file").write_text("x")
+    assert models.main(["fetch", "smollm2-135m", "--out", str(tmp_path / "a_file" / "m")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out ") and "a_file is a file, not a folder" in err and "Traceback" not in err
+    assert looked_up == [] and [p.name for p in tmp_path.iterdir()] == ["a_file"]

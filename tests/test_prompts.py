@@ -675,3 +675,41 @@ def test_bad_output_dir_is_named(tmp_path, capsys, value, fragment):
     path = _copy_config(tmp_path, "configs/capability_selection.yaml", output_dir=value)
     assert render_pipeline.main([str(path), "--stage", "capability", "--out", str(tmp_path / "o.md")]) == 2
     assert fragment in capsys.readouterr().err and not (tmp_path / "o.md").exists()
+
+
+# Issue 28: values the prompt would state as nonsense, unknown keys, and an unknown agent exit 2 before any write.
+@pytest.mark.parametrize("config, changes, message", [
+    ("configs/capability_selection.yaml", {"labelers": -1}, "'labelers' must be an integer >= 1, got -1"),
+    ("configs/capability_selection.yaml", {"k": 20, "labelers": 10}, "'k' must be an integer in [1, 10], got 20"),
+    ("configs/capability_selection.yaml", {"rho": float("nan")}, "'rho' must be a finite number in [0, 1], got nan"),
+    ("configs/capability_selection.yaml", {"delta": 2.0}, "'delta' must be a finite number in [-1, 1], got 2.0"),
+    ("configs/capability_selection.yaml", {"candidates": {"min": 9, "max": 3}}, "candidates min 9 is above max 3"),
+    ("configs/capability_selection.yaml", {"lablers": 10}, "unknown config key 'lablers' (did you mean 'labelers'?)"),
+    ("configs/environment_generation.yaml", {"calibration_band": {"low": 0.9, "high": 0.1}},
+     "calibration_band low 0.9 is above high 0.1"),
+    ("configs/environment_generation.yaml", {"port": 99999}, "'port' must be an integer in [1, 65535], got 99999"),
+    ("configs/environment_generation.yaml", {"hint_ratio": "1.5"}, "'hint_ratio' must be a share in [0, 1)"),
+    ("configs/environment_generation.yaml", {"rollouts": {"seeds": 100, "samples": 0, "temperature": 1.0}},
+     "'rollouts.samples' must be an integer >= 1, got 0"),
+    ("configs/swebench/environment_generation.yaml",
+     {"smoke_test": {"base_url": "localhost:8000/v1", "samples": 10, "temperature": 1.0}}, "add http://"),
+])
+def test_nonsense_values_and_unknown_keys_exit_2_and_write_nothing(config, changes, message, tmp_path, capsys):
+    # Before: rendered "Spawn -1 subagents", "K = 20 of 10", "Cov(c) ≥ nan", an inverted band, port 99999, exit 0.
+    path = _copy_config(tmp_path, config, **changes)
+    stage = yaml.safe_load(path.read_text())["stage"]
+    out = tmp_path / "prompt.md"
+    assert render_pipeline.main([str(path), "--stage", stage, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: ") and message in err and "Traceback" not in err, err
+    assert not out.exists()
+
+
+def test_an_unknown_agent_is_refused_before_the_prompt_is_written(tmp_path, capsys):
+    # Before: the prompt was written, then "no agent" and exit 2.
+    out = tmp_path / "prompt.md"
+    code = render_pipeline.main([str(GENERAL_CAPABILITY), "--stage", "capability", "--out", str(out),
+                                 "--run", "nosuchagent"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "no agent 'nosuchagent'" in err and not out.exists()

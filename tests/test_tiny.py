@@ -472,3 +472,45 @@ def test_real_tau2_conversations_render_append_only_with_masks(tok):
         out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
         masked_text = tok.decode([i for i, keep in zip(out["input_ids"], out["assistant_masks"], strict=True) if keep])
         assert masked_text == "".join(_assistant_generated_text(m) for m in assistant_turns)
+
+
+# Issue 28: the output folder and the vocabulary are checked before anything is built.
+def test_cli_refuses_an_out_folder_that_cannot_be_created(tmp_path, monkeypatch, capsys):
+    import train.tiny as tiny
+
+    builds = []
+    monkeypatch.setattr(tiny, "build_tiny_model", lambda *a, **k: builds.append(a))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        cases = [(a_file / "model", "a_file is a file, not a folder")]
+        if os.geteuid() != 0:  # root writes anywhere
+            cases.append((locked / "model", "cannot create files in"))
+        for out, message in cases:
+            assert main(["--out", str(out)]) == 2
+            err = capsys.readouterr().err
+            assert message in err and "Traceback" not in err and err.count("\n") == 1
+    finally:
+        locked.chmod(0o755)
+    assert builds == [] and sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "locked"]
+
+
+def test_cli_refuses_a_huge_vocab_and_says_when_the_corpus_gives_fewer(tmp_path, monkeypatch, capsys):
+    # Before: --vocab 100000000 built a 1,880-token vocabulary without a word.
+    import train.tiny as tiny
+
+    out = tmp_path / "model"
+    assert main(["--out", str(out), "--vocab", "100000000"]) == 2
+    assert "above the maximum 262,144" in capsys.readouterr().err and not out.exists()
+
+    def fake_build(out_dir, **kwargs):  # what a build on a small corpus reports
+        Path(out_dir).mkdir()
+        (Path(out_dir) / BUILD_INFO_FILE).write_text(json.dumps({"tokenizer_vocab_size": 1880, "num_parameters": 1}))
+        return Path(out_dir)
+
+    monkeypatch.setattr(tiny, "build_tiny_model", fake_build)
+    assert main(["--out", str(out), "--vocab", "100000"]) == 0
+    assert "warning: the vocabulary has 1,880 tokens, fewer than --vocab 100,000" in capsys.readouterr().err

@@ -12,6 +12,13 @@ otherwise they are sampled in process. Under torchrun each rank collects its sha
 --output_dir): the PEFT adapter, config.yaml, metrics.jsonl, rollouts/ and checkpoints/. With `--report_to
 tensorboard` (or wandb, trackio, mlflow; comma-separated for several) rank 0 also sends every metrics.jsonl line
 to those trackers (train/tracking.py; TensorBoard's event files go to <output_dir>/tb/).
+
+`--resume RUN` continues RUN (an output folder, or one of its checkpoints/iter_N) in RUN with the config RUN saved:
+`python -m train --resume RUN` needs no other flag. A flag or --config value that differs from the saved config
+exits 2 naming each difference, except --iterations (to extend the run; not below what is done), --save_every,
+--save_rollouts and --report_to, which the start line reports as changed; --output_dir may name a new or empty
+folder to continue the checkpoint there and leave RUN as it is. A finished run says so and exits 0. Ctrl-C ends a
+run at once (exit 130) with the command that resumes it; every file is the old one or a complete new one.
 """
 from __future__ import annotations
 
@@ -26,9 +33,10 @@ import torch.distributed as dist
 
 from game_registry import GameImportError, GameSpec, get_game
 from common.io import InputError
+from common.run_folder import Interrupted, check_model, check_output_dir, exit_code
 from train.backends import HFBackend
-from train.checkpoint import check_resumable, latest_checkpoint
-from train.config import load_config
+from train.checkpoint import ResumePlan, latest_checkpoint, plan_resume
+from train.config import config_values, load_config
 from train.distributed import exit_worker, world
 from train.grpo import GRPOTrainer
 from train.policy import LoraPolicy, count_parameters, load_base_model
@@ -42,7 +50,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, st
     parser.add_argument("--game", default=None, help="registered game, e.g. capability_precondition_verification")
     parser.add_argument("--model", default=None, help="base model: local directory or hub id")
     parser.add_argument("--config", default=None, help="YAML config (e.g. configs/grpo.yaml)")
-    parser.add_argument("--resume", default=None, type=Path, help="checkpoint dir, or an output dir (latest checkpoint)")
+    parser.add_argument("--resume", default=None, type=Path,
+                        help="a run's output folder (its latest checkpoint) or one of its checkpoints/iter_N: the run "
+                             "continues there with its saved config")
     args, rest = parser.parse_known_args(argv)
     overrides: dict[str, str] = {}
     index = 0
@@ -83,30 +93,55 @@ def _check_game_overrides(spec: GameSpec, overrides: dict[str, Any]) -> None:
         raise InputError(f"game_overrides {overrides} do not fit game {spec.name!r}: {err}") from None
 
 
+def resume_hint(output_dir: Path, world_size: int, command: str = "-m train") -> str:
+    """What to run after an interruption: the resume command when a checkpoint exists, else the same command."""
+    try:
+        latest_checkpoint(output_dir)
+    except InputError:
+        return f"no checkpoint in {output_dir} yet: run the same command again to start over"
+    launcher = "python" if world_size == 1 else f"torchrun --nproc_per_node={world_size}"
+    return f"resume with: {launcher} {command} --resume {output_dir}"
+
+
+def finished_message(plan: ResumePlan, flag: str = "--iterations") -> str:
+    return (f"{plan.run_dir}: finished, {plan.done} of {plan.config.iterations} iterations done; nothing to do "
+            f"(to train on, resume with {flag} above {plan.done})")
+
+
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(argv)
+    plan: ResumePlan | None = None
     try:
-        config = load_config(args.config, overrides, game=args.game, model=args.model)
+        if args.resume:  # the run's saved config, checked against what the command line asks for
+            requested = config_values(args.config, overrides, game=args.game, model=args.model)
+            plan = plan_resume(args.resume, requested, int(os.environ.get("WORLD_SIZE", "1")))
+            config = plan.config
+        else:
+            config = load_config(args.config, overrides, game=args.game, model=args.model)
         for name in ("game", "model"):
             if not getattr(config, name):
                 raise InputError(f"no {name}: pass --{name}, or a --config file with a `{name}:` key")
+        if plan and plan.finished:
+            print(finished_message(plan))
+            return 0
+        check_output_dir(config.resolved_output_dir(), "--output_dir", inputs=[("--model", config.model)])
         spec = get_game(config.game)
         _check_game_overrides(spec, config.game_overrides)
         require_trackers(config.report_to)  # a missing package stops the run before the model loads
+        check_model(config.model)
     except (InputError, ValueError, KeyError, GameImportError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     device = setup_distributed()
     rank, world_size = world()
+    output_dir = config.resolved_output_dir()
     backend = None
     try:
         if config.groups_per_iteration < world_size:
             raise InputError(f"groups_per_iteration={config.groups_per_iteration} is smaller than the {world_size} "
                              "processes: every rank needs at least one group; raise --groups_per_iteration or "
                              "start fewer processes")
-        checkpoint = latest_checkpoint(args.resume) if args.resume else None
-        if checkpoint:
-            check_resumable(checkpoint, world_size)  # before the model loads: a wrong process count fails fast
+        checkpoint = plan.checkpoint if plan else None
         torch.manual_seed(config.seed)  # same LoRA init on every rank
         base, tokenizer = load_base_model(config.model, config.dtype, device)
         policy = LoraPolicy.create(
@@ -114,7 +149,6 @@ def main(argv: list[str] | None = None) -> int:
             target_modules=config.lora_target_modules,
             adapter_dir=checkpoint / "adapter" if checkpoint else None,
         )
-        output_dir = config.resolved_output_dir()
         backend = backend_from_env(output_dir / "vllm_adapters", seed=config.seed + 1000 * rank)
         if config.fsdp:
             if backend is None:
@@ -129,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             trainable, total = count_parameters(policy.model)
             print(f"GRPO {config.game} on {config.model}: {trainable:,} trainable of {total:,} parameters; "
                   f"backend {type(backend).__name__}; world size {world_size}; "
-                  f"output {output_dir}" + (f"; resumed at iteration {trainer.start_iteration}" if checkpoint else ""))
+                  f"output {output_dir}" + (f"; resumed at iteration {trainer.start_iteration}" if checkpoint else "")
+                  + (f"; changed since the run was saved: {', '.join(plan.changes)}" if plan and plan.changes else ""))
         trainer.run()
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -137,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     except VLLMError as err:
         print(f"error: vLLM rollouts failed: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        raise Interrupted(resume_hint(output_dir, world_size)) from None
     finally:
         if backend is not None:
             backend.close()  # a crashed run still unloads its adapter from the servers
@@ -146,4 +183,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_worker(main())
+    exit_worker(exit_code(main))

@@ -12,11 +12,13 @@ each rank samples with its own seed), so a checkpoint can only be resumed by the
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -25,6 +27,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from common.io import InputError
+from common.run_folder import check_output_dir, follow_umask, looks_local, same_path
+from train.config import GRPOConfig, load_config
 
 CHECKPOINT_PREFIX = "iter_"
 
@@ -97,6 +101,7 @@ def save_checkpoint(
             "python_random": [state["python_random"] for state in rank_states],
         }
         (staging / "trainer_state.json").write_text(json.dumps(meta, indent=1))
+        follow_umask(staging)  # mkdtemp and safetensors make owner-only entries
         if final.exists():
             shutil.rmtree(final)
         os.replace(staging, final)
@@ -178,3 +183,81 @@ def load_checkpoint(
         backend = {key.removeprefix(old_prefix): v for key, v in tensors.items() if key.startswith(old_prefix)}
     random.setstate((version, tuple(internal), gauss))
     return int(meta["iteration"]), optimizer_state, backend
+
+
+# ------------------------------------------------------------------------------------------------------
+# --resume RUN: the run continues in its own folder, with the config it saved there
+# ------------------------------------------------------------------------------------------------------
+# What a resume may change (the start line says so): how long to train, how often to checkpoint, what is logged.
+RESUME_MAY_CHANGE = ("iterations", "save_every", "save_rollouts", "report_to")
+
+
+@dataclass
+class ResumePlan:
+    checkpoint: Path  # the checkpoint the run continues from
+    run_dir: Path  # the run folder holding it (and config.yaml)
+    config: GRPOConfig  # the saved config, with the changes RESUME_MAY_CHANGE allows and output_dir set
+    done: int  # iterations the checkpoint has done
+    changes: list[str]  # what differs from the saved run, e.g. "iterations 16 -> 32"
+
+    @property
+    def finished(self) -> bool:
+        return self.done >= self.config.iterations
+
+
+def run_folder_of(checkpoint: Path) -> Path:
+    """The run folder of `RUN/checkpoints/iter_N` (a checkpoint outside a run's checkpoints/: its parent)."""
+    return checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent
+
+
+def _same_value(name: str, a: object, b: object) -> bool:
+    if name == "model" and isinstance(a, str) and isinstance(b, str) and (looks_local(a) or looks_local(b)):
+        return same_path(a, b)
+    return a == b
+
+
+def plan_resume(resume: Path, requested: dict[str, object], world_size: int, saved_path: Path | None = None,
+                prefix: str = "--") -> ResumePlan:
+    """What `--resume RUN` does: continue RUN's latest checkpoint (or the checkpoint named) in RUN, with the GRPO
+    config RUN saved (`saved_path`, default RUN/config.yaml). Checks only metadata: call it before any model loads.
+
+    `requested` holds the fields the command line and its --config file set. Raises InputError (one line) when the
+    checkpoint was written by another number of processes, when a requested field differs from the saved one and
+    is not in RESUME_MAY_CHANGE (naming each, as `prefix` + field: --learning_rate, grpo.learning_rate), when
+    iterations is below what is done, or when `output_dir` names another folder that is not empty (a new or empty
+    one gets the continued run; RUN then stays as it is).
+    """
+    checkpoint = latest_checkpoint(resume)
+    check_resumable(checkpoint, world_size)
+    run_dir = run_folder_of(checkpoint)
+    saved_path = saved_path or run_dir / "config.yaml"
+    if not saved_path.is_file():
+        raise InputError(f"--resume {resume}: no {saved_path.name} in {run_dir}; --resume takes the output folder of a "
+                         "training run (or one of its checkpoints/iter_N folders)")
+    saved = load_config(saved_path)
+    requested = dict(requested)
+    output = requested.pop("output_dir", None)
+    wanted = dataclasses.replace(saved, **requested)  # validated again (ValueError)
+    differ = [name for name in requested if not _same_value(name, getattr(saved, name), getattr(wanted, name))]
+    refused = [name for name in differ if name not in RESUME_MAY_CHANGE]
+    if refused:
+        named = ", ".join(f"{prefix}{name} {json.dumps(getattr(wanted, name))} (the run has "
+                          f"{json.dumps(getattr(saved, name))})" for name in refused)
+        raise InputError(f"--resume {resume}: {named}: a resume continues the run as {saved_path} saved it; leave "
+                         f"{'that value' if len(refused) == 1 else 'those values'} out (only "
+                         f"{', '.join(prefix + n for n in RESUME_MAY_CHANGE)} may change), or start a new run in a "
+                         "new --output_dir")
+    done = int(json.loads((checkpoint / "trainer_state.json").read_text())["iteration"])
+    if wanted.iterations < done:
+        raise InputError(f"{prefix}iterations {wanted.iterations}: {checkpoint} has already done {done} iterations; "
+                         f"pass {prefix}iterations above {done} to train on, or leave it out")
+    changes = [f"{name} {json.dumps(getattr(saved, name))} -> {json.dumps(getattr(wanted, name))}" for name in differ]
+    target = run_dir
+    if output and not same_path(output, run_dir):
+        target = check_output_dir(output, "--output_dir")
+        if target.is_dir() and any(target.iterdir()):
+            raise InputError(f"--output_dir {output}: a resume continues in its own run folder {run_dir}; leave out "
+                             f"--output_dir, or give a new empty folder to continue {checkpoint.name} there "
+                             f"({run_dir} then stays as it is)")
+        changes.append(f"continues in {target} ({run_dir} stays as it is)")
+    return ResumePlan(checkpoint, run_dir, dataclasses.replace(wanted, output_dir=str(target)), done, changes)

@@ -21,10 +21,11 @@ import torch
 from tqdm import tqdm
 
 from benchmarks.results import write_results
-from game_registry import GameImportError, GameSpec, get_game
-from common.io import InputError
+from game_registry import GameSpec
+from common.io import InputError, check_int, check_model_folder, check_number, check_output_path
 from train.backends import HFBackend, RolloutBackend
-from train.episodes import ChatTokenizer, EpisodeRequest, episode_to_simulation, run_episodes
+from train.episodes import ChatTokenizer, EpisodeRequest, check_prompts_fit, episode_to_simulation, run_episodes
+from train.evaluate import lookup_game
 from train.policy import load_base_model, load_tokenizer
 from train.vllm_backend import backend_from_env
 
@@ -69,19 +70,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sampling-seed", type=int, default=0)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
-    if args.seeds < 1 or args.samples < 1:
-        parser.error("--seeds and --samples must be >= 1")
-    if args.temperature < 0:
-        parser.error("--temperature must be >= 0")
+    # Everything is checked before any weights load or rollout is played: flags, the output path, the game and
+    # its overrides, the model folder, and that the opening prompts leave room to generate (tokenizer only).
     try:
-        overrides = json.loads(args.game_overrides)
+        check_int(args.seeds, "--seeds", 1)
+        check_int(args.samples, "--samples", 1)
+        check_number(args.temperature, "--temperature", 0.0)
+        check_output_path(args.out, "--out")
+        try:
+            overrides = json.loads(args.game_overrides)
+        except json.JSONDecodeError as err:
+            raise InputError(f"--game-overrides is not JSON: {err}") from None
         if not isinstance(overrides, dict):
             raise InputError("--game-overrides must be a JSON object")
-        spec = get_game(args.game)
+        spec = lookup_game(args.game)
         try:
             spec.make(**overrides)  # fail early on bad overrides
         except TypeError as err:  # the game's config dataclass rejects an unknown field
             raise InputError(f"--game-overrides {overrides} do not fit game {args.game!r}: {err}") from None
+        if Path(args.model).exists():  # a local folder (else a hub id, which load_tokenizer resolves)
+            check_model_folder(args.model, "--model")
+        seeds = list(range(args.seed_start, args.seed_start + args.seeds))
+        tokenizer = load_tokenizer(args.model)
+        chat = ChatTokenizer(tokenizer)
+        check_prompts_fit(spec, [EpisodeRequest(seed=seed, sample_idx=0) for seed in seeds], chat,
+                          args.max_episode_tokens, overrides)
         backend = backend_from_env(args.out.parent / ".vllm_adapters", seed=args.sampling_seed)
         if backend is None:
             model, tokenizer = load_base_model(args.model)
@@ -91,16 +104,15 @@ def main(argv: list[str] | None = None) -> int:
                 model = PeftModel.from_pretrained(model, args.adapter)
             torch.manual_seed(args.sampling_seed)
             backend = HFBackend(model, tokenizer.pad_token_id, seed=args.sampling_seed)
-        else:  # the server samples: this process only renders prompts, so it loads no weights
-            tokenizer = load_tokenizer(args.model)
-            if args.adapter:
-                backend.served_model = args.adapter  # an adapter name the server already has loaded
-        simulations = collect(
-            spec, backend, ChatTokenizer(tokenizer), seeds=list(range(args.seed_start, args.seed_start + args.seeds)),
-            samples=args.samples, temperature=args.temperature, max_episode_tokens=args.max_episode_tokens,
-            game_overrides=overrides,
-        )
-    except (InputError, ValueError, KeyError, GameImportError, json.JSONDecodeError) as err:
+        elif args.adapter:  # the server samples: this process only renders prompts, so it loads no weights
+            backend.served_model = args.adapter  # an adapter name the server already has loaded
+    except (InputError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        simulations = collect(spec, backend, chat, seeds=seeds, samples=args.samples, temperature=args.temperature,
+                              max_episode_tokens=args.max_episode_tokens, game_overrides=overrides)
+    except (InputError, ValueError) as err:  # e.g. a chat template that is not append-only; nothing written
         print(f"error: {err}", file=sys.stderr)
         return 2
     info = {"game": args.game, "model": args.model, "adapter": args.adapter, "temperature": args.temperature,

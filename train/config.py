@@ -170,6 +170,15 @@ def load_config(path: str | Path | None, overrides: dict[str, str] | None = None
 
     Unknown keys (in the file or on the command line) raise InputError listing the valid ones.
     """
+    values = config_values(path, overrides, **fixed)
+    try:
+        return GRPOConfig(**values)
+    except TypeError as err:
+        raise InputError(f"bad config: {err}") from None
+
+
+def config_values(path: str | Path | None, overrides: dict[str, str] | None = None, **fixed: Any) -> dict[str, Any]:
+    """The fields `load_config` sets explicitly (the rest keep their defaults), typed, not yet validated."""
     values: dict[str, Any] = {}
     fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
     if path is not None:
@@ -191,10 +200,7 @@ def load_config(path: str | Path | None, overrides: dict[str, str] | None = None
             raise InputError(f"unknown option --{key}; valid keys: {sorted(fields)}")
         values[name] = _parse_override(str(fields[name].type), key, text)
     values.update({k: v for k, v in fixed.items() if v is not None})
-    try:
-        return GRPOConfig(**values)
-    except TypeError as err:
-        raise InputError(f"bad config: {err}") from None
+    return values
 
 
 def save_config(config: GRPOConfig, path: str | Path) -> None:

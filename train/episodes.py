@@ -109,6 +109,35 @@ def start_episode(spec: GameSpec, game: Game, request: EpisodeRequest, chat: Cha
     )
 
 
+MIN_EPISODE_TOKENS = 16  # train.config's floor for max_episode_tokens
+
+
+def check_prompts_fit(spec: GameSpec, requests: Sequence[EpisodeRequest], chat: ChatTokenizer, max_episode_tokens: int,
+                      game_overrides: dict[str, Any] | None = None, flag: str = "--max-episode-tokens") -> None:
+    """InputError when `max_episode_tokens` is below the floor or leaves no room after the longest opening prompt
+    of `requests` (each distinct task and wording once): such episodes generate nothing and score 0 while the
+    run looks normal. The rule of the GRPO trainer's `check_prompts_fit`, for the evaluation and rollout CLIs."""
+    from common.io import InputError
+
+    if isinstance(max_episode_tokens, bool) or not isinstance(max_episode_tokens, int) \
+            or max_episode_tokens < MIN_EPISODE_TOKENS:
+        raise InputError(f"{flag} must be an integer >= {MIN_EPISODE_TOKENS}, got {max_episode_tokens!r}")
+    game = spec.make(**(game_overrides or {}))
+    longest, where, seen = 0, None, set()
+    for request in requests:
+        if (request.seed, request.trial, request.hinted) in seen:
+            continue
+        seen.add((request.seed, request.trial, request.hinted))
+        episode = start_episode(spec, game, request, chat)
+        if episode.prompt_len > longest:
+            longest, where = episode.prompt_len, request
+    if where is not None and longest >= max_episode_tokens:
+        raise InputError(
+            f"the opening prompt of {spec.name} is {longest} tokens (seed {where.seed}), but {flag} is "
+            f"{max_episode_tokens}: no episode could generate a token and every one would score 0. Raise {flag} above "
+            f"the prompt (at least {longest + spec.max_gen_tokens} for one full turn of {spec.max_gen_tokens} tokens)")
+
+
 def run_episodes(
     spec: GameSpec,
     requests: Sequence[EpisodeRequest],

@@ -29,10 +29,11 @@ import torch
 
 from benchmarks.results import pass_hat_k, write_results
 from benchmarks.storefront.run import task_seed
-from common.io import InputError, check_number, check_output_path
-from game_registry import get_game
+from common.io import InputError, check_distinct_paths, check_model_folder, check_number, check_output_path
+from game_registry import GameImportError, GameSpec, get_game
 from train.backends import HFBackend
-from train.episodes import ChatTokenizer, EpisodeRequest, episode_to_simulation, run_episodes
+from train.episodes import ChatTokenizer, EpisodeRequest, check_prompts_fit, episode_to_simulation, run_episodes
+from train.policy import load_tokenizer
 
 
 def request_kinds(sim: dict[str, Any]) -> list[str]:
@@ -50,9 +51,7 @@ def evaluate_model(model: torch.nn.Module, tokenizer: Any, game: str, *, n_tasks
     spec = get_game(game)
     chat = ChatTokenizer(tokenizer)
     backend = HFBackend(model, tokenizer.pad_token_id, seed=sampler_seed)
-    trials = "trial" in inspect.signature(spec.make().reset).parameters  # the customer's wordings
-    requests = [EpisodeRequest(task_seed(seed, i), s, trial=s if trials else 0)
-                for i in range(n_tasks) for s in range(samples)]
+    requests = evaluation_requests(spec, n_tasks, seed, samples)
     simulations = []
     for start in range(0, len(requests), batch_size):
         episodes = run_episodes(spec, requests[start : start + batch_size], backend, chat, temperature=temperature,
@@ -63,6 +62,13 @@ def evaluate_model(model: torch.nn.Module, tokenizer: Any, game: str, *, n_tasks
             simulations.append(sim)
     hat = {**pass_hat_k(simulations, samples), **pass_hat_k(simulations, samples, groups=request_kinds)}
     return simulations, hat
+
+
+def evaluation_requests(spec: GameSpec, n_tasks: int, seed: int, samples: int) -> list[EpisodeRequest]:
+    """Every (task, sample) episode of a run; sample k plays the customer's wording k where the game has wordings."""
+    trials = "trial" in inspect.signature(spec.make().reset).parameters  # the customer's wordings
+    return [EpisodeRequest(task_seed(seed, i), s, trial=s if trials else 0)
+            for i in range(n_tasks) for s in range(samples)]
 
 
 def format_pass_table(hat: dict[str, Any]) -> str:
@@ -117,14 +123,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-episode-tokens", type=int, default=4096)
     parser.add_argument("--out", required=True, help="results JSON to write")
     args = parser.parse_args(argv)
+    # Everything is checked before the model is loaded: flags, the output path, the game, the model folder, and
+    # that the opening prompts leave room to generate (tokenizer only).
     try:
         if args.tasks < 1 or args.samples < 1:
             raise InputError("--tasks and --samples must be >= 1")
         check_number(args.temperature, "--temperature", 0.0)
         check_output_path(args.out, "--out")
+        check_distinct_paths(args.out, "--out", args.config)
+        spec = lookup_game(args.game)
         overrides = game_config_overrides(args.game, args.config)
+        check_model_folder(args.model, "--model")
+        chat = ChatTokenizer(load_tokenizer(args.model))
+        check_prompts_fit(spec, evaluation_requests(spec, args.tasks, args.seed, args.samples), chat,
+                          args.max_episode_tokens, overrides)
         model, tokenizer = load_policy_model(args.model, args.adapter)
-    except (InputError, ValueError, KeyError) as err:
+    except (InputError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     started = time.time()
@@ -140,6 +154,16 @@ def main(argv: list[str] | None = None) -> int:
     print(format_pass_table(hat))
     print(f"wrote {args.out} ({info['seconds']} s)")
     return 0
+
+
+def lookup_game(name: str) -> GameSpec:
+    """The registered game `name`; an unknown name or a game file that fails to import raise InputError."""
+    try:
+        return get_game(name)
+    except KeyError as err:
+        raise InputError(err.args[0]) from None
+    except GameImportError as err:
+        raise InputError(str(err)) from None
 
 
 def game_config_overrides(game: str, config_path: str | None) -> dict[str, Any] | None:

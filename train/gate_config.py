@@ -121,13 +121,17 @@ class MoEGateConfig:
     def grpo_config(self, **fixed: Any) -> GRPOConfig:
         """The GRPOConfig of `grpo:` (model, output_dir, seed, dtype and report_to from the top level unless set
         there)."""
+        return GRPOConfig(**self.grpo_values(**fixed))
+
+    def grpo_values(self, **fixed: Any) -> dict[str, Any]:
+        """The fields `grpo_config` sets (the rest keep GRPOConfig's defaults); unknown keys raise InputError."""
         values = {"model": self.model, "output_dir": self.output_dir, "seed": self.seed, "dtype": self.dtype,
                   "report_to": self.report_to, **self.grpo, **{k: v for k, v in fixed.items() if v is not None}}
         names = {f.name for f in dataclasses.fields(GRPOConfig)}
         unknown = sorted(set(values) - names)
         if unknown:
             raise InputError(f"grpo: unknown keys {unknown}; valid keys: {sorted(names)}")
-        return GRPOConfig(**values)
+        return values
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -56,6 +56,7 @@ from tqdm import tqdm
 from benchmarks.results import write_results
 from game_registry import GameSpec
 from common.io import InputError, atomic_write_text
+from common.run_folder import sigint_deferred
 from train.backends import RolloutBackend, SamplingParams
 from train.checkpoint import load_checkpoint, rank_state, save_checkpoint
 from train.config import GRPOConfig, save_config
@@ -640,21 +641,29 @@ class GRPOTrainer:
             adapter_state = self.policy.adapter_state()
             optimizer_state = self.policy.optimizer_state(self.optimizer)
         if self.rank == 0:
-            with open(self.output_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
-                handle.write(json.dumps({k: _finite(v) for k, v in metrics.items()}) + "\n")
-            self.tracker.log_scalars(scalars_of(metrics, TRACKED_SCALARS), step=done)  # the file first: the record
-            if c.save_rollouts:
-                info = {"game": c.game, "iteration": done, "model": c.model, "temperature": c.temperature}
-                write_results(self.output_dir / "rollouts" / f"iter_{done:06d}.json", simulations, info=info)
-            if checkpoint_due:
-                self.policy.write_adapter(self.output_dir, adapter_state)
-                save_checkpoint(
-                    self.output_dir / "checkpoints", iteration=done,
-                    write_adapter=lambda path: self.policy.write_adapter(path, adapter_state),
-                    optimizer_state=optimizer_state, scheduler=self.scheduler, rank_states=rank_states,
-                )
+            with sigint_deferred():  # Ctrl-C: this iteration's files all written, or none
+                self._write_files(done, simulations, metrics, checkpoint_due, adapter_state, optimizer_state,
+                                  rank_states)
         if self.world_size > 1:
             dist.barrier()
+
+    def _write_files(self, done: int, simulations: list[Any], metrics: dict[str, float], checkpoint_due: bool,
+                     adapter_state: Any, optimizer_state: Any, rank_states: list[Any]) -> None:
+        """Rank 0's files of iteration `done`: the metrics line, the rollouts, the adapter and the checkpoint."""
+        c = self.config
+        with open(self.output_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({k: _finite(v) for k, v in metrics.items()}) + "\n")
+        self.tracker.log_scalars(scalars_of(metrics, TRACKED_SCALARS), step=done)  # the file first: the record
+        if c.save_rollouts:
+            info = {"game": c.game, "iteration": done, "model": c.model, "temperature": c.temperature}
+            write_results(self.output_dir / "rollouts" / f"iter_{done:06d}.json", simulations, info=info)
+        if checkpoint_due:
+            self.policy.write_adapter(self.output_dir, adapter_state)
+            save_checkpoint(
+                self.output_dir / "checkpoints", iteration=done,
+                write_adapter=lambda path: self.policy.write_adapter(path, adapter_state),
+                optimizer_state=optimizer_state, scheduler=self.scheduler, rank_states=rank_states,
+            )
 
 
 def _finite(value: Any) -> Any:

@@ -1,7 +1,8 @@
 """GRPO over the gates only (Step 4), through the same trainer as the capability adapters.
 
     python -m train.grpo_gater --config configs/moe_gate.yaml [--game NAME] [--model DIR] [--output_dir DIR]
-                               [--init_gate DIR] [--resume DIR] [--report_to tensorboard,...]
+                               [--init_gate DIR] [--report_to tensorboard,...]
+    python -m train.grpo_gater --resume RUN [--config ...] [--report_to ...] [--grpo_iterations N]
 
 The routed model (`moe_gate.build_capability_model`: frozen base, frozen capability adapters, trainable
 gates, starting from `init_gate`, e.g. the router SFT warm start, or zero) is wrapped in a `GatePolicy`
@@ -18,10 +19,18 @@ each prompt ends, while trajectory/global routing decides from the prompt; train
 Writes to `output_dir`: gate.safetensors + gate_config.json, config.yaml (the GRPO config),
 moe_gate.yaml (this config), metrics.jsonl, rollouts/ and checkpoints/ as `python -m train` does, and sends
 metrics.jsonl's lines to the trackers of `report_to` (grpo.report_to, else the top-level key; train/tracking.py).
+
+`--resume RUN` continues RUN in RUN with the moe_gate.yaml and config.yaml it saved (--config is then optional),
+as `python -m train --resume` does: a --config, --game or --model that differs from the saved run exits 2 naming
+each difference, except grpo.iterations (extend with --grpo_iterations N or in the config), grpo.save_every,
+grpo.save_rollouts and report_to. The gate comes from RUN's checkpoint: --init_gate with --resume is refused, and
+a --config file's init_gate and output_dir are not used (--output_dir may name a new or empty folder to continue
+the checkpoint there). Ctrl-C ends a run at once (exit 130) with the command that resumes it.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -30,36 +39,78 @@ import torch
 from game_registry import GameImportError, get_game
 from moe_gate import GateError, build_capability_model
 from common.io import InputError
-from train.__main__ import _check_game_overrides
+from common.run_folder import Interrupted, check_model, check_output_dir, exit_code
+from train.__main__ import _check_game_overrides, finished_message, resume_hint
 from train.backends import HFBackend
-from train.checkpoint import latest_checkpoint
+from train.checkpoint import ResumePlan, latest_checkpoint, plan_resume, run_folder_of
 from train.game_mix import mixed_spec
-from train.gate_config import load_gate_config, save_gate_config
+from train.gate_config import MoEGateConfig, load_gate_config, save_gate_config
 from train.gate_policy import GatePolicy
 from train.grpo import GRPOTrainer
 from train.policy import count_parameters, load_base_model
 from train.tracking import require_trackers
 
 
+GATE_FILE = "moe_gate.yaml"
+# moe_gate.yaml fields a resume must keep (grpo: and report_to are checked through the GRPO config; init_gate and
+# output_dir do not apply to a resume: the gate comes from the checkpoint, the run stays in its folder)
+RESUME_GATE_FIELDS = ("adapters", "mode", "include_base_slot", "estimator", "gumbel_tau", "grpo_games",
+                      "grpo_game_overrides")
+
+
+def _check_same_routed_model(saved: MoEGateConfig, asked: MoEGateConfig, config_path: str, run_dir: Path) -> None:
+    differ = [name for name in RESUME_GATE_FIELDS if getattr(saved, name) != getattr(asked, name)]
+    if differ:
+        named = ", ".join(f"{name} {getattr(asked, name)!r} (the run has {getattr(saved, name)!r})" for name in differ)
+        raise InputError(f"--config {config_path}: {named}: a resume continues the run as {run_dir / GATE_FILE} "
+                         "saved it; resume without --config, or start a new run in a new --output_dir")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.grpo_gater", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="YAML config, e.g. configs/moe_gate.yaml")
+    parser.add_argument("--config", default=None, help="YAML config, e.g. configs/moe_gate.yaml (optional with --resume)")
     parser.add_argument("--game", default=None, help="registered game (overrides grpo.game)")
     parser.add_argument("--model", default=None, help="base model folder (overrides the config)")
     parser.add_argument("--output_dir", default=None, help="where the gate goes (overrides the config)")
     parser.add_argument("--init_gate", default=None, help="gate folder to start from (overrides the config)")
-    parser.add_argument("--resume", default=None, type=Path, help="checkpoint dir, or an output dir (latest checkpoint)")
+    parser.add_argument("--resume", default=None, type=Path,
+                        help="a run's output folder (or one of its checkpoints/iter_N): continue it there with its "
+                             "saved config")
+    parser.add_argument("--grpo_iterations", default=None, type=int,
+                        help="grpo.iterations (e.g. to extend a resumed run)")
     parser.add_argument("--report_to", "--report-to", default=None,
                         help="trackers, comma-separated: tensorboard, wandb, trackio, mlflow, or none "
                              "(overrides the config)")
     args = parser.parse_args(argv)
+    plan: ResumePlan | None = None
     try:
-        config = load_gate_config(args.config, model=args.model, output_dir=args.output_dir, init_gate=args.init_gate,
-                                  report_to=args.report_to)
+        if not args.config and not args.resume:
+            raise InputError("pass --config (e.g. configs/moe_gate.yaml), or --resume RUN to continue a run")
+        if args.resume and args.init_gate:
+            raise InputError(f"--init_gate starts a new run from a gate; --resume {args.resume} continues that run "
+                             "from its own checkpoint: pass one of them")
+        run_dir = run_folder_of(latest_checkpoint(args.resume)) if args.resume else None
+        saved_gate = load_gate_config(run_dir / GATE_FILE) if run_dir else None
+        config = load_gate_config(args.config or run_dir / GATE_FILE, model=args.model, output_dir=args.output_dir,
+                                  init_gate=args.init_gate, report_to=args.report_to)
+        if saved_gate and args.config:
+            _check_same_routed_model(saved_gate, config, args.config, run_dir)
         games = [args.game] if args.game else config.grpo_games
         spec = (mixed_spec([get_game(name) for name in games], overrides=config.grpo_game_overrides)
                 if len(games) > 1 else None)
-        grpo = config.grpo_config(game=spec.name if spec else args.game, report_to=args.report_to)
+        fixed = {"game": spec.name if spec else args.game, "report_to": args.report_to,
+                 "iterations": args.grpo_iterations}
+        if args.resume:
+            requested = config.grpo_values(**fixed)
+            if not args.output_dir:  # the run stays in its folder whatever the --config file names
+                requested.pop("output_dir")
+            if not requested.get("game"):  # grpo.game "" (the game came from --game): the saved one
+                requested.pop("game", None)
+            plan = plan_resume(args.resume, requested, world_size=1, prefix="grpo.")
+            grpo = plan.config
+            config = dataclasses.replace(saved_gate, output_dir=grpo.output_dir, report_to=grpo.report_to)
+        else:
+            grpo = config.grpo_config(**fixed)
         if spec and (grpo.hint_fraction > 0 or grpo.game_overrides):
             raise InputError("a game mix (grpo_games) takes no hint prompts, and its game overrides are per game: "
                              "set grpo.hint_fraction: 0 and give overrides in grpo_game_overrides")
@@ -71,16 +122,23 @@ def main(argv: list[str] | None = None) -> int:
                              "be the top-1 routing the rollouts were sampled with)")
         if not grpo.game:
             raise InputError("no game: set grpo.game (or grpo_games, a mix) in the config or pass --game")
+        if plan and plan.finished:
+            print(finished_message(plan, "--grpo_iterations"))
+            return 0
+        check_output_dir(grpo.resolved_output_dir(), "output_dir",
+                         inputs=[("the base model", grpo.model), ("init_gate", "" if plan else config.init_gate)])
         spec = spec or get_game(grpo.game)
         _check_game_overrides(spec, grpo.game_overrides)
         require_trackers(grpo.report_to)  # a missing package stops the run before the model loads
+        check_model(grpo.model)
     except (InputError, ValueError, KeyError, GameImportError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    output = grpo.resolved_output_dir()
     try:
         torch.manual_seed(grpo.seed)
         base, tokenizer = load_base_model(grpo.model, grpo.dtype)
-        checkpoint = latest_checkpoint(args.resume) if args.resume else None
+        checkpoint = plan.checkpoint if plan else None
         start = checkpoint / "adapter" if checkpoint else (config.init_gate or None)
         model = build_capability_model(base, config.adapters, gate=start, mode=config.mode,
                                        include_base_slot=config.include_base_slot, estimator=config.estimator,
@@ -90,18 +148,20 @@ def main(argv: list[str] | None = None) -> int:
         trainer = GRPOTrainer(grpo, spec, policy, tokenizer, backend, run_kind="gate_grpo")
         if checkpoint:
             trainer.resume_from(checkpoint)
-        output = grpo.resolved_output_dir()
         output.mkdir(parents=True, exist_ok=True)
-        save_gate_config(config, output / "moe_gate.yaml", "python -m train.grpo_gater")
+        save_gate_config(config, output / GATE_FILE, "python -m train.grpo_gater")
         trainable, total = count_parameters(model)
         print(f"GRPO gates on {grpo.game}: slots {model.slot_names}; {trainable:,} trainable of {total:,} parameters; "
-              f"output {output}" + (f"; resumed at iteration {trainer.start_iteration}" if checkpoint else ""))
+              f"output {output}" + (f"; resumed at iteration {trainer.start_iteration}" if checkpoint else "")
+              + (f"; changed since the run was saved: {', '.join(plan.changes)}" if plan and plan.changes else ""))
         trainer.run()
     except (InputError, GateError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        raise Interrupted(resume_hint(output, 1, "-m train.grpo_gater")) from None
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

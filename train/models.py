@@ -26,7 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.io import InputError, atomic_write_json
+from common.io import InputError, atomic_write_json, check_output_folder
+from common.run_folder import follow_umask
 
 REPO = Path(__file__).resolve().parents[1]
 MARKER = "trace_model.json"  # written last: its presence means the conversion finished
@@ -98,6 +99,7 @@ def convert(gguf: Path, out_dir: Path) -> dict[str, float | int]:
     model.config.name_or_path = str(out_dir)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+    follow_umask(out_dir)  # safetensors writes 0600: another user's server must read the model too
     return {"parameters": sum(p.numel() for p in model.parameters())}
 
 
@@ -113,6 +115,7 @@ def fetch(name: str, out_dir: str | Path | None = None, *, force: bool = False, 
     if out.exists() and not (out.is_dir() and (is_converted(out) or not any(out.iterdir()))):
         raise InputError(f"--out {out} exists and is not a model folder written by this command; pick an empty "
                          "or new folder")
+    check_output_folder(out, "--out")  # before the conversion (25 s), not after it
     gguf = locate_gguf(spec)
     source = _source_record(spec, gguf)
     log(f"converting {gguf} ({gguf.stat().st_size / 1e6:.0f} MB) into {out} ...")

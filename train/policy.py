@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import torch
 
 from common.io import InputError
+from common.run_folder import follow_umask
 from train.distributed import world
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -41,10 +42,14 @@ def load_base_model(model: str, dtype: str = "float32", device: str | torch.devi
     """(model, tokenizer) from a local directory or hub id; offline hub ids fail with a clear message."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from huggingface_hub.errors import HFValidationError
+
     local = Path(model).is_dir()
     try:
         tokenizer = AutoTokenizer.from_pretrained(model)
         base = AutoModelForCausalLM.from_pretrained(model, dtype=DTYPES[dtype])
+    except HFValidationError as err:  # neither a folder nor a valid hub id
+        raise InputError(f"cannot load model {model!r}: no such folder, and not a hub id ({err})") from None
     except OSError as err:
         where = "this directory" if local else "the Hugging Face hub (no network here?)"
         raise InputError(f"cannot load model {model!r} from {where}: {err}") from None
@@ -176,6 +181,7 @@ def write_peft_adapter(peft_config: Any, state: dict[str, torch.Tensor], directo
         tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
         save_file(tensors, str(staging / "adapter_model.safetensors"), metadata={"format": "pt"})
         peft_config.save_pretrained(str(staging))
+        follow_umask(staging)  # safetensors writes 0600 files: give the adapter the user's usual modes
         for name in sorted(os.listdir(staging), key=lambda n: n != "adapter_config.json"):  # config first
             os.replace(staging / name, directory / name)
     finally:

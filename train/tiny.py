@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from jinja2.exceptions import TemplateError
 from tqdm import tqdm
 
-from common.io import InputError, atomic_write_json, load_jsonl
+from common.io import InputError, atomic_write_json, check_output_folder, load_jsonl
 from train.chat_template import (
     TOOLS_VIEWS,
     chat_template,
@@ -54,6 +54,9 @@ BUILD_INFO_FORMAT = "trace-tiny-model/1"
 
 BYTE_ALPHABET_SIZE = 256
 MIN_VOCAB_SIZE = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS) + len(TOOL_TOKENS)
+# A "tiny" model's vocabulary: far above what a corpus of this size yields (a few thousand), well below sizes whose
+# embedding alone would not fit in memory; --vocab 100000000 is a typo, not a request.
+MAX_VOCAB_SIZE = 262_144
 
 # Qwen2/3 pre-tokenizer split: letters keep one leading non-letter (so `"name` or ` the` is one piece),
 # digits are split one by one (numbers and ids generalise), newlines group. Then bytes map to symbols.
@@ -84,6 +87,9 @@ class TinyModelConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.vocab_size > MAX_VOCAB_SIZE:
+            raise ValueError(f"vocab_size={self.vocab_size:,} is above the maximum {MAX_VOCAB_SIZE:,} of a tiny model; "
+                             "use e.g. --vocab 1024 (BPE stops earlier when the corpus has no more merges)")
         if self.vocab_size < MIN_VOCAB_SIZE:
             raise ValueError(
                 f"vocab_size={self.vocab_size} is below the minimum {MIN_VOCAB_SIZE} "
@@ -886,6 +892,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"train.tiny: {err}", file=sys.stderr)
         return 2
     try:
+        check_output_folder(args.out, "--out")
         corpus_texts, chats, described = load_corpus_files(args.corpus) if args.corpus else (None, None, [])
         _prepare_out_dir(Path(args.out))
     except InputError as err:
@@ -907,6 +914,9 @@ def main(argv: list[str] | None = None) -> int:
         tools_view=args.tools_view,
     )
     info = json.loads((out / BUILD_INFO_FILE).read_text(encoding="utf-8"))
+    if info["tokenizer_vocab_size"] < args.vocab:  # said, not silent: the corpus ran out of merges
+        print(f"train.tiny: warning: the vocabulary has {info['tokenizer_vocab_size']:,} tokens, fewer than --vocab "
+              f"{args.vocab:,}: the corpus has no more merges (a larger --corpus gives more)", file=sys.stderr)
     print(
         f"train.tiny: built {out} (vocab {info['tokenizer_vocab_size']}, {info['num_parameters']:,} parameters)",
         file=sys.stderr,

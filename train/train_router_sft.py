@@ -18,12 +18,14 @@ to train the gate). The backbone and adapters stay frozen; the gate reads detach
 Writes to `output_dir`: gate.safetensors + gate_config.json (loadable by `moe_gate.build_capability_model`
 or `load_capability_model`), moe_gate.yaml (the resolved config) and sft_metrics.jsonl (per epoch: loss,
 cross-entropy, balance, train and held-out routing accuracy), whose lines also go to the trackers of the
-config's `report_to` (train/tracking.py) under the names of TRACKED_SCALARS, at step = epoch.
+config's `report_to` (train/tracking.py) under the names of TRACKED_SCALARS, at step = epoch (and to the console).
+The four files are written together when training ends, so a folder always holds one run's gate beside that
+run's metrics: Ctrl-C (exit 130) or a crash leaves the previous run's files as they were. Router SFT does not
+resume (it takes minutes); run the command again.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from collections import Counter
@@ -36,7 +38,8 @@ import torch.nn.functional as F
 
 from moe_gate import GateError, build_capability_model, load_balance_loss, save_gate
 from moe_gate.model_builder import CapabilityModel
-from common.io import InputError
+from common.io import InputError, atomic_write_jsonl
+from common.run_folder import Interrupted, check_model, check_output_dir, exit_code, sigint_deferred
 from train.gate_config import MoEGateConfig, SFTConfig, load_gate_config, save_gate_config
 from train.tracking import MetricLogger, open_trackers, require_trackers, scalars_of
 
@@ -216,26 +219,23 @@ def main(argv: list[str] | None = None) -> int:
                              "(overrides the config)")
     args = parser.parse_args(argv)
     tracker = MetricLogger()
+    out: Path | str = args.output_dir or "the output folder"
     try:
         config = load_gate_config(args.config, model=args.model, output_dir=args.output_dir, report_to=args.report_to)
+        out = check_output_dir(config.output_dir, "output_dir", inputs=[("the base model", config.model)])
         require_trackers(config.report_to)  # a missing package stops the run before the model loads
         from train.policy import load_base_model
 
+        check_model(config.model)
         torch.manual_seed(config.seed)
         base, tokenizer = load_base_model(config.model, config.dtype)
         model = build_capability_model(base, config.adapters, gate=config.init_gate or None, mode=config.mode,
                                        include_base_slot=config.include_base_slot, estimator=config.estimator,
                                        tau=config.gumbel_tau)
         train, validation = load_sft_sequences(config, tokenizer)
-        out = Path(config.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        metrics_file = out / "sft_metrics.jsonl"
-        metrics_file.write_text("")
         tracker = open_trackers(config.report_to, out, kind="router_sft", config=config.to_dict())
 
         def log(metrics: dict[str, Any]) -> None:
-            with open(metrics_file, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(metrics) + "\n")
             tracker.log_scalars(scalars_of(metrics, TRACKED_SCALARS), step=metrics["epoch"])
             print("router SFT epoch {epoch}: loss {loss:.4f}  ce {cross_entropy:.4f}  balance {balance:.3f}  "
                   "train accuracy {train_accuracy:.3f}".format(**metrics)
@@ -243,12 +243,17 @@ def main(argv: list[str] | None = None) -> int:
 
         history = train_router(model, train, config.sft, pad_token_id=tokenizer.pad_token_id, validation=validation,
                                seed=config.seed, log=log)
-        save_gate(model, out, extra={"command": "train.train_router_sft", "epochs": len(history),
-                                     "final": history[-1]})
-        save_gate_config(config, out / "moe_gate.yaml", "python -m train.train_router_sft")
+        with sigint_deferred():  # the gate, its config and its metrics: all of this run, or all of the last one
+            save_gate(model, out, extra={"command": "train.train_router_sft", "epochs": len(history),
+                                         "final": history[-1]})
+            save_gate_config(config, out / "moe_gate.yaml", "python -m train.train_router_sft")
+            atomic_write_jsonl(out / "sft_metrics.jsonl", history)
     except (InputError, GateError, ValueError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        raise Interrupted(f"nothing written to {out} (a gate already there is unchanged); run the same "
+                          "command again to train the gate") from None
     finally:
         tracker.close()
     print(f"router SFT: gate written to {out}")
@@ -256,4 +261,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -19,6 +19,9 @@ import dataclasses
 import hashlib
 import sys
 import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -29,7 +32,8 @@ from benchmarks.storefront.env import StorefrontConfig, StorefrontGame
 from benchmarks.storefront.flaws import FlawedExpertAgent
 from benchmarks.storefront.user_sim import REQUEST_KINDS
 from game_registry import parse_hermes_action
-from common.io import InputError, check_number, check_output_path, load_yaml_mapping
+from common.io import (InputError, check_model_folder, check_number, check_output_path, check_url,
+                       load_yaml_mapping)
 
 
 def task_seed(seed: int, index: int) -> int:
@@ -100,7 +104,7 @@ def load_config(path: str | None, kinds: tuple[str, ...] | None = None) -> Store
 
 
 def _parse_kinds(text: str | None) -> tuple[str, ...] | None:
-    if not text:
+    if text is None:  # not given: the config's mix (an empty --kinds '' is an error below, not "all kinds")
         return None
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     unknown = [k for k in kinds if k not in REQUEST_KINDS]
@@ -108,6 +112,34 @@ def _parse_kinds(text: str | None) -> tuple[str, ...] | None:
         raise InputError(f"--kinds: unknown request kind {', '.join(unknown) or '(none given)'}; "
                          f"choose from {', '.join(REQUEST_KINDS)}")
     return kinds
+
+
+def check_agent_spec(spec: str, tokenizer_dir: str | None = None) -> None:
+    """InputError for an `hf:` model folder without config or weights, a `vllm:` URL without a scheme, or a `vllm:`
+    server where nothing listens; run before the agent is built (a model load, or ~30 s of connection retries)."""
+    kind, _, rest = spec.partition(":")
+    if kind == "hf" and rest:
+        model_dir, _, adapter = rest.partition(":")
+        for folder in (model_dir, adapter):
+            if folder and not Path(folder).is_dir():
+                raise InputError(f"--agent {spec}: {folder}: folder not found")
+        if not any(folder and (Path(folder) / "gate_config.json").is_file() for folder in (model_dir, adapter)):
+            check_model_folder(model_dir, "--agent hf:")  # a gate folder names its base model itself
+    elif kind == "vllm" and rest:
+        base = check_url(rest, "--agent vllm:").rstrip("/")
+        if not tokenizer_dir:
+            return  # the agent names the missing --tokenizer, a flag error, before any server is asked
+        base = base if base.endswith("/v1") else base + "/v1"
+        try:
+            with urllib.request.urlopen(f"{base}/models", timeout=10) as response:
+                response.read(1)
+        except urllib.error.HTTPError:  # a server answers; the agent reports what it says
+            return
+        except urllib.error.URLError as err:
+            if isinstance(err.reason, ConnectionRefusedError):  # nothing listens there: retrying will not help
+                raise InputError(f"--agent {spec}: no server listens at {base} (connection refused); start it "
+                                 "(vllm serve MODEL --port PORT) or fix the URL") from None
+            # anything else (a timeout, a name that does not resolve yet) is left to the agent's retries
 
 
 def request_kinds(sim: dict[str, Any]) -> list[str]:
@@ -177,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         check_output_path(args.out, "--out")
         kinds = _parse_kinds(args.kinds)
         config = load_config(args.config, kinds)
+        check_agent_spec(args.agent, args.tokenizer)
         try:
             if args.agent.startswith("flawed:"):  # a planted-failure expert (benchmarks/storefront/flaws.py)
                 agent = FlawedExpertAgent(args.agent.removeprefix("flawed:"))
@@ -184,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
                 agent = parse_agent_spec(args.agent, temperature=args.temperature,
                                          max_new_tokens=args.max_new_tokens, tokenizer_dir=args.tokenizer,
                                          model=args.model)
-        except (ValueError, FileNotFoundError) as err:
+        except (ValueError, OSError) as err:  # a bad spec, a folder or file that is missing or unreadable
+            raise InputError(f"--agent {args.agent}: {err}") from None
+        except RuntimeError as err:  # VLLMAgent: the server refused, serves no model, or never answered
             raise InputError(f"--agent {args.agent}: {err}") from None
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)

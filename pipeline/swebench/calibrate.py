@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from common.io import InputError, atomic_write_json, atomic_write_text, check_output_path, load_json
+from common.io import (InputError, atomic_write_json, atomic_write_text, check_int, check_model_folder,
+                       check_number, check_output_path, load_json)
 from pipeline.swebench.generators import GENERATORS, generate_one
 from pipeline.swebench.mutations import ROUND_ORDER, SCHEDULES, mutate_round
 from pipeline.swebench.sandbox import SandboxConfig, SandboxUnavailable
@@ -235,10 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = CalibrationConfig(args.capability, args.target, args.candidates, args.seed, args.samples,
                                    args.threshold, args.rounds, args.workers, SandboxConfig(isolation=args.isolation))
-        if args.temperature < 0 or args.max_episode_tokens < 256:
-            raise InputError("--temperature must be >= 0 and --max-episode-tokens >= 256")
+        check_number(args.temperature, "--temperature", 0.0)  # NaN included: it would crash in the sampler
+        check_int(args.max_episode_tokens, "--max-episode-tokens", 256)
         check_output_path(out, "--out")
         check_output_path(work_dir / "state.json", "--work-dir")
+        if Path(args.model).exists():  # a local folder (else a hub id or a served name)
+            check_model_folder(args.model, "--model")
         rollouts = trainer_rollouts(args.capability, args.model, args.adapter, args.samples, args.temperature,
                                     args.max_episode_tokens, work_dir)
         state = calibrate(config, rollouts, work_dir)

@@ -21,7 +21,6 @@ calibrated when --model is given), 1 when fewer, 2 on bad input.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -34,7 +33,12 @@ def chosen_capabilities(requested: list[str], run_dir: Path) -> list[str]:
         return requested
     selected = run_dir / "phase2" / "selected_capabilities.json"
     if selected.is_file():
-        names = [entry.get("skill") or entry.get("name") for entry in json.loads(selected.read_text())]
+        from common.io import InputError, load_json
+
+        entries = load_json(selected)
+        if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+            raise InputError(f"{selected}: expected a selected-capabilities list ([{{\"skill\": ...}}, ...])")
+        names = [entry.get("skill") or entry.get("name") for entry in entries]
         known = [n for n in names if n in CAPABILITIES]
         unknown = [n for n in names if n not in CAPABILITIES]
         if unknown:
@@ -63,12 +67,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.candidates < args.target or args.target < 1:
         parser.error("--target must be >= 1 and --candidates >= --target")
 
+    from common.io import InputError, check_int, check_model_folder, check_number, check_output_folder
     from pipeline.swebench import calibrate as calibration
     from pipeline.swebench import generate, selftest
     from pipeline.swebench.scenario import default_scenarios_path, load_scenarios
 
+    # Every flag the later steps read is checked here, before 20 scenarios are generated and self-tested.
+    try:
+        check_int(args.workers, "--workers", 1)
+        check_output_folder(args.run_dir, "--run-dir")
+        check_number(args.threshold, "--threshold", 0.0, 1.0)
+        check_int(args.samples, "--samples", 1)
+        check_int(args.rounds, "--rounds", 0, len(calibration.ROUND_ORDER))
+        check_int(args.max_episode_tokens, "--max-episode-tokens", 256)
+        if args.model is not None and Path(args.model).exists():  # a local folder (else a hub id or served name)
+            check_model_folder(args.model, "--model")
+        capabilities = chosen_capabilities(args.capability, args.run_dir)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     short = 0
-    for capability in chosen_capabilities(args.capability, args.run_dir):
+    for capability in capabilities:
         folder = args.run_dir / "phase3" / capability
         candidates = folder / "candidates.json"
         print(f"== {capability}")

@@ -61,31 +61,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR)
     args = parser.parse_args(argv)
 
-    from common.io import InputError, atomic_write_json
+    from common.io import InputError, atomic_write_json, check_int, check_output_path
     from pipeline.swebench.game import CONFIG_CLASSES, ScenarioGame, make_spec
     from pipeline.swebench.sandbox import SandboxConfig
     from pipeline.swebench.scenario import load_scenarios
     from pipeline.swebench.selftest import self_test_many
     from pipeline.validate_game import validate
 
-    files = args.files or default_files(args.run_dir)
-    if not files:
-        print(f"error: no scenario file given and none found (run phase 3 first: {args.run_dir / 'phase3'})",
-              file=sys.stderr)
+    out = args.run_dir / "phase4" / "validation.json"
+    # Flags, the report path and every scenario file are checked before the first self-test starts.
+    try:
+        check_int(args.workers, "--workers", 1)
+        check_int(args.fuzz_actions, "--fuzz-actions", 0)
+        check_output_path(out, "--run-dir")
+        files = args.files or default_files(args.run_dir)
+        if not files:
+            raise InputError(f"no scenario file given and none found (run phase 3 first: {args.run_dir / 'phase3'})")
+        loaded = []
+        for path in files:
+            scenarios = load_scenarios(path)
+            capabilities = {s.capability for s in scenarios}
+            if len(capabilities) != 1 or not capabilities <= set(CONFIG_CLASSES):
+                raise InputError(f"{path}: one capability per file, one of {sorted(CONFIG_CLASSES)}; found "
+                                 f"{sorted(capabilities)}")
+            loaded.append((path, scenarios, capabilities.pop()))
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     report, failed = {}, []
-    for path in files:
-        try:
-            scenarios = load_scenarios(path)
-        except InputError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        capabilities = {s.capability for s in scenarios}
-        if len(capabilities) != 1 or not capabilities <= set(CONFIG_CLASSES):
-            print(f"error: {path}: one capability per file, one of {sorted(CONFIG_CLASSES)}; found {sorted(capabilities)}",
-                  file=sys.stderr)
-            return 2
-        capability = capabilities.pop()
+    for path, scenarios, capability in loaded:
         results = self_test_many(scenarios, SandboxConfig(isolation=args.isolation), args.workers, progress=False)
         config = CONFIG_CLASSES[capability](scenarios_path=str(path), isolation=args.isolation)
         spec = dataclasses.replace(make_spec(capability), make_env=lambda config=config: ScenarioGame(config))
@@ -106,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {name}: {check['detail'][:300]}")
         if not ok:
             failed.append(str(path))
-    out = args.run_dir / "phase4" / "validation.json"
     atomic_write_json(out, report)
     print(f"report -> {out}")
     return 1 if failed else 0
