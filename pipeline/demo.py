@@ -397,9 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     from train.tracking import check_report_to, require_trackers
 
     parser = argparse.ArgumentParser(prog="python -m pipeline.demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="default",
+    parser.add_argument("--profile", choices=sorted(PROFILES), default=None,
                         help="default (configs/demo.yaml) or fast (configs/demo_fast.yaml)")
-    parser.add_argument("--config", help="a demo config file instead of the profile's")
+    parser.add_argument("--config", help="a demo config file instead of a profile's (not with --profile)")
     parser.add_argument("--run-dir", type=Path, help="where the steps write (default runs/demo, runs/demo_fast)")
     parser.add_argument("--fresh", action="store_true", help="re-run every step, even complete ones")
     parser.add_argument("--labeler-url", help="Step 1 with LLM labelers at this OpenAI-compatible endpoint "
@@ -409,6 +409,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="trackers every training run reports to, comma-separated: tensorboard, wandb, trackio, "
                              "mlflow, or none (sets the config's report_to; tensorboard --logdir <run-dir> to watch)")
     args = parser.parse_args(argv)
+    if args.profile is not None and args.config:  # which one would set the budgets is not the user's to guess
+        print(f"error: --profile {args.profile} and --config {args.config} both name a demo config; give one "
+              f"(--config FILE runs FILE, with the default profile's run folder unless --run-dir is set)",
+              file=sys.stderr)
+        return 2
+    args.profile = args.profile or "default"
     config_path = Path(args.config) if args.config else REPO_ROOT / PROFILES[args.profile]
     run_dir = args.run_dir or REPO_ROOT / "runs" / ("demo" if args.profile == "default" else f"demo_{args.profile}")
     try:

@@ -900,3 +900,46 @@ def test_every_entry_point_refuses_generic_bad_input(name, kind, tmp_path, tiny_
                                                                                 argvs[kind][-1] else "a_file"))}[kind]
     assert named in err, err
     assert started.calls == [] and _files(tmp_path) == before
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 28's last cases: Ctrl-C in the storefront runner, outputs that would replace each other, conflicting flags
+# --------------------------------------------------------------------------------------------------
+def test_ctrl_c_ends_a_storefront_run_with_one_line_and_writes_nothing(tmp_path):
+    import signal
+
+    out = tmp_path / "r.json"
+    process = subprocess.Popen([sys.executable, "-m", "benchmarks.storefront.run", "--agent", "expert", "--tasks",
+                                "100000", "--out", str(out)], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    time.sleep(4)  # past the imports, inside the run
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=SUBPROCESS_TIMEOUT)
+    assert process.returncode == 130, stderr[-2000:]
+    # (the line may follow the progress bar's last redraw on the same terminal line)
+    assert "Traceback" not in stderr and stderr.count("interrupted; nothing was saved") == 1, stderr[-2000:]
+    assert not out.exists()
+
+
+def test_selftest_refuses_an_output_that_would_replace_the_input_or_the_other_output(tmp_path, capsys):
+    from pipeline.swebench.selftest import main
+
+    scenarios = tmp_path / "s.json"
+    scenarios.write_text("[]\n")
+    shared = tmp_path / "out.json"
+    for argv, flag in ((["--out", str(shared), "--report", str(shared)], "--report"),
+                       (["--out", str(scenarios)], "--out"), (["--report", str(scenarios)], "--report")):
+        assert main([str(scenarios), *argv, "--no-progress"]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {flag}") and "Traceback" not in err, err
+    assert scenarios.read_text() == "[]\n" and not shared.exists()
+
+
+def test_demo_refuses_a_profile_and_a_config_together(tmp_path, capsys):
+    from pipeline.demo import main
+
+    run_dir = tmp_path / "run"
+    assert main(["--profile", "fast", "--config", "configs/demo.yaml", "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --profile fast and --config configs/demo.yaml") and len(err.splitlines()) == 1
+    assert not run_dir.exists()

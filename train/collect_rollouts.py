@@ -23,6 +23,7 @@ from tqdm import tqdm
 from benchmarks.results import write_results
 from game_registry import GameSpec
 from common.io import InputError, check_int, check_model_folder, check_number, check_output_path
+from common.run_folder import exit_code
 from train.backends import HFBackend, RolloutBackend
 from train.episodes import ChatTokenizer, EpisodeRequest, check_prompts_fit, episode_to_simulation, run_episodes
 from train.evaluate import lookup_game
@@ -124,4 +125,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))  # Ctrl-C: one line, exit 130 (results are written only at the end)

@@ -30,6 +30,7 @@ import torch
 from benchmarks.results import pass_hat_k, write_results
 from benchmarks.storefront.run import task_seed
 from common.io import InputError, check_distinct_paths, check_model_folder, check_number, check_output_path
+from common.run_folder import exit_code
 from game_registry import GameImportError, GameSpec, get_game
 from train.backends import HFBackend
 from train.episodes import ChatTokenizer, EpisodeRequest, check_prompts_fit, episode_to_simulation, run_episodes
@@ -178,4 +179,4 @@ def game_config_overrides(game: str, config_path: str | None) -> dict[str, Any] 
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))  # Ctrl-C: one line, exit 130 (results are written only at the end)

@@ -34,6 +34,7 @@ from benchmarks.storefront.user_sim import REQUEST_KINDS
 from game_registry import parse_hermes_action
 from common.io import (InputError, check_model_folder, check_number, check_output_path, check_url,
                        load_yaml_mapping)
+from common.run_folder import exit_code
 
 
 def task_seed(seed: int, index: int) -> int:
@@ -248,4 +249,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))  # Ctrl-C: one line, exit 130 (results are written only at the end)

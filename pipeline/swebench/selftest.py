@@ -26,7 +26,7 @@ from typing import Iterable
 
 from tqdm import tqdm
 
-from common.io import InputError, atomic_write_json, check_output_path
+from common.io import InputError, atomic_write_json, check_distinct_paths, check_output_path
 from pipeline.swebench.patches import PatchError, apply_patch
 from pipeline.swebench.sandbox import SandboxConfig, SandboxUnavailable, TestRun, run_pytest_batch
 from pipeline.swebench.scenario import Scenario, load_scenarios, save_scenarios
@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         for path, flag in ((args.out, "--out"), (args.report, "--report")):
             if path is not None:
                 check_output_path(path, flag)
+                check_distinct_paths(path, flag, args.file)  # the input would lose its dropped scenarios
+        if args.out is not None and args.report is not None:
+            check_distinct_paths(args.report, "--report", args.out)  # the report would replace the kept scenarios
         scenarios = load_scenarios(args.file)
         results = self_test_many(scenarios, config, args.workers, args.min_regression, not args.no_progress)
     except (InputError, ValueError, SandboxUnavailable) as err:
