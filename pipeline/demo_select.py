@@ -87,6 +87,8 @@ def _llm_labelers(folder: Path, settings: Any) -> dict[str, Any]:
     print(f"  labeling with {settings.runs} LLM labelers: {settings.labeler_model} at {settings.labeler_url}",
           flush=True)
     code = label_trajectories.main(argv)
+    if code == label_trajectories.INTERRUPTED:  # Ctrl-C: it printed its line; the demo stops as interrupted too
+        raise KeyboardInterrupt
     if code != 0:
         raise InputError(f"LLM labeling failed (pipeline.label_trajectories exited {code}); see the message above")
     return load_json(folder / "selected_capabilities_report.json")

@@ -62,6 +62,8 @@ from pipeline.aggregate_capabilities import (CATEGORIES, AggregationConfig, aggr
 from pipeline.labels_to_run import SkippedTrajectoryWarning, labels_to_run
 from pipeline.llm_client import ChatClient, FatalAPIError, RateLimiter, RetryPolicy
 
+INTERRUPTED = 130  # exit code after Ctrl-C (the shell's for SIGINT)
+
 JSON_MODES = ("object", "schema", "none")
 CACHE_NAME = "label_cache.jsonl"
 REPORT_NAME = "labeling_report.json"
@@ -770,7 +772,7 @@ def main(argv: list[str] | None = None) -> int:
         cache = out / CACHE_NAME
         print(f"interrupted; finished calls are kept in {cache}" if cache.is_file() else "interrupted; nothing written",
               file=sys.stderr)
-        return 130
+        return INTERRUPTED
 
 
 def _label(args: argparse.Namespace, out: Path) -> int:
@@ -848,7 +850,7 @@ def _label(args: argparse.Namespace, out: Path) -> int:
         cache.close()
         print(f"interrupted; {len(cache.entries)} finished calls are cached in {cache.path} (calls in flight were "
               "dropped); rerun the same command to resume", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     names = list(descriptions)
     run_paths = []
     for run in range(1, config.runs + 1):

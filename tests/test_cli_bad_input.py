@@ -943,3 +943,20 @@ def test_demo_refuses_a_profile_and_a_config_together(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: --profile fast and --config configs/demo.yaml") and len(err.splitlines()) == 1
     assert not run_dir.exists()
+
+
+def test_ctrl_c_in_the_demos_llm_labelers_stops_the_demo(tmp_path, monkeypatch):
+    """label_trajectories, called in process by the demo's Step 1, turns Ctrl-C into exit 130: the demo must stop
+    as interrupted, not report "labeling failed" and go on."""
+    from types import SimpleNamespace
+
+    from pipeline import demo_select, label_trajectories
+
+    monkeypatch.setattr(label_trajectories, "main", lambda argv: label_trajectories.INTERRUPTED)
+    settings = SimpleNamespace(labeler_url="http://127.0.0.1:9", labeler_model="m", labeler_api_key_env="KEY",
+                               runs=10, k=8, rho=0.1, delta=0.2, propose=True)
+    with pytest.raises(KeyboardInterrupt):
+        demo_select._llm_labelers(tmp_path, settings)
+    monkeypatch.setattr(label_trajectories, "main", lambda argv: 1)  # an API failure stays an error
+    with pytest.raises(InputError, match="LLM labeling failed"):
+        demo_select._llm_labelers(tmp_path, settings)
