@@ -908,13 +908,17 @@ def test_every_entry_point_refuses_generic_bad_input(name, kind, tmp_path, tiny_
 def test_ctrl_c_ends_a_storefront_run_with_one_line_and_writes_nothing(tmp_path):
     import signal
 
-    out = tmp_path / "r.json"
-    process = subprocess.Popen([sys.executable, "-m", "benchmarks.storefront.run", "--agent", "expert", "--tasks",
-                                "100000", "--out", str(out)], cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
-    time.sleep(4)  # past the imports, inside the run
-    process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=SUBPROCESS_TIMEOUT)
+    out, log = tmp_path / "r.json", tmp_path / "stderr.txt"
+    with open(log, "w") as stderr_file:
+        process = subprocess.Popen([sys.executable, "-m", "benchmarks.storefront.run", "--agent", "expert", "--tasks",
+                                    "100000", "--out", str(out)], cwd=REPO, stdout=subprocess.DEVNULL,
+                                   stderr=stderr_file, env={**os.environ, "PYTHONPATH": str(REPO)})
+        deadline = time.monotonic() + SUBPROCESS_TIMEOUT
+        while "ep/s" not in log.read_text() and time.monotonic() < deadline:  # inside the run, past the imports
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=SUBPROCESS_TIMEOUT)
+    stderr = log.read_text()
     assert process.returncode == 130, stderr[-2000:]
     # (the line may follow the progress bar's last redraw on the same terminal line)
     assert "Traceback" not in stderr and stderr.count("interrupted; nothing was saved") == 1, stderr[-2000:]
