@@ -38,7 +38,8 @@ when it does not apply there (its script would equal the oracle's). Generic prob
 
 Ablations (`GameSpec.ablations`, origin "ablation" in the report) are run the same way: the expert without
 the game's skill and constant policies (always act, always refuse), which a game declares itself. Each may
-win at most ABLATION_LIMIT (0.25) of the seeds, with no tolerance: one skill must decide success.
+win at most ABLATION_LIMIT (0.25) of the seeds, with no tolerance: one skill must decide success (on fewer than
+ABLATION_MIN_SEEDS seeds, a rate above it that chance at 0.25 often gives is WARN, not FAIL).
 
 The write and auth facts come from `Game.write_tool_names()` / `Game.auth_tool_names()`; None means the
 game does not say, and the probes needing the fact are reported as WARN instead of run. Script-based
@@ -57,6 +58,15 @@ from game_registry import Action, Game, GameSpec, Policy, Probe
 PASS, FAIL, WARN, NA = "PASS", "FAIL", "WARN", "n/a"  # the first three as in validate_game
 # The most an ablation (the expert without the game's skill, a constant policy) may win, with no tolerance.
 ABLATION_LIMIT = 0.25
+# Below this many seeds, a rate above the limit fails only when chance at the limit rarely gives it (one-sided
+# binomial tail < ABLATION_CHANCE); otherwise the row is WARN, "too few seeds to tell": 3 wins in 10 seeds is
+# what a policy winning 12.5% gets one time in eight.
+ABLATION_MIN_SEEDS, ABLATION_CHANCE = 40, 0.05
+
+
+def binomial_tail(successes: int, trials: int, p: float) -> float:
+    """P(X >= successes) for X ~ Binomial(trials, p)."""
+    return sum(math.comb(trials, k) * p ** k * (1 - p) ** (trials - k) for k in range(successes, trials + 1))
 DEFAULT_TOLERANCE = 0.1
 REFUSAL = "I'm sorry, I cannot do that: it is not allowed by our policy."
 GOODBYE = "Goodbye."
@@ -564,8 +574,15 @@ class ProbeResult:
         return self.reward_sum / self.applicable if self.applicable else None
 
     @property
+    def too_few_seeds(self) -> bool:
+        """An ablation above its limit on fewer than ABLATION_MIN_SEEDS seeds, by a margin chance gives often."""
+        return (self.origin == "ablation" and 0 < self.applicable < ABLATION_MIN_SEEDS
+                and self.success_rate > self.limit + 1e-9
+                and binomial_tail(self.successes, self.applicable, self.limit) >= ABLATION_CHANCE)
+
+    @property
     def status(self) -> str:
-        if self.skipped:
+        if self.skipped or self.too_few_seeds:
             return WARN
         if self.errors:
             return FAIL
@@ -651,7 +668,8 @@ def suite_problems(spec: GameSpec) -> tuple[list[str], list[str]]:
 def summarize(results: list[ProbeResult], problems: list[str], warnings: list[str]) -> tuple[str, str]:
     """(status, detail) of the whole probe suite."""
     failed = [r for r in results if r.status == FAIL]
-    warned = [r for r in results if r.status == WARN]
+    undecided = [r for r in results if r.too_few_seeds]
+    warned = [r for r in results if r.status == WARN and not r.too_few_seeds]
     parts = []
     for r in failed:
         if r.errors:
@@ -663,11 +681,13 @@ def summarize(results: list[ProbeResult], problems: list[str], warnings: list[st
     if warned:
         parts.append(f"not run: {', '.join(f'{r.name} ({r.skipped})' for r in warned)}; make write_tool_names() and "
                      "auth_tool_names() return the tool names (ToolEnvGame: @tool(write=True) / @tool(auth=True))")
+    parts += [f"{r.name} succeeds on {r.success_rate:.1%} of only {r.applicable} seeds, above its limit {r.limit:.2f} "
+              f"by a margin chance often gives; run {ABLATION_MIN_SEEDS} seeds or more to judge it" for r in undecided]
     parts += warnings
     not_applicable = [r.name for r in results if r.status == NA]
     if not_applicable:
         parts.append(f"n/a: {', '.join(not_applicable)}")
-    status = FAIL if failed or problems else WARN if warned or warnings else PASS
+    status = FAIL if failed or problems else WARN if warned or undecided or warnings else PASS
     ran = len(results) - len(warned)
     head = f"{len(failed)} of {ran} probes run beat their limit" if failed else (
         f"no probe beats its limit ({ran} of {len(results)} probes run)")

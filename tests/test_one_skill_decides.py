@@ -17,8 +17,8 @@ import pytest
 
 from benchmarks.storefront.user_sim import STOP
 from game_registry import get_game
-from pipeline.probes import ABLATION_LIMIT
-from pipeline.validate_game import probe_check
+from pipeline.probes import ABLATION_LIMIT, binomial_tail
+from pipeline.validate_game import probe_check, validate
 from test_game_surface import SURFACE
 
 SINGLE_SKILL_GAMES = ("capability_precondition_verification", "capability_tool_calling_precision",
@@ -121,3 +121,16 @@ def test_requests_per_episode_is_checked():
         spec.make(requests_per_episode=4, max_steps=12)
     with pytest.raises(ValueError, match="n_requests"):
         get_game("capability_multi_step_task_completion").make(requests_per_episode=2)
+
+
+def test_a_few_seeds_above_the_limit_by_chance_warn_and_a_clear_excess_fails():
+    """3 of 10 seeds (always refusing, seeds 0-9 of the demo's surface) is what a 12.5% policy gets one time in
+    eight: too few seeds to tell, WARN (the demo-fast profile validates on 10). 100% of 12 is no chance: FAIL."""
+    assert abs(binomial_tail(3, 10, 0.25) - 0.474) < 0.001 and abs(binomial_tail(0, 5, 0.3) - 1.0) < 1e-9
+    spec = get_game("capability_precondition_verification")
+    row = ablation_rows(on(spec, storefront=SURFACE), seeds=10)["always_refuse"]
+    assert row["success_rate"] == 0.3 and row["status"] == "WARN"
+    report = validate(on(spec, storefront=SURFACE), seeds=10, fuzz_actions=0)
+    assert report["passed"] and "run 40 seeds or more to judge it" in report["checks"]["probes"]["detail"]
+    row = ablation_rows(on(spec, storefront=SURFACE, violating_fraction=1.0), seeds=12)["always_refuse"]
+    assert row["success_rate"] == 1.0 and row["status"] == "FAIL"
