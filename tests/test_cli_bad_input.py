@@ -23,6 +23,7 @@ import toy_games as toy
 from benchmarks.storefront import run as storefront_run
 from pipeline import calibrate_environment, recalibrate, validate_game
 from common.io import InputError, check_number, check_output_path
+from signals import restore_sigint
 
 REPO = Path(__file__).resolve().parent.parent
 SUBPROCESS_TIMEOUT = 120
@@ -912,7 +913,8 @@ def test_ctrl_c_ends_a_storefront_run_with_one_line_and_writes_nothing(tmp_path)
     with open(log, "w") as stderr_file:
         process = subprocess.Popen([sys.executable, "-m", "benchmarks.storefront.run", "--agent", "expert", "--tasks",
                                     "100000", "--out", str(out)], cwd=REPO, stdout=subprocess.DEVNULL,
-                                   stderr=stderr_file, env={**os.environ, "PYTHONPATH": str(REPO)})
+                                   stderr=stderr_file, env={**os.environ, "PYTHONPATH": str(REPO)},
+                                   preexec_fn=restore_sigint)
         deadline = time.monotonic() + SUBPROCESS_TIMEOUT
         while "ep/s" not in log.read_text() and time.monotonic() < deadline:  # inside the run, past the imports
             time.sleep(0.2)

@@ -25,6 +25,7 @@ from fake_openai_server import FakeOpenAIServer, label_rule  # noqa: E402
 from pipeline import label_trajectories as lt  # noqa: E402
 from pipeline.aggregate_capabilities import load_run  # noqa: E402
 from pipeline.llm_client import ChatClient, FatalAPIError, RateLimiter, RetryPolicy, parse_retry_after  # noqa: E402
+from signals import restore_sigint
 
 SECRET = "sk-test-7d1e0c4b9a-DO-NOT-LEAK"
 KEY_ENV = "TRACE_TEST_LABEL_KEY"
@@ -607,7 +608,7 @@ def test_ctrl_c_stops_at_once_with_one_line_and_a_whole_cache(inputs):
         argv = _argv(summary, out, server, "--runs", "2", "--k", "1", "--concurrency", "1", candidates=candidates)
         proc = subprocess.Popen([sys.executable, "-m", "pipeline.label_trajectories", *argv], cwd=REPO,
                                 env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, preexec_fn=restore_sigint)
         try:
             assert server.wait_for_requests(3, timeout=60), proc.communicate(timeout=5)
             time.sleep(0.2)  # the two finished calls are in the cache

@@ -29,6 +29,7 @@ import yaml
 import game_registry
 from common.run_folder import INTERRUPTED, exit_code
 from train.__main__ import main as train_main
+from signals import restore_sigint
 
 REPO = Path(__file__).resolve().parent.parent
 GAMES_DIR = REPO / "tests" / "games"
@@ -331,7 +332,8 @@ def test_sigint_ends_python_m_train_at_once_with_one_line(tiny_model_dir, tmp_pa
     env = {**os.environ, "TRACE_GAMES_DIRS": str(GAMES_DIR), "PYTHONPATH": str(REPO)}
     process = subprocess.Popen([sys.executable, "-m", "train", "--game", GAME, "--model", str(tiny_model_dir),
                                 "--output_dir", str(out), "--iterations", "50", "--save_every", "1", *FAST],
-                               env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=restore_sigint)
     deadline = time.time() + 240
     for line in process.stdout:  # the first progress line: the run is training
         if line.startswith("iter 1/") or time.time() > deadline:

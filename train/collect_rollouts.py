@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
             spec.make(**overrides)  # fail early on bad overrides
         except TypeError as err:  # the game's config dataclass rejects an unknown field
             raise InputError(f"--game-overrides {overrides} do not fit game {args.game!r}: {err}") from None
-        if Path(args.model).exists():  # a local folder (else a hub id, which load_tokenizer resolves)
+        # A local folder (else a hub id, which load_tokenizer resolves) needs its weights unless a vLLM server
+        # samples (VLLM_BASE_URLS): then this process loads only the tokenizer.
+        if Path(args.model).exists() and not os.environ.get("VLLM_BASE_URLS", "").strip():
             check_model_folder(args.model, "--model")
         seeds = list(range(args.seed_start, args.seed_start + args.seeds))
         tokenizer = load_tokenizer(args.model)
