@@ -11,8 +11,10 @@ test) or the user's own; a random-init model cannot stand in: every storefront g
 no group has a reward spread and no update runs. The stand-in here is `acting_model()`: a smaller tiny model
 taught in about 30 s, by the project's own SFT, the oracle's episode and a wrong one-line reply on exactly the
 tasks that one iteration of the command plays (its seeds and game overrides), so its samples score 1 or 0 within
-a group, as an agent's would. Only the model is stood in for: the command, its config, the game, the episodes
-and the update are the real ones.
+a group, as an agent's would. Only the model is stood in for, and the game holds one request per episode
+(`requests_per_episode: 1` added to its overrides: the stand-in memorizes whole episodes, and the games' three
+requests would take minutes of SFT): the command, its config, the game, the episodes and the update are the
+real ones.
 
 Every run gets a small iteration (2 groups x 4) in its own output folder. Each must generate tokens in every
 episode, run an update (a group with a reward spread) and change the adapter.
@@ -30,6 +32,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -154,10 +157,25 @@ def _runnable(command: str, readme_tiny_model: Path, acting_models, stub_url: st
                  *[w for w in words[1:] if not w.startswith(("--nproc_per_node", "--master-port"))]]
     elif words[0] == "python":
         words[0] = sys.executable
+    words = _one_request_per_episode(words)
     model = _model_for(words, readme_tiny_model, acting_models)
     words = [str(model) if w in MODEL_PLACEHOLDERS else w for w in words]
     words = [str(out) if w.startswith("pipeline/adapters/") else w for w in words]  # --resume <the run's folder>
     return words + ["--output_dir", str(out)], env
+
+
+def _one_request_per_episode(words: list[str]) -> list[str]:
+    """A storefront game's command with requests_per_episode=1 added to its game overrides: the acting stand-in
+    memorizes whole episodes, and three-request ones take minutes of SFT instead of ~30 s (module docstring)."""
+    at = next(i for i in range(1, len(words)) if words[i - 1:i + 1] == ["-m", "train"])
+    game = words[words.index("--game") + 1] if "--game" in words else ""
+    if not game.startswith("capability_") or game == LETTER_GAME:
+        return words
+    if "--game_overrides" in words:
+        i = words.index("--game_overrides")
+        overrides = {**yaml.safe_load(words[i + 1]), "requests_per_episode": 1}
+        return [*words[:i + 1], json.dumps(overrides), *words[i + 2:]]
+    return [*words[:at + 1], "--game_overrides", json.dumps({"requests_per_episode": 1}), *words[at + 1:]]
 
 
 @pytest.mark.parametrize("command", TRAIN_COMMANDS)
