@@ -11,7 +11,8 @@ batch of prompts and the same greedy settings, through the in-process rollout ba
   base     the base model alone;
   lora     base + one LoRA through peft (r --rank on every linear of the blocks);
   routed   base + --adapters LoRAs of the same shape under token-level top-1 gates (moe_gate), with a
-           random gate so that the tokens of every step spread over all slots (the worst case for grouping).
+           random gate without bias so that the tokens of every step spread over the slots (the worst case
+           for grouping; with a random bias most layers sent nearly every token to one slot).
 The three run one after another in each of --rounds rounds, so they see the same background load; each
 side's figure is its best round. Printed: tokens/s per side, the routed model's slot shares, and as the
 last line `routed_vs_single_lora=<routed tokens/s / lora tokens/s>`.
@@ -104,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
             "routed": build_capability_model(base().to(args.device), paths, mode="token").eval(),
         }
         randomise_gate(models["routed"], seed=0, std=1.0)
+        with torch.no_grad():  # no bias: a random bias picks one slot for most tokens of a layer, not a spread
+            for name, parameter in models["routed"].gate.named_parameters():
+                if name.endswith("bias"):
+                    parameter.zero_()
         with models["routed"].record_routing() as record:
             tokens_per_second(models["routed"], prompts[:2], 4)
         shares = torch.bincount(torch.cat([s.flatten() for s in record.slots().values()]),

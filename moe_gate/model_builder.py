@@ -15,17 +15,19 @@ Modes:
 - `global`: one `TrajectoryGlobalRouter` for all layers, from the prompt's mean input embedding.
 
 Only gate parameters are trainable. `save_gate` writes `gate.safetensors` + `gate_config.json` (slot order,
-adapter names, paths and weight hashes, the base model's identity); `load_gate` refuses a gate whose
-adapters or base model do not match. A gate folder names everything needed to rebuild the routed model,
-so `load_capability_model(folder)` is the whole loader.
+adapter names, paths and weight hashes, the base model's architecture and a hash of all its weights);
+`load_gate` refuses a gate whose adapters or base model do not match. A gate folder names everything needed
+to rebuild the routed model, so `load_capability_model(folder)` is the whole loader.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -86,8 +88,39 @@ def _decoder_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return layers
 
 
-def _base_identity(base: nn.Module) -> dict[str, Any]:
-    """What a gate must match: architecture numbers and a probe of the input embedding values."""
+def base_weights_sha256(base: nn.Module) -> str:
+    """sha256 over every tensor of the base model's state dict, in name order (name, shape, values).
+
+    Floating-point tensors are hashed as bfloat16, so the same checkpoint loaded in float32 or bfloat16 hashes
+    alike (a bf16 checkpoint read as fp32 rounds back exactly; an fp32 one rounds as a bf16 load does); a
+    change below bf16 precision goes unseen, any larger one in any weight changes the hash. Modules wrapped by
+    `MultiLoRAGatedLinear` hash under their original names (without the inserted `.base`).
+    """
+    wrapped = {name for name, module in base.named_modules() if isinstance(module, MultiLoRAGatedLinear)}
+    digest = hashlib.sha256()
+    for key, tensor in sorted(_original_names(base.state_dict(), wrapped).items()):
+        value = tensor.detach()
+        if value.is_floating_point():
+            value = value.to(torch.bfloat16).view(torch.int16)  # numpy has no bfloat16: hash its bits
+        digest.update(f"{key}:{tuple(value.shape)};".encode())
+        digest.update(value.contiguous().cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _original_names(state: Mapping[str, torch.Tensor], wrapped: set[str]) -> dict[str, torch.Tensor]:
+    """`layer.q_proj.base.weight` -> `layer.q_proj.weight` for the wrapped module paths in `wrapped`."""
+    renamed = {}
+    for key, tensor in state.items():
+        prefix, _, leaf = key.rpartition(".")
+        if prefix.endswith(".base") and prefix[: -len(".base")] in wrapped:
+            key = f"{prefix[: -len('.base')]}.{leaf}"
+        renamed[key] = tensor
+    return renamed
+
+
+def _base_identity(base: nn.Module, weights_sha256: str) -> dict[str, Any]:
+    """What a gate must match: architecture numbers and the hash of every weight (`base_weights_sha256`).
+    The embedding probe is for the serving router (moe_gate/serve.py), which loads the embedding only."""
     config = base.config
     probe = base.get_input_embeddings().weight[:4, :8].detach().float().cpu()
     return {
@@ -96,6 +129,7 @@ def _base_identity(base: nn.Module) -> dict[str, Any]:
         "hidden_size": config.hidden_size,
         "num_hidden_layers": config.num_hidden_layers,
         "vocab_size": config.vocab_size,
+        "weights_sha256": weights_sha256,
         "embedding_probe": probe.tolist(),
     }
 
@@ -164,6 +198,7 @@ class CapabilityModel(nn.Module):
         self._pool_mask: torch.Tensor | None = None  # [B, T] of the current pass
         self._new_sequence = True
         self._stored: dict[int, tuple[Selection, torch.Tensor]] = {}  # trajectory/global decisions, per layer key
+        self._base_sha256: str | None = None  # base_weights_sha256, computed on first use (the base is frozen)
         base.register_forward_pre_hook(self._before_model, with_kwargs=True)
         for index, (_, layer) in enumerate(layers):
             layer.register_forward_pre_hook(self._before_layer(index), with_kwargs=True)
@@ -202,6 +237,13 @@ class CapabilityModel(nn.Module):
     @property
     def n_slots(self) -> int:
         return len(self.slot_names)
+
+    @property
+    def base_sha256(self) -> str:
+        """`base_weights_sha256` of the (frozen) base, computed once."""
+        if self._base_sha256 is None:
+            self._base_sha256 = base_weights_sha256(self.base)
+        return self._base_sha256
 
     def gate_parameters(self) -> list[nn.Parameter]:
         return list(self.gate.parameters())
@@ -366,7 +408,7 @@ def gate_config(model: CapabilityModel) -> dict[str, Any]:
         "slots": list(model.slot_names),
         "adapters": [{"name": a.name, "path": str(Path(a.path).resolve()), "sha256": a.sha256,
                       "target_modules": a.target_modules} for a in model.adapters],
-        "base_model": _base_identity(model.base),
+        "base_model": _base_identity(model.base, model.base_sha256),
         "num_parameters": sum(p.numel() for p in model.gate_parameters()),
     }
 
@@ -440,10 +482,18 @@ def load_gate(model: CapabilityModel, directory: str | os.PathLike) -> None:
         if saved["base_model"][key] != mine["base_model"][key]:
             raise GateError(f"{directory}: the gate was trained on base model {saved['base_model']['name_or_path']!r} "
                             f"({key}={saved['base_model'][key]}), this base has {key}={mine['base_model'][key]}")
-    if not torch.allclose(torch.tensor(saved["base_model"]["embedding_probe"]),
-                          torch.tensor(mine["base_model"]["embedding_probe"]), rtol=1e-2, atol=1e-3):
-        raise GateError(f"{directory}: the base model's weights differ from {saved['base_model']['name_or_path']!r}, "
-                        "which the gate was trained on; load that base model")
+    differ = (f"{directory}: the base model's weights differ from {saved['base_model']['name_or_path']!r}, "
+              "which the gate was trained on; load that base model")
+    if "weights_sha256" in saved["base_model"]:
+        if saved["base_model"]["weights_sha256"] != mine["base_model"]["weights_sha256"]:
+            raise GateError(differ + " (the hash of its weights differs)")
+    else:  # a gate saved before the hash: only its embedding probe can be compared
+        if not torch.allclose(torch.tensor(saved["base_model"]["embedding_probe"]),
+                              torch.tensor(mine["base_model"]["embedding_probe"]), rtol=1e-2, atol=1e-3):
+            raise GateError(differ)
+        warnings.warn(f"{directory}: saved without the hash of its base model's weights, so only a patch of the "
+                      "embedding was compared; save the gate again (save_gate) on the right base to record it",
+                      stacklevel=2)
     for key in ("mode", "include_base_slot", "soft"):
         if saved.get(key) != mine[key]:
             raise GateError(f"{directory}: the gate has {key}={saved.get(key)!r}, this model {mine[key]!r}")

@@ -18,10 +18,15 @@ decoder layer by the model, see `model_builder.py`) says per token which slot to
   s * B^T. Why not the grouped path there: a decoding step has a handful of tokens, so its cost is the
   number of kernels and the bytes of weights read, not FLOPs; the masked path runs 4 kernels whatever N is
   and reads each adapter's factors once per step (gathering per token reads M copies, grouping runs ~4
-  kernels per slot present). Its extra FLOPs, N low-rank products per token instead of one, are
-  ~2 N r (in + out) against the base's in * out (about 3% for 4 adapters of rank 16 on a 4096-wide layer).
-  On the CPU bench (bench/gate_overhead.py) it lifts routed/single-LoRA decoding from ~0.82 (per-token
-  gather + batched matmuls) to ~0.95.
+  kernels per slot present). Its cost is N low-rank products per token instead of one: N r (in + out)
+  multiply-adds (2 N r (in + out) FLOPs, r each adapter's rank) against the base layer's in * out (2 in out
+  FLOPs), so N r (in + out) / (in out) of the base: about 3% for 4 adapters of rank 16 on a 4096-wide square
+  layer, 25% for 8 adapters of rank 64. Columns of the other slots are selected away (torch.where, not x0),
+  and a module with a non-finite adapter weight takes the grouped path, so an unchosen adapter cannot turn a
+  token's output into NaN.
+  On the CPU bench (bench/gate_overhead.py) it lifted routed/single-LoRA decoding from ~0.82 (per-token
+  gather + batched matmuls) to ~0.95, measured with the bench's former random gate (a random bias sent most
+  of a layer's tokens to one slot; the bench now spreads them).
 - dense path (training with gradients, or soft routing): every adapter runs on every token and is scaled
   by the gate value; with a straight-through gate the values are exactly 0/1 in the forward pass (so the
   output equals the hard path) while the gradient reaches every slot's gate logit.
@@ -155,7 +160,7 @@ class MultiLoRAGatedLinear(nn.Module):
     """`base(x) + sum_i g_i s_i B_i A_i x` over the slots that have a LoRA on this module (base frozen).
 
     The LoRAs of this module are kept concatenated: `cat_a` [sum r, in] stacks every slot's A, `cat_b`
-    [sum r, out] its s * B^T, and `col_mask` [S, sum r] marks which rank columns belong to which slot.
+    [sum r, out] its s * B^T, and `col_mask` [S, sum r] (bool) marks which rank columns belong to which slot.
     """
 
     def __init__(self, base: nn.Linear, slot_weights: list[LoRAWeights | None], route: LayerRoute):
@@ -183,12 +188,15 @@ class MultiLoRAGatedLinear(nn.Module):
         param = base.weight
         cat_a = torch.cat(a_parts) if a_parts else torch.zeros(0, base.in_features)  # [sum r, in]
         cat_b = torch.cat(b_parts) if b_parts else torch.zeros(0, base.out_features)  # [sum r, out]
-        col_mask = torch.zeros(self.n_slots, cat_a.shape[0])  # [S, sum r]
+        col_mask = torch.zeros(self.n_slots, cat_a.shape[0], dtype=torch.bool)  # [S, sum r]
         for slot, (start, end) in zip(self.slots, self.spans):
-            col_mask[slot, start:end] = 1.0
+            col_mask[slot, start:end] = True
         self.register_buffer("cat_a", cat_a.to(param.device, param.dtype), persistent=False)
         self.register_buffer("cat_b", cat_b.to(param.device, param.dtype), persistent=False)
-        self.register_buffer("col_mask", col_mask.to(param.device, param.dtype), persistent=False)
+        self.register_buffer("col_mask", col_mask.to(param.device), persistent=False)
+        # The masked path reads every slot's B: a non-finite B (or A) of an unchosen slot would reach the output
+        # as 0 * inf = NaN, so a module holding one takes the grouped path instead (checked once: frozen weights).
+        self.finite = bool(torch.isfinite(self.cat_a).all() and torch.isfinite(self.cat_b).all())
 
     def extra_repr(self) -> str:
         return f"in={self.base.in_features}, out={self.base.out_features}, lora_slots={self.slots}/{self.n_slots}"
@@ -211,10 +219,14 @@ class MultiLoRAGatedLinear(nn.Module):
             for slot, span in zip(self.slots, self.spans):
                 flat_y = flat_y + route.weights[:, slot : slot + 1].to(flat_y.dtype) * self._delta(span, flat_x)
             return flat_y.view(y.shape)
-        if route.slots is not None:  # masked: one pass over all adapters' factors, other slots' columns zeroed
-            low = (flat_x @ self.cat_a.T) * self.col_mask.index_select(0, route.slots)  # [M, sum r]
+        if route.slots is not None and self.finite:  # masked: all adapters' factors, other slots' columns zeroed
+            keep = self.col_mask.index_select(0, route.slots)  # [M, sum r] the token's own slot's columns
+            low = torch.where(keep, flat_x @ self.cat_a.T, 0.0)  # [M, sum r]; select, not x0: an overflow stays out
             return torch.addmm(flat_y, low, self.cat_b).view(y.shape)  # y + s B A x of each token's slot
-        groups = route.groups or {}
+        if route.slots is not None:  # a non-finite adapter here: compute only each token's own slot
+            groups = {slot: (route.slots == slot).nonzero().squeeze(1) for slot in self.slots}
+        else:
+            groups = route.groups or {}
         for slot, span in zip(self.slots, self.spans):
             index = groups.get(slot)
             if index is None:

@@ -254,12 +254,17 @@ def make_base(model_dir: Path):
     return load_base_model(str(model_dir))[0]
 
 
-def test_grpo_gater_refuses_trajectory_mode(tmp_path):
+def test_grpo_gater_refuses_trajectory_mode(tiny_model_dir, letter_game, tmp_path, capsys):
+    """A registered game and an existing model, so the mode refusal is what stops the run (without it the run
+    would go on to load the adapter "x" and fail with another message)."""
     from train.grpo_gater import main
 
     path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({"adapters": {"a": "x"}, "mode": "trajectory", "grpo": {"game": GAME}}))
+    path.write_text(yaml.safe_dump({"adapters": {"a": "x"}, "mode": "trajectory", "model": str(tiny_model_dir),
+                                    "output_dir": str(tmp_path / "out"), "grpo": {"game": GAME}}))
     assert main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "grpo_gater trains token routing only (mode: token), not mode 'trajectory'" in err, err
 
 
 def test_a_game_mix_cycles_through_its_games_by_seed(tiny_model_dir, tiny_adapters, tmp_path):

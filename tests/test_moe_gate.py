@@ -94,6 +94,33 @@ def test_gated_linear_hard_path_equals_dense_path_masked_to_the_chosen_slot():
     assert len(groups) > 2  # several slots were really exercised
 
 
+@pytest.mark.parametrize("factor, bad", [("A", float("inf")), ("B", float("inf")), ("B", float("nan"))])
+def test_a_non_finite_adapter_that_no_token_chose_leaves_the_output_finite(factor, bad):
+    """The masked and grouped hard paths compute only what each token's own slot gives: an inf/NaN weight in
+    an adapter no token is routed to must not reach the output (0 * inf would be NaN)."""
+    torch.manual_seed(0)
+    base = torch.nn.Linear(12, 10)
+    good = LoRAWeights(torch.randn(2, 12), torch.randn(10, 2), 0.5)
+    broken = LoRAWeights(torch.randn(3, 12), torch.randn(10, 3), 2.0)
+    getattr(broken, factor)[0, 1] = bad
+    route = LayerRoute(0)
+    module = MultiLoRAGatedLinear(base, [None, good, broken], route)
+    x = torch.randn(2, 5, 12)  # [B, T, in]
+    slots = torch.tensor([1, 0] * 5)  # [M]: slots 0 and 1 only, never the broken slot 2
+    flat = x.reshape(-1, 12)  # [M, in]
+    expected = base(flat) + (slots == 1)[:, None] * good.scaling * (flat @ good.A.T @ good.B.T)  # [M, out]
+    groups = {s: (slots == s).nonzero().squeeze(1) for s in (0, 1)}
+    for decision in (Route(slots=slots), Route(groups=groups)):
+        route.current = decision
+        with torch.no_grad():
+            out = module(x).reshape(-1, 10)  # [M, out]
+        assert torch.isfinite(out).all()
+        assert torch.allclose(out, expected, atol=1e-5)
+    route.current = Route(slots=torch.full((10,), 2))  # the check is not vacuous: the broken slot is broken
+    with torch.no_grad():
+        assert not torch.isfinite(module(x)).all()
+
+
 @pytest.mark.parametrize("masked_max_tokens", [0, 64])  # grouped path, masked path (20 tokens per pass)
 def test_routed_model_hard_top1_equals_the_training_straight_through_dense_path(adapters, masked_max_tokens):
     model = build_capability_model(make_tiny_base(), adapters)
@@ -121,13 +148,20 @@ def test_zero_initialised_gate_is_uniform_and_routes_to_base(adapters):
 
 @pytest.mark.parametrize("mode, soft", [("token", False), ("trajectory", False), ("global", False), ("global", True)])
 def test_kv_cache_generation_equals_no_cache_generation(adapters, mode, soft):
+    """Trajectory/global: without a cache every pass re-pools, and only the prompt window keeps the decision
+    of the prefill; with one gate seed the grown pool often picks the same slot anyway, so many seeds are
+    checked (with the window off, 3 to 6 of these 20 generate differently per mode)."""
     model = build_capability_model(make_tiny_base(), adapters, mode=mode, soft=soft).eval()
-    randomise_gate(model, seed=3)
     kwargs = dict(max_new_tokens=10, do_sample=False, pad_token_id=0, eos_token_id=None)
     prompt, mask = IDS, MASK
-    cached = model.generate(prompt, attention_mask=mask, use_cache=True, **kwargs)
-    uncached = model.generate(prompt, attention_mask=mask, use_cache=False, **kwargs)
-    assert torch.equal(cached, uncached)
+    differ = []
+    for seed in range(1 if mode == "token" else 20):
+        randomise_gate(model, seed=3 + seed)
+        cached = model.generate(prompt, attention_mask=mask, use_cache=True, **kwargs)
+        uncached = model.generate(prompt, attention_mask=mask, use_cache=False, **kwargs)
+        if not torch.equal(cached, uncached):
+            differ.append(3 + seed)
+    assert not differ, f"gate seeds where cached and uncached generation differ: {differ}"
 
 
 @pytest.mark.parametrize("mode", ["trajectory", "global"])
@@ -196,6 +230,40 @@ def test_save_load_round_trips_and_refuses_other_adapters_or_base(adapters, tmp_
         build_capability_model(make_tiny_base(seed=1), adapters, gate=tmp_path / "gate")
     with pytest.raises(GateError, match="mode 'token', not 'global'"):
         build_capability_model(make_tiny_base(), adapters, gate=tmp_path / "gate", mode="global")
+
+
+def _scaled_decoder(base):
+    with torch.no_grad():
+        for name, parameter in base.named_parameters():
+            if ".layers." in name:
+                parameter.mul_(1.5)
+    return base
+
+
+def _merged_lora(path):
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(make_tiny_base(), str(path)).merge_and_unload()
+
+
+def test_the_base_identity_covers_every_weight(adapters, tmp_path):
+    """A base whose decoder weights were scaled, or with a LoRA merged in, has the embedding and the numbers
+    of the original, so only the hash of every weight tells them apart; the dtype it is loaded in does not."""
+    save_gate(build_capability_model(make_tiny_base(), adapters), tmp_path / "gate")
+    for other in (_scaled_decoder(make_tiny_base()), _merged_lora(adapters["alpha"])):
+        assert torch.equal(other.get_input_embeddings().weight, make_tiny_base().get_input_embeddings().weight)
+        with pytest.raises(GateError, match="base model's weights differ .* hash of its weights differs"):
+            build_capability_model(other, adapters, gate=tmp_path / "gate")
+    build_capability_model(make_tiny_base().to(torch.bfloat16), adapters, gate=tmp_path / "gate")  # same base
+    # a gate saved before the hash: the embedding probe still refuses another base, a warning names the fix
+    path = tmp_path / "gate" / GATE_CONFIG
+    config = json.loads(path.read_text())
+    del config["base_model"]["weights_sha256"]
+    path.write_text(json.dumps(config))
+    with pytest.warns(UserWarning, match="save the gate again"):
+        build_capability_model(make_tiny_base(), adapters, gate=tmp_path / "gate")
+    with pytest.raises(GateError, match="base model's weights differ"):
+        build_capability_model(make_tiny_base(seed=1), adapters, gate=tmp_path / "gate")
 
 
 def test_parameter_count_formula():
