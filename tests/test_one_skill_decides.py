@@ -36,6 +36,8 @@ def ablation_rows(spec, seeds: int = SEEDS) -> dict:
     return {p.name: rows[p.name] for p in spec.ablations}
 
 
+@pytest.mark.slow  # ~35 s for the six; the default suite's validator tests (test_game_surface.py, 40 seeds) hold
+# the same ablations to the same limit
 @pytest.mark.parametrize("name", SINGLE_SKILL_GAMES)
 @pytest.mark.parametrize("surface", [False, True], ids=["alone", "demo_surface"])
 def test_no_ablation_wins_more_than_a_quarter_of_seeds(name, surface):
