@@ -24,6 +24,19 @@ Where the reference code differs from these defaults (set the field to reproduce
     advantages     r - group mean there, then standardised over the whole batch; per-group std here.
     also there     info-gathering turns dropped from training, old tool results cut to 200 characters, one
                    importance ratio per turn (summed log-probs); none of these here.
+
+Learning per rollout. One iteration samples `groups_per_iteration` x `group_size` episodes, then makes
+`ppo_epochs` passes over them; each pass splits the iteration's groups into `minibatches_per_iteration`
+mini-batches (whole groups, in a fixed order) and takes one optimizer step on each. So an iteration takes
+`ppo_epochs x minibatches_per_iteration` optimizer steps, the first on-policy (ratio 1) and the others off-policy
+by as much as the earlier steps moved the adapter, which the clipped ratio (clip_eps) and the optional k3 KL to
+the frozen base (kl_beta) bound. In TRL's GRPOTrainer terms: `ppo_epochs` is `num_iterations` (reuses of one
+generation batch) and `minibatches_per_iteration` is `steps_per_generation` (optimizer steps one generation
+batch is split into). The paper's trainer states neither (its training section gives one update per batch of
+G groups); the reference trainer takes one optimizer step per collected batch, i.e. 1 and 1. The learning-rate
+schedule counts optimizer steps: linear warm-up over `warmup_iterations` x steps_per_iteration steps, then
+`lr_schedule` (constant, or linear/cosine decay to min_lr_ratio x learning_rate at iterations x
+steps_per_iteration steps); iterations without an update do not advance it.
 """
 from __future__ import annotations
 
@@ -37,6 +50,7 @@ import yaml
 from common.io import InputError, load_yaml_mapping
 from train.tracking import check_report_to
 
+LR_SCHEDULES = ("constant", "linear", "cosine")
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -58,10 +72,13 @@ class GRPOConfig:
     weight_decay: float = 0.0
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
-    warmup_iterations: int = 0  # linear warm-up over this many updates (iterations without one do not count)
+    warmup_iterations: int = 0  # linear warm-up over this many updating iterations' optimizer steps
+    lr_schedule: str = "constant"  # after warm-up: constant | linear | cosine (decay to min_lr_ratio x lr)
+    min_lr_ratio: float = 0.0  # the decayed schedules end at this fraction of learning_rate
     grad_clip: float = 1.0
     iterations: int = 100
-    ppo_epochs: int = 1  # optimizer steps over each iteration's batch (1 = on-policy, ratio starts at 1)
+    ppo_epochs: int = 1  # passes over each iteration's batch (TRL num_iterations; 1 = every step on-policy data)
+    minibatches_per_iteration: int = 1  # optimizer steps per pass, each on its share of the groups (TRL steps_per_generation)
     micro_batch_size: int = 8  # sequences per forward/backward (gradient accumulation inside a step)
     shared_prefix: bool = True  # run each group's shared prompt once per micro-batch (same gradient, less compute)
 
@@ -109,6 +126,13 @@ class GRPOConfig:
         need(self.grad_clip > 0, f"grad_clip must be > 0 (1.0 is the reference), got {self.grad_clip}")
         need(self.iterations >= 1, f"iterations must be >= 1, got {self.iterations}")
         need(self.ppo_epochs >= 1, f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
+        need(self.lr_schedule in LR_SCHEDULES,
+             f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        need(0.0 <= self.min_lr_ratio <= 1.0, f"min_lr_ratio must be in [0, 1] (a fraction of learning_rate), "
+             f"got {self.min_lr_ratio}")
+        need(1 <= self.minibatches_per_iteration <= self.groups_per_iteration,
+             f"minibatches_per_iteration must be in [1, groups_per_iteration={self.groups_per_iteration}] (each "
+             f"optimizer step needs at least one group), got {self.minibatches_per_iteration}")
         need(self.micro_batch_size >= 1, f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
         need(self.groups_per_iteration >= 1, f"groups_per_iteration must be >= 1, got {self.groups_per_iteration}")
         need(self.group_size >= 2, f"group_size must be >= 2 (GRPO compares samples within a group), got {self.group_size}")
@@ -127,6 +151,11 @@ class GRPOConfig:
         need(self.dtype in ("float32", "bfloat16"), f"dtype must be float32 or bfloat16, got {self.dtype!r}")
         need(isinstance(self.game_overrides, dict), "game_overrides must be a mapping of config field -> value")
         self.report_to = check_report_to(self.report_to)  # ValueError naming the accepted trackers
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """Optimizer steps of one iteration that has something to learn from: passes x mini-batches."""
+        return self.ppo_epochs * self.minibatches_per_iteration
 
     @property
     def capability(self) -> str:

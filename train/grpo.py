@@ -27,9 +27,10 @@ One iteration:
      denominators counted over the whole step on all ranks, so micro-batching and data parallelism do not
      change the gradient. Optional k3 KL to the reference policy (the adapter disabled). Gradients are
      averaged over ranks (one flat all-reduce; a rank without a loss token contributes zeros), clipped to
-     `grad_clip`, AdamW steps `ppo_epochs` times per iteration. Observation and prompt tokens are masked out.
-     The learning-rate schedule (linear warm-up over `warmup_iterations` updates) steps only after an
-     iteration whose optimizer stepped. Logged clip fraction, ratio and approx KL are token-weighted means.
+     `grad_clip`. AdamW steps once per mini-batch of whole groups (`minibatches_per_iteration`) in each of
+     `ppo_epochs` passes (train/config.py: how this maps to TRL). Observation and prompt tokens are masked out.
+     The learning-rate schedule (warm-up, then constant or linear/cosine decay) steps once per optimizer step;
+     an iteration with nothing to learn from does not move it. Logged clip fraction, ratio and approx KL are token-weighted means.
   5. Sync. The backend is told about the new weights (vLLM loads the adapter under a fresh name).
 
 Metrics: `mean_reward` and `success_rate` are over base-prompt episodes only (the ones that show progress:
@@ -47,7 +48,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -85,6 +86,7 @@ class Sequence:
     old_logprobs: list[float]
     advantage: float
     prompt_len: int = 0  # tokens of the prompt, shared by every sequence of the group (0: unknown)
+    group: int = 0  # the group (task seed) of the iteration it comes from: mini-batches take whole groups
 
 
 @dataclass
@@ -114,6 +116,39 @@ def shared_prefix_micro_batches(sequences: list[Sequence], size: int, pad_token_
             prefix = torch.tensor(prompt[:cut], dtype=torch.long, device=device)
             out.append(MicroBatch(pad_batch(tails, pad_token_id, device), prefix))
     return out
+
+
+def split_by_group(sequences: list[Sequence], parts: int) -> list[list[Sequence]]:
+    """`parts` mini-batches of whole groups, in the order the groups come, sizes differing by at most one group
+    (fewer groups than parts: the last parts are empty)."""
+    groups: dict[int, list[Sequence]] = {}
+    for seq in sequences:
+        groups.setdefault(seq.group, []).append(seq)
+    members = list(groups.values())
+    size, extra = divmod(len(members), parts)
+    out, start = [], 0
+    for part in range(parts):
+        end = start + size + (1 if part < extra else 0)
+        out.append([seq for group in members[start:end] for seq in group])
+        start = end
+    return out
+
+
+def lr_factor_schedule(config: GRPOConfig) -> Callable[[int], float]:
+    """LambdaLR's factor of `learning_rate` for the step after `step` optimizer steps (train/config.py)."""
+    warmup = config.warmup_iterations * config.steps_per_iteration
+    total = config.iterations * config.steps_per_iteration
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if config.lr_schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        decay = 1.0 - progress if config.lr_schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+        return config.min_lr_ratio + (1.0 - config.min_lr_ratio) * decay
+
+    return factor
 
 
 def pad_batch(sequences: list[Sequence], pad_token_id: int, device: torch.device) -> RolloutBatch:
@@ -212,12 +247,8 @@ class GRPOTrainer:
             self.parameters, lr=config.learning_rate, weight_decay=config.weight_decay,
             betas=(config.adam_beta1, config.adam_beta2),
         )
-        # Linear warm-up over the first `warmup_iterations` updates (the schedule steps once per iteration in
-        # which the optimizer stepped), then constant.
-        warmup = config.warmup_iterations
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda it: min(1.0, (it + 1) / warmup) if warmup else 1.0
-        )
+        # The schedule steps once per optimizer step (train/config.py: warm-up, then constant or decay).
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_factor_schedule(config))
         self.start_iteration = 0
         self.tracker = MetricLogger()  # `run` opens the trackers of config.report_to (rank 0)
         self.run_kind = run_kind  # names the run in the trackers (gate_grpo for train.grpo_gater)
@@ -337,12 +368,12 @@ class GRPOTrainer:
             if ep.request.hinted:
                 ids, mask, prompt_len = rescored_under_base_prompt(ep, self.spec, self.chat)
                 rescore.append(len(sequences))
-                sequences.append(Sequence(ids, mask, [0.0] * len(ids), advantage, prompt_len))
+                sequences.append(Sequence(ids, mask, [0.0] * len(ids), advantage, prompt_len, group))
                 continue
             if rescore_all:
                 rescore.append(len(sequences))
                 sampler_logprobs[len(sequences)] = ep.logprobs
-            sequences.append(Sequence(ep.token_ids, ep.loss_mask, list(ep.logprobs), advantage, ep.prompt_len))
+            sequences.append(Sequence(ep.token_ids, ep.loss_mask, list(ep.logprobs), advantage, ep.prompt_len, group))
         if rescore or self.policy.sharded:  # under FSDP every rank takes part in the forwards
             self._recompute_old_logprobs([sequences[i] for i in rescore])
         constant = (rewards.max(dim=1).values - rewards.min(dim=1).values).abs() <= 1e-8
@@ -440,47 +471,65 @@ class GRPOTrainer:
                 parameter.grad.copy_(chunk)
 
     def update(self, sequences: list[Sequence]) -> dict[str, float]:
-        """`ppo_epochs` optimizer steps on this iteration's sequences (all ranks take part, with or without
-        sequences of their own)."""
+        """`ppo_epochs` passes over this iteration's sequences, one optimizer step per mini-batch of whole groups
+        (`minibatches_per_iteration`); all ranks take part in every step, with or without sequences of their
+        own. A mini-batch without a loss token on any rank is skipped (no step, the schedule does not move)."""
         c = self.config
-        micro_batches = self._micro_batches(sequences)
-        normaliser = loss_normaliser([mb.batch for mb in micro_batches])
-        if self.world_size > 1:
-            normaliser = normaliser.all_reduce()
-        if normaliser.tokens == 0:  # every group was constant on every rank: nothing to learn from
-            return {"loss": 0.0, "grad_norm": 0.0, "skipped_update": 1.0}
+        minibatches = [self._micro_batches(part) for part in split_by_group(sequences, c.minibatches_per_iteration)]
+        normalisers = []
+        for micro_batches in minibatches:
+            normaliser = loss_normaliser([mb.batch for mb in micro_batches])
+            normalisers.append(normaliser.all_reduce() if self.world_size > 1 else normaliser)
+        if all(n.tokens == 0 for n in normalisers):  # every group was constant on every rank: nothing to learn from
+            return {"loss": 0.0, "grad_norm": 0.0, "skipped_update": 1.0, "optimizer_steps": 0.0}
         self.policy.model.train()
-        grad_norm = torch.tensor(0.0)
-        n_real = len(micro_batches)
-        micro_batches += [MicroBatch(self._dummy_batch())] * (self._lockstep_count(n_real) - n_real)
-        loss_sum, token_count = 0.0, 0.0
+        loss_sum, token_count, grad_norms = 0.0, 0.0, []
         weighted = dict.fromkeys(TOKEN_MEAN_STATS + (("kl_ref",) if c.kl_beta > 0 else ()), 0.0)
         for _ in range(c.ppo_epochs):
-            self.optimizer.zero_grad(set_to_none=False)
-            for index, micro in enumerate(micro_batches):
-                loss, stats = self._micro_batch_loss(micro, normaliser)
-                loss.backward()  # a padding micro-batch has no loss token: zero loss, zero gradient
-                if index >= n_real:
+            for micro_batches, normaliser in zip(minibatches, normalisers):
+                if normaliser.tokens == 0:
                     continue
-                loss_sum += float(loss.detach())
-                token_count += stats["loss_tokens"]
+                step_loss, step_tokens, step_stats, grad_norm = self._optimizer_step(micro_batches, normaliser)
+                loss_sum += step_loss
+                token_count += step_tokens
                 for key in weighted:
-                    weighted[key] += stats[key] * stats["loss_tokens"]
-            if self.world_size > 1 and not self.policy.sharded:  # FSDP averages in its reduce-scatter
-                self._all_reduce_gradients()
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, c.grad_clip)
-            self.optimizer.step()
-        # The whole step's figures on every rank (rank 0 logs them). Each rank's loss already uses the global
-        # denominator divided by world_size, so the step's loss is the sum over ranks / world_size.
+                    weighted[key] += step_stats[key]
+                grad_norms.append(float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm))
+        # The whole update's figures on every rank (rank 0 logs them). Each rank's loss already uses its step's
+        # global denominator divided by world_size, so a step's loss is the sum over ranks / world_size.
         totals = _all_sum([loss_sum, token_count, *weighted.values()])
-        out = {"loss": totals[0] / self.world_size / c.ppo_epochs}
+        out = {"loss": totals[0] / self.world_size / len(grad_norms)}
         for key, total in zip(weighted, totals[2:]):
             out[key] = total / max(totals[1], 1.0)
-        if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP
-            grad_norm = grad_norm.full_tensor()
-        out["grad_norm"] = float(grad_norm)
+        out["grad_norm"] = sum(grad_norms) / len(grad_norms)  # mean over the steps, before clipping
+        out["optimizer_steps"] = float(len(grad_norms))
         out["skipped_update"] = 0.0
         return out
+
+    def _optimizer_step(self, micro_batches: list[MicroBatch], normaliser: Any) -> tuple[float, float, dict, Any]:
+        """One optimizer step on one mini-batch: (its loss on this rank, its loss tokens, token-weighted stat
+        sums, the gradient norm before clipping). FSDP ranks run the same number of forwards (padding batches)."""
+        c = self.config
+        n_real = len(micro_batches)
+        micro_batches = micro_batches + [MicroBatch(self._dummy_batch())] * (self._lockstep_count(n_real) - n_real)
+        self.optimizer.zero_grad(set_to_none=False)
+        loss_sum, token_count = 0.0, 0.0
+        weighted = dict.fromkeys(TOKEN_MEAN_STATS + (("kl_ref",) if c.kl_beta > 0 else ()), 0.0)
+        for index, micro in enumerate(micro_batches):
+            loss, stats = self._micro_batch_loss(micro, normaliser)
+            loss.backward()  # a padding micro-batch has no loss token: zero loss, zero gradient
+            if index >= n_real:
+                continue
+            loss_sum += float(loss.detach())
+            token_count += stats["loss_tokens"]
+            for key in weighted:
+                weighted[key] += stats[key] * stats["loss_tokens"]
+        if self.world_size > 1 and not self.policy.sharded:  # FSDP averages in its reduce-scatter
+            self._all_reduce_gradients()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, c.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        return loss_sum, token_count, weighted, grad_norm
 
     # ---------------------------------------------------------------------------------------------
     def run(self) -> dict[str, float]:
@@ -577,9 +626,7 @@ class GRPOTrainer:
             )
         sequences, group_stats = self.sequences(episodes)
         train_started = time.perf_counter()
-        update_stats = self.update(sequences)
-        if not update_stats["skipped_update"]:  # the schedule counts updates, not iterations
-            self.scheduler.step()
+        update_stats = self.update(sequences)  # steps the schedule once per optimizer step
         train_seconds = time.perf_counter() - train_started
         self.backend.sync_weights(self.policy, iteration + 1)
 

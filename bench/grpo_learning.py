@@ -1,0 +1,240 @@
+"""Own-game pass rate against GRPO episodes, per capability game, for two learning-per-rollout settings.
+
+    python bench/grpo_learning.py --run_dir runs/demo [--games precondition_verification ...]
+        [--settings one_step=1x1 default] [--seeds 0 1 2] [--iterations 8] [--eval_every 4]
+        [--tasks 40 --samples 2] [--out bench_out/grpo_learning]
+
+It needs a demo run folder (`make demo`, or `python -m pipeline.demo` until its `environments` step has run):
+the base agent (`<run_dir>/base/model`) and the game overrides calibration chose for each capability
+(`<run_dir>/environments/step.json`), so every game is played as the demo's Step 3 plays it. Each GRPO run is
+the demo's (`pipeline.demo_loop.grpo_config`: configs/grpo_tiny.yaml with the loop's budget from --config),
+with only `ppo_epochs` and `minibatches_per_iteration` changed per setting:
+
+    one_step=1x1   one optimizer step per iteration (the old default)
+    default        configs/grpo_tiny.yaml as it is
+    NAME=ExM       E passes (ppo_epochs) x M mini-batches (minibatches_per_iteration)
+
+The adapter is checkpointed every --eval_every iterations and each checkpoint (and the base agent, once) plays
+the game's held-out tasks (`train.evaluate`, seed --eval_seed, the demo's own_game tasks): greedy once, and
+--samples samples at temperature 1. Printed per game and setting: base and final own-game pass^1 (greedy and
+T=1, mean over training seeds, and each seed's gain), whether a seed collapsed (its T=1 mean reward at the end
+below half the base's), and the wall time. Writes `<out>/results.json` (every curve point) and
+`<out>/curves.png`. Runs whose curve is already in results.json are not run again (the bench resumes). Last line:
+`min_own_game_gain_t1=`, the last setting's smallest mean T=1 gain over the games (the issue's aim: >= 0.15).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:  # run as a script: make the repo's packages importable
+    sys.path.insert(0, str(REPO_ROOT))
+
+from common.io import InputError, atomic_write_json, load_json  # noqa: E402
+
+
+def parse_setting(text: str) -> tuple[str, int | None, int | None]:
+    """NAME=ExM -> (NAME, E, M); `default` -> ("default", None, None) (configs/grpo_tiny.yaml's values)."""
+    if text == "default":
+        return "default", None, None
+    name, _, shape = text.partition("=")
+    epochs, _, minibatches = shape.partition("x")
+    if not name or not epochs.isdigit() or not minibatches.isdigit() or int(epochs) < 1 or int(minibatches) < 1:
+        raise InputError(f"--settings: {text!r} is not NAME=ExM (e.g. one_step=1x1, four_steps=1x4) or 'default'")
+    return name, int(epochs), int(minibatches)
+
+
+def trainable_games(run_dir: Path, group_size: int) -> dict[str, dict[str, Any]]:
+    """{capability: game overrides} of the capabilities the demo's Step 3 trains (pipeline/demo.py `trainable`)."""
+    from pipeline.demo_loop import not_trained_because
+
+    marker = run_dir / "environments" / "step.json"
+    if not marker.is_file():
+        raise InputError(f"{marker} not found: run the demo (`make demo`) at least through its environments step")
+    figures = load_json(marker)["figures"]
+    return {c: e["game_overrides"] for c, e in figures["capabilities"].items()
+            if not_trained_because(e, group_size, forced=figures["forced"]) is None}
+
+
+def evaluate_point(model_dir: Path, adapter: Path | None, game: str, overrides: dict[str, Any], args: Any,
+                   max_episode_tokens: int) -> dict[str, float]:
+    """Own-game pass^1 greedy and at T=1 (and the T=1 mean reward) of one checkpoint."""
+    from train.evaluate import evaluate_model, load_policy_model
+
+    model, tokenizer = load_policy_model(model_dir, adapter)
+    point: dict[str, float] = {}
+    for mode, temperature, samples in (("greedy", 0.0, 1), ("t1", 1.0, args.samples)):
+        simulations, hat = evaluate_model(model, tokenizer, game, n_tasks=args.tasks, seed=args.eval_seed,
+                                          samples=samples, temperature=temperature, game_overrides=overrides,
+                                          max_episode_tokens=max_episode_tokens)
+        point[f"pass1_{mode}"] = hat["all"]["pass_hat_k"][1]
+        point[f"reward_{mode}"] = statistics.fmean(s["reward_info"]["reward"] for s in simulations)
+    return point
+
+
+def train_run(game_spec: Any, model_dir: Path, folder: Path, overrides: dict[str, Any], loop: Any, args: Any,
+              epochs: int | None, minibatches: int | None, seed: int) -> dict[str, Any]:
+    """One GRPO run as the demo's Step 3 (with this setting and seed), checkpointed every --eval_every."""
+    import dataclasses
+
+    import torch
+
+    from pipeline.demo_loop import grpo_config
+    from train.backends import HFBackend
+    from train.grpo import GRPOTrainer
+    from train.policy import LoraPolicy, load_base_model
+
+    config = grpo_config(game_spec.name, model_dir, folder, overrides, loop, args.iterations)
+    changes: dict[str, Any] = {"seed": seed, "save_every": args.eval_every}
+    if epochs is not None:
+        changes.update(ppo_epochs=epochs, minibatches_per_iteration=minibatches)
+    config = dataclasses.replace(config, **changes)  # __post_init__ validates the result again
+    torch.manual_seed(config.seed)
+    base, tokenizer = load_base_model(config.model, config.dtype, torch.device("cpu"))
+    policy = LoraPolicy.create(base, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
+                               target_modules=config.lora_target_modules)
+    backend = HFBackend(policy.model, tokenizer.pad_token_id, seed=config.seed)
+    started = time.time()
+    GRPOTrainer(config, game_spec, policy, tokenizer, backend).run()
+    backend.close()
+    metrics = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {"ppo_epochs": config.ppo_epochs, "minibatches_per_iteration": config.minibatches_per_iteration,
+            "train_seconds": round(time.time() - started, 1),
+            "optimizer_steps": sum(m.get("optimizer_steps", 0.0) for m in metrics),
+            "train_curve": [{"iteration": m["iteration"], "mean_reward": m["mean_reward"],
+                             "success_rate": m["success_rate"]} for m in metrics]}
+
+
+def summarize(results: dict[str, Any]) -> list[str]:
+    """One line per game and setting: base -> final pass^1 (greedy, T=1), gains per seed, collapses."""
+    lines = []
+    for capability, game in results["games"].items():
+        base = game["base"]
+        for setting, runs in game["settings"].items():
+            finals = [run["curve"][-1] for run in runs.values()]
+            if not finals:
+                continue
+            gains_t1 = [p["pass1_t1"] - base["pass1_t1"] for p in finals]
+            gains_greedy = [p["pass1_greedy"] - base["pass1_greedy"] for p in finals]
+            collapsed = [seed for seed, run in runs.items() if run["curve"][-1]["reward_t1"] < 0.5 * base["reward_t1"]]
+            episodes = runs[next(iter(runs))]["curve"][-1]["episodes"]
+            lines.append(
+                f"{capability} {setting}: pass^1 T=1 {base['pass1_t1']:.3f} -> "
+                f"{statistics.fmean(p['pass1_t1'] for p in finals):.3f} (gain per seed "
+                f"{', '.join(f'{g:+.3f}' for g in gains_t1)}), greedy {base['pass1_greedy']:.3f} -> "
+                f"{statistics.fmean(p['pass1_greedy'] for p in finals):.3f} (gain per seed "
+                f"{', '.join(f'{g:+.3f}' for g in gains_greedy)}) after {episodes} episodes; "
+                f"collapsed seeds: {collapsed or 'none'}")
+    return lines
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    from pipeline.demo_report import pyplot, save_figure
+
+    plt = pyplot()
+    games = list(results["games"])
+    figure, axes = plt.subplots(1, len(games), figsize=(4.5 * len(games), 3.4), squeeze=False)
+    for axis, capability in zip(axes[0], games):
+        game = results["games"][capability]
+        for index, (setting, runs) in enumerate(game["settings"].items()):
+            for run in runs.values():
+                xs = [0] + [p["episodes"] for p in run["curve"]]
+                axis.plot(xs, [game["base"]["pass1_t1"]] + [p["pass1_t1"] for p in run["curve"]],
+                          color=f"C{index}", alpha=0.8, label=setting)
+        handles, labels = axis.get_legend_handles_labels()
+        unique = dict(zip(labels, handles))
+        axis.legend(unique.values(), unique.keys(), fontsize=7)
+        axis.set_title(capability, fontsize=9)
+        axis.set_xlabel("GRPO episodes")
+        axis.set_ylabel("own-game pass^1 at T=1")
+    save_figure(figure, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run_dir", type=Path, required=True)
+    parser.add_argument("--config", default="configs/demo.yaml", help="the demo config the run folder was made with")
+    parser.add_argument("--games", nargs="*", default=None, help="capabilities (default: those Step 3 trains)")
+    parser.add_argument("--settings", nargs="+", default=["one_step=1x1", "default"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--iterations", type=int, default=None, help="default: the demo's loop.iterations")
+    parser.add_argument("--eval_every", type=int, default=4)
+    parser.add_argument("--tasks", type=int, default=None, help="default: the demo's own_game.tasks")
+    parser.add_argument("--samples", type=int, default=2)
+    parser.add_argument("--eval_seed", type=int, default=None, help="default: the demo's own_game.seed")
+    parser.add_argument("--out", type=Path, default=Path("bench_out/grpo_learning"))
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipeline.demo_config import load_demo_config
+    from pipeline.demo_loop import game_for
+
+    config = load_demo_config(args.config)
+    loop = config.loop
+    args.iterations = args.iterations or loop.iterations
+    args.tasks = args.tasks or config.own_game.tasks
+    args.eval_seed = config.own_game.seed if args.eval_seed is None else args.eval_seed
+    for name in ("iterations", "eval_every", "tasks", "samples"):
+        if getattr(args, name) < 1:
+            raise InputError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    settings = [parse_setting(text) for text in args.settings]
+    model_dir = args.run_dir / "base" / "model"
+    if not model_dir.is_dir():
+        raise InputError(f"{model_dir} not found: run the demo (`make demo`) through its base step first")
+    games = trainable_games(args.run_dir, loop.group_size)
+    chosen = args.games if args.games is not None else list(games)
+    unknown = [c for c in chosen if c not in games]
+    if unknown:
+        raise InputError(f"--games {unknown}: not trained by this run's Step 3; choose from {sorted(games)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    results_path = args.out / "results.json"
+    results = load_json(results_path) if results_path.is_file() else {"games": {}}
+    results["arguments"] = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    episodes_per_iteration = loop.groups_per_iteration * loop.group_size
+    for capability in chosen:
+        spec, overrides = game_for(capability), games[capability]
+        game = results["games"].setdefault(capability, {"game": spec.name, "game_overrides": overrides,
+                                                         "settings": {}})
+        if "base" not in game:
+            game["base"] = evaluate_point(model_dir, None, spec.name, overrides, args, loop.max_episode_tokens)
+            atomic_write_json(results_path, results)
+        for name, epochs, minibatches in settings:
+            runs = game["settings"].setdefault(name, {})
+            for seed in args.seeds:
+                if str(seed) in runs:
+                    continue  # measured by an earlier invocation
+                folder = args.out / "runs" / capability / name / f"seed{seed}"
+                print(f"[{capability} / {name} / seed {seed}] GRPO {args.iterations} iterations", flush=True)
+                run_figures = train_run(spec, model_dir, folder, overrides, loop, args, epochs, minibatches, seed)
+                curve = []
+                for done in sorted(set(range(args.eval_every, args.iterations + 1, args.eval_every)) | {args.iterations}):
+                    adapter = folder / "checkpoints" / f"iter_{done:06d}" / "adapter"
+                    point = evaluate_point(model_dir, adapter, spec.name, overrides, args, loop.max_episode_tokens)
+                    curve.append({"iteration": done, "episodes": done * episodes_per_iteration, **point})
+                runs[str(seed)] = {**run_figures, "curve": curve}
+                atomic_write_json(results_path, results)
+    for line in summarize(results):
+        print(line)
+    plot(results, args.out / "curves.png")
+    print(f"curves: {args.out / 'curves.png'}; every point: {results_path}")
+    last = settings[-1][0]
+    gains = [statistics.fmean(run["curve"][-1]["pass1_t1"] for run in game["settings"][last].values())
+             - game["base"]["pass1_t1"] for game in results["games"].values() if game["settings"].get(last)]
+    print(f"min_own_game_gain_t1={min(gains):.3f}")  # setting `last`, the smallest mean gain over the games
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
