@@ -5,6 +5,10 @@
   causal LM (optionally with a PEFT adapter, or a routed model of Step 4: a moe_gate gate folder as
   `model_dir`, or as `adapter_dir` over the base in `model_dir`); the prompt is the tokenizer's chat
   template applied to the messages and tool schemas; generation stops at the tokenizer's eos or `<|im_end|>`.
+  A routed model in trajectory/global mode decides once per episode: every turn's prompt is the whole
+  conversation, and the model routes it from its first prompt (the rendered conversation through its first
+  assistant header, i.e. the messages before the first assistant message with the generation prompt; encoded
+  on its own so its tokens are the same on every turn), so turn k routes as turn 1 did.
 - `VLLMAgent(base_url, model, tokenizer_dir)`: a vLLM (OpenAI-compatible) server's `/v1/completions`,
   with the chat template applied here on the client, so the server sees exactly the prompt an HFAgent
   would. Connection errors, timeouts and 5xx answers are retried with exponential backoff, then the
@@ -126,6 +130,14 @@ class HFAgent(Agent):
                 raise FileNotFoundError(f"{self.adapter_dir}: adapter folder not found")
             model = PeftModel.from_pretrained(model, self.adapter_dir)
         self.model = model.to(device).eval()
+        # Routing once per episode (trajectory/global): the key is the conversation's first prompt, which the
+        # model finds through the tokenizer's assistant header; "" for plain models and token routing.
+        self._header_text = ""
+        if gate is not None and model.mode != "token":
+            from moe_gate.model_builder import assistant_header_ids, assistant_header_text
+
+            self._header_text = assistant_header_text(self.tokenizer)
+            model.set_assistant_header(assistant_header_ids(self.tokenizer))
         vocab = self.tokenizer.get_vocab()
         self.stop_ids = sorted({vocab[s] for s in _stop_strings(self.tokenizer) if s in vocab})
         self._torch = torch
@@ -138,13 +150,24 @@ class HFAgent(Agent):
         if seed is not None and self.temperature > 0:  # reproducible sampling per episode
             self._torch.manual_seed(seed)
 
+    def prompt_ids(self, prompt: str) -> list[int]:
+        """The prompt's token ids. A model that routes once per episode gets the first prompt (through the first
+        assistant header) encoded on its own and the rest after it, as the trainer's episodes are tokenized, so
+        the first prompt's tokens, the routing key, are the same on every turn."""
+        pieces = [prompt]
+        if self._header_text:
+            from moe_gate.model_builder import first_prompt_text
+
+            first = first_prompt_text(prompt, self._header_text)
+            pieces = [first, prompt[len(first) :]]
+        return [i for piece in pieces if piece for i in self.tokenizer(piece, add_special_tokens=False)["input_ids"]]
+
     def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
         from transformers import GenerationConfig
 
         torch = self._torch
         prompt = render_prompt(self.tokenizer, messages, tools)
-        encoded = self.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
-        input_ids = encoded["input_ids"].to(self.device)  # [1, prompt_len]
+        input_ids = torch.tensor([self.prompt_ids(prompt)], dtype=torch.long, device=self.device)  # [1, prompt_len]
         sampling = self.temperature > 0
         config = GenerationConfig(
             max_new_tokens=self.max_new_tokens, do_sample=sampling,
@@ -153,7 +176,7 @@ class HFAgent(Agent):
             pad_token_id=self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.stop_ids[0],
         )
         with torch.no_grad():
-            output = self.model.generate(input_ids=input_ids, attention_mask=encoded["attention_mask"].to(self.device),
+            output = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
                                          generation_config=config)  # [1, prompt_len + new]
         new_tokens = output[0, input_ids.shape[1]:].tolist()
         for index, token in enumerate(new_tokens):  # cut at the first end-of-turn token

@@ -8,11 +8,21 @@ rollout backend all work unchanged; `CapabilityModel` only adds the gates and th
 
 Modes:
 - `token`: a `LayerCapabilityGater` per layer routes every token.
-- `trajectory`: a gate per layer routes the whole sequence from its mean hidden state over the prompt;
-  decided on the first (prefill) pass and kept while the KV cache grows. Without a cache (full-sequence
-  scoring, or `generate(use_cache=False)`) the pooling window is the prompt when the model knows it
-  (`generate` sets it; `prompt_window(n)` sets it by hand), else every token of the pass.
-- `global`: one `TrajectoryGlobalRouter` for all layers, from the prompt's mean input embedding.
+- `trajectory`: a gate per layer routes the whole sequence from its mean hidden state over the conversation's
+  first prompt; decided on the first (prefill) pass and kept while the KV cache grows.
+- `global`: one `TrajectoryGlobalRouter` for all layers, from the first prompt's mean input embedding.
+
+Trajectory and global routing are decided once per episode (TRACE: "determined once from the initial task
+prompt and held fixed throughout the interaction"). The key is the conversation's *first prompt*: its tokens
+up to and including its first assistant header (the chat template's generation prompt, e.g.
+`<|im_start|>assistant\n`), the window router SFT trains on (`LabeledSequence.prompt_only`: the tokens before
+the first assistant token). Every pass that starts a sequence (empty KV cache) finds that window in each row's
+own tokens (`first_prompt_ends`), so turn k of an episode, whose tokens start with turn 1's prompt, routes as
+turn 1 did, whether it is generated with or without a KV cache or scored whole (`train.logprobs`). The model
+learns the header from the tokenizer (`set_assistant_header(assistant_header_ids(tokenizer))`;
+`load_capability_model` does it); without one, or in a row where it does not occur, the window is the whole
+pass. `prompt_window(n)` bounds the window by hand (its first n columns) and `generate` bounds it by its
+input, so an uncached generation keeps the prefill's decision whatever the prompt.
 
 Only gate parameters are trainable. `save_gate` writes `gate.safetensors` + `gate_config.json` (slot order,
 adapter names, paths and weight hashes, the base model's architecture and a hash of all its weights);
@@ -30,7 +40,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -45,6 +55,53 @@ GATE_CONFIG = "gate_config.json"
 GATE_FORMAT = "trace-moe-gate/1"
 MASKED_MAX_TOKENS = 64  # tokens per pass up to which the masked hard path is used (decoding steps)
 BASE_SLOT = "base"
+
+
+def assistant_header_text(tokenizer: Any) -> str:
+    """The text the tokenizer's chat template appends for `add_generation_prompt` (e.g. `<|im_start|>assistant\n`):
+    what opens an assistant turn, so a conversation's first prompt ends with its first occurrence. "" when the
+    tokenizer has no chat template, or the template appends nothing (or rewrites the turn before it)."""
+    from jinja2 import TemplateError
+
+    if not getattr(tokenizer, "chat_template", None):
+        return ""
+    probe = [{"role": "user", "content": "x"}]
+    try:
+        without = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=False)
+        with_header = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+    except (TemplateError, TypeError, ValueError, KeyError):  # a template that cannot render a lone user turn
+        return ""
+    if not isinstance(with_header, str) or not with_header.startswith(without):
+        return ""
+    return with_header[len(without) :]
+
+
+def assistant_header_ids(tokenizer: Any) -> list[int]:
+    """`assistant_header_text` as token ids (what `CapabilityModel.set_assistant_header` takes); [] without one."""
+    text = assistant_header_text(tokenizer)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+
+
+def first_prompt_text(text: str, header_text: str) -> str:
+    """A rendered conversation's first prompt: `text` up to and including the first `header_text` (the whole
+    text when the header does not occur or is ""). Turn k's prompt starts with turn 1's, so every turn gives
+    the same first prompt."""
+    at = text.find(header_text) if header_text else -1
+    return text if at < 0 else text[: at + len(header_text)]
+
+
+def first_prompt_ends(input_ids: torch.Tensor, attention_mask: torch.Tensor, header: torch.Tensor) -> torch.Tensor:
+    """Per row, the column just after the first occurrence of `header` [L] among real tokens (mask 1): where
+    the conversation's first prompt ends. Rows without it end at T. input_ids, attention_mask [B, T] -> [B]."""
+    batch, length = input_ids.shape
+    width = header.shape[0]
+    if width == 0 or width > length:
+        return torch.full((batch,), length, dtype=torch.long, device=input_ids.device)  # [B]
+    windows = input_ids.unfold(1, width, 1)  # [B, T - L + 1, L]
+    real = attention_mask.unfold(1, width, 1).bool().all(-1)  # [B, T - L + 1]
+    hits = (windows == header).all(-1) & real  # [B, T - L + 1]
+    first = hits.int().argmax(-1)  # [B]: the first hit (0 where there is none)
+    return torch.where(hits.any(-1), first + width, torch.full_like(first, length))  # [B]
 
 
 def gate_parameter_count(num_layers: int, hidden_size: int, n_slots: int, mode: str = "token") -> int:
@@ -194,6 +251,7 @@ class CapabilityModel(nn.Module):
         self._hooks: dict[int, Callable[[RoutingEvent], None]] = {}
         self._next_hook = 0
         self._prompt_len: int | None = None
+        self.assistant_header: tuple[int, ...] = ()  # token ids that open an assistant turn (set_assistant_header)
         self._forced_slot: int | None = None
         self._pool_mask: torch.Tensor | None = None  # [B, T] of the current pass
         self._new_sequence = True
@@ -208,8 +266,13 @@ class CapabilityModel(nn.Module):
         return self.base(*args, **kwargs)
 
     def generate(self, input_ids: torch.Tensor | None = None, **kwargs: Any) -> Any:
-        """`base.generate`, with the prompt (the input width) as the trajectory routing window."""
+        """`base.generate`. Trajectory/global routing key: each row's first prompt (its tokens through the first
+        assistant header, see the module docstring), within the input (the prompt window is at most the input
+        width, so generated tokens never move the decision, with or without the KV cache). A multi-turn
+        conversation is passed whole, turn after turn, and routes as its first turn did."""
         window = input_ids.shape[1] if input_ids is not None else None
+        if window is not None and self._prompt_len is not None:
+            window = min(window, self._prompt_len)  # an outer prompt_window(n) still holds
         with self.prompt_window(window):
             return self.base.generate(input_ids=input_ids, **kwargs)
 
@@ -249,9 +312,19 @@ class CapabilityModel(nn.Module):
         return list(self.gate.parameters())
 
     # -- routing controls ------------------------------------------------------------------------------
+    def set_assistant_header(self, token_ids: Sequence[int]) -> None:
+        """The token ids that open an assistant turn (`assistant_header_ids(tokenizer)`): trajectory/global
+        routing pools over each sequence's tokens through their first occurrence, its first prompt, so every
+        turn of a conversation routes as the first did. Empty: no header, every pass pools over all its tokens."""
+        ids = tuple(token_ids)
+        if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+            raise GateError(f"the assistant header must be token ids (ints >= 0), got {list(ids)[:8]}")
+        self.assistant_header = ids
+
     @contextlib.contextmanager
     def prompt_window(self, prompt_len: int | None) -> Iterator[None]:
-        """Trajectory/global routing pools over the first `prompt_len` positions of an uncached pass."""
+        """Trajectory/global routing of a pass that starts a sequence pools over its first `prompt_len`
+        columns at most (the first prompt, when the caller knows where it ends and the model has no header)."""
         previous, self._prompt_len = self._prompt_len, prompt_len
         try:
             yield
@@ -304,12 +377,23 @@ class CapabilityModel(nn.Module):
         else:
             current = torch.ones((batch, length), dtype=torch.long, device=device)  # [B, T]
         self._new_sequence = past == 0
-        if self._new_sequence and self._prompt_len is not None and self._prompt_len < length:
-            current = current.clone()
-            current[:, self._prompt_len :] = 0
-        self._pool_mask = current
         if self._new_sequence:
+            current = self._first_prompt_mask(ids, current)
             self._stored = {}
+        self._pool_mask = current
+
+    def _first_prompt_mask(self, ids: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
+        """The pooling mask [B, T] of a pass that starts sequences: the real tokens of each row's first prompt
+        (through its first assistant header, within the prompt window)."""
+        length = mask.shape[1]
+        ends = torch.full((mask.shape[0],), length, dtype=torch.long, device=mask.device)  # [B]
+        if self._prompt_len is not None:
+            ends.clamp_(max=self._prompt_len)
+        if ids is not None and self.assistant_header:
+            header = torch.tensor(self.assistant_header, dtype=torch.long, device=mask.device)  # [L]
+            ends = torch.minimum(ends, first_prompt_ends(ids.to(mask.device), mask, header))  # [B]
+        columns = torch.arange(length, device=mask.device)  # [T]
+        return mask * (columns[None, :] < ends[:, None]).to(mask.dtype)  # [B, T]
 
     def _before_layer(self, index: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
@@ -507,7 +591,9 @@ def load_gate(model: CapabilityModel, directory: str | os.PathLike) -> None:
 
 def load_capability_model(directory: str | os.PathLike, *, dtype: str = "float32", device: str = "cpu",
                           base_model: str | None = None) -> tuple[CapabilityModel, Any]:
-    """(routed model, tokenizer) from a gate folder alone: it names the base model and the adapter folders."""
+    """(routed model, tokenizer) from a gate folder alone: it names the base model and the adapter folders.
+    The model takes the tokenizer's assistant header, so trajectory/global routing keys on each conversation's
+    first prompt (see the module docstring)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     saved = read_gate_config(directory)
@@ -524,4 +610,5 @@ def load_capability_model(directory: str | os.PathLike, *, dtype: str = "float32
         tokenizer.pad_token = tokenizer.eos_token
     adapters = {entry["name"]: entry["path"] for entry in saved["adapters"]}
     model = build_capability_model(base.to(device), adapters, gate=directory)
+    model.set_assistant_header(assistant_header_ids(tokenizer))  # trajectory/global: route once per conversation
     return model.eval(), tokenizer

@@ -7,9 +7,17 @@
 An OpenAI-compatible front (`/v1/models`, `/v1/completions`, `/v1/chat/completions`) in front of one vLLM
 server that has every capability adapter loaded under its slot name (`--lora-modules NAME=DIR`, names as
 in the gate's `gate_config.json`). For each request the gate's `TrajectoryGlobalRouter` picks the slot
-from the prompt (the mean input embedding of its tokens, the same decision the in-process model makes on
-its first pass) and the request goes upstream with `model` set to that adapter's name, or to the base
-model for slot "base". The answer comes back unchanged, with the slot in the `X-Routed-Slot` header.
+from the conversation's first prompt (the mean input embedding of its tokens, the same decision the
+in-process model makes) and the request goes upstream with `model` set to that adapter's name, or to the
+base model for slot "base". The answer comes back unchanged, with the slot in the `X-Routed-Slot` header.
+
+Routing is decided once per episode, keyed by the initial prompt's tokens: the request's text (a chat
+request's messages rendered with the tokenizer's chat template and the generation prompt; a completion's
+`prompt` as sent) up to and including its first assistant header (the template's generation prompt, e.g.
+`<|im_start|>assistant\n`), tokenized on its own. That is the prompt of the conversation's first turn, which
+every later turn's request starts with, so a multi-turn client gets the same slot on every turn without
+any conversation id or server-side state (and the same window router SFT trains on: the tokens before the
+first assistant token). A prompt without the header routes from all of its tokens.
 
 Only the router runs here: the tokenizer and the embedding matrix (read from the base model's
 safetensors, not the whole model). Only hard `global` gates serve this way: per-layer gates (`token`,
@@ -33,7 +41,8 @@ import torch
 
 from common.chat_render import render_messages
 from moe_gate.gater import TrajectoryGlobalRouter
-from moe_gate.model_builder import GATE_WEIGHTS, read_gate_config, read_gate_weights
+from moe_gate.model_builder import (GATE_WEIGHTS, assistant_header_text, first_prompt_text, read_gate_config,
+                                    read_gate_weights)
 from moe_gate.multi_lora import GateError
 
 _SKIPPED_MODEL_TYPES = ("gemma", "gemma2", "gemma3")  # embeddings scaled by sqrt(hidden) inside the model
@@ -77,6 +86,7 @@ class GlobalRouterFront:
             raise GateError(f"{base['model_type']} scales its input embeddings; the serving router does not support it")
         model_dir = Path(base_model or base["name_or_path"])
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.header_text = assistant_header_text(self.tokenizer)  # where a conversation's first prompt ends
         self.embedding = _load_embedding(model_dir)  # [V, H]
         probe = torch.tensor(base["embedding_probe"])
         if self.embedding.shape[1] != base["hidden_size"] or not torch.allclose(
@@ -94,6 +104,7 @@ class GlobalRouterFront:
 
     @torch.no_grad()
     def slot_for_ids(self, token_ids: list[int]) -> str:
+        """The slot of a prompt's tokens, pooled over all of them (pass the first prompt: slot_for_request)."""
         if not token_ids:
             raise GateError("an empty prompt cannot be routed")
         hidden = self.embedding[torch.tensor(token_ids)][None]  # [1, T, H]
@@ -101,6 +112,12 @@ class GlobalRouterFront:
         return self.slots[int(logits.argmax(-1))]
 
     def slot_for_request(self, path: str, body: dict[str, Any]) -> str:
+        """The slot of a request, from its conversation's first prompt (see the module docstring)."""
+        first = first_prompt_text(self.request_text(path, body), self.header_text)
+        return self.slot_for_ids(self.tokenizer(first, add_special_tokens=False)["input_ids"])
+
+    def request_text(self, path: str, body: dict[str, Any]) -> str:
+        """The prompt text of a chat request (rendered, with the generation prompt) or a completion request."""
         if path.endswith("/chat/completions"):
             text = render_messages(self.tokenizer, body.get("messages") or [], body.get("tools"),
                                    add_generation_prompt=True)
@@ -112,7 +129,7 @@ class GlobalRouterFront:
                 text = text[0]
             if not isinstance(text, str):
                 raise GateError("the completion request needs a string `prompt`")
-        return self.slot_for_ids(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return text
 
     def upstream_model(self, slot: str) -> str:
         return self.base_served_name if slot == "base" else slot

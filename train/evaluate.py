@@ -12,6 +12,11 @@ wordings (the storefront's `reset(seed, trial=k)`), so pass^k is the chance that
 task K times, however the customer puts it, and stays meaningful at temperature 0. Games without wordings
 replay the same opening with independent samples.
 
+A routed Step-4 model in trajectory/global mode decides once per episode: the backend prefills each turn's whole
+conversation, and the model routes every row from its first prompt (its tokens through the first assistant
+header of the tokenizer's chat template, the opening prompt every turn starts with; `evaluate_model` gives the
+model the tokenizer's header), so turn k routes as turn 1 did.
+
 Writes τ²-bench-format results (`benchmarks.results`), with `info["pass_hat_k"]` per request kind for games
 whose episodes report `request_kinds` (the storefront does), and prints the table.
 """
@@ -51,6 +56,7 @@ def evaluate_model(model: torch.nn.Module, tokenizer: Any, game: str, *, n_tasks
         raise ValueError(f"n_tasks and samples must be >= 1, got {n_tasks} and {samples}")
     spec = get_game(game)
     chat = ChatTokenizer(tokenizer)
+    route_once_per_episode(model, tokenizer)
     backend = HFBackend(model, tokenizer.pad_token_id, seed=sampler_seed)
     requests = evaluation_requests(spec, n_tasks, seed, samples)
     simulations = []
@@ -63,6 +69,15 @@ def evaluate_model(model: torch.nn.Module, tokenizer: Any, game: str, *, n_tasks
             simulations.append(sim)
     hat = {**pass_hat_k(simulations, samples), **pass_hat_k(simulations, samples, groups=request_kinds)}
     return simulations, hat
+
+
+def route_once_per_episode(model: torch.nn.Module, tokenizer: Any) -> None:
+    """Give a routed trajectory/global model the tokenizer's assistant header, so each episode routes from its
+    first prompt on every turn (moe_gate/model_builder.py); other models are left as they are."""
+    from moe_gate.model_builder import CapabilityModel, assistant_header_ids
+
+    if isinstance(model, CapabilityModel) and model.mode != "token":
+        model.set_assistant_header(assistant_header_ids(tokenizer))
 
 
 def evaluation_requests(spec: GameSpec, n_tasks: int, seed: int, samples: int) -> list[EpisodeRequest]:
