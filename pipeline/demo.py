@@ -356,8 +356,10 @@ class Demo:
         routing: dict[str, Any] = {}
         if "TRACE" in out:
             from benchmarks.results import load_results
-            from pipeline.demo_loop import plot_routing
+            from pipeline.demo_loop import plot_routing, routing_by_kind
 
+            routing["by_kind"] = routing_by_kind(self.run_dir / "base" / "model", models["TRACE"],
+                                                 [self.run_dir / r["path"] for r in out["TRACE"].values()])
             run = out["TRACE"][f"{e.seeds[0]}/greedy"]
             simulation = load_results(self.run_dir / run["path"])["simulations"][0]
             routing["caption"] = plot_routing(self.run_dir / "base" / "model", models["TRACE"],

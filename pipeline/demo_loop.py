@@ -10,12 +10,17 @@
 - `train_lora`: one GRPO LoRA run (`train.grpo.GRPOTrainer`, the code of `python -m train`) on any game
   spec: a capability game (Step 3), the storefront itself (the direct-GRPO baseline) or a mix of the
   selected games (the single-adapter baseline). The GRPO loop is the same in all three.
-- `train_gate`: Step 4: router SFT warm start on the capability runs' successful rollouts, then GRPO over
-  the gates only, on the mix of the selected games (`train.train_router_sft`, `train.grpo_gater`).
+- `train_gate`: Step 4: router SFT warm start on the capability runs' successful rollouts (labeled with their
+  capability, hinted ones left out) and the base agent's successful Step-1 rollouts on the target (labeled
+  "base"), labels balanced; then GRPO over the gates only, on the mix of the selected games
+  (`train.train_router_sft`, `train.grpo_gater`).
+- `routing_by_kind`: how often the gate picks each slot on the target, per request kind, from a sample of
+  TRACE's saved evaluation conversations (`plot_routing` draws one conversation).
 """
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +41,12 @@ HISTORY_KEYS = ("knob", "value", *FIGURES)
 MIN_SPREAD_SHARE = 0.5
 
 GRPO_TINY = Path(__file__).resolve().parent.parent / "configs" / "grpo_tiny.yaml"
+# Step 1's analysis results (pipeline/demo.py's `select` step: the base agent sampled on the target storefront),
+# relative to the run folder that holds the gate folder: router SFT's "base"-labeled data.
+ANALYSIS_RESULTS = ("select", "analysis_seed*_sampled.json")
+TARGET_GAME = "storefront"
+# TRACE evaluation conversations re-scored per request kind for the routing shares (`routing_by_kind`).
+ROUTING_PER_KIND = 20
 
 
 def game_for(capability: str) -> GameSpec | None:
@@ -176,16 +187,59 @@ def train_lora(spec: GameSpec, model_dir: Path, output_dir: Path, game_overrides
                        "success_rate": m["success_rate"]} for m in metrics]}
 
 
-def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[str, Any]], folder: Path,
-               settings: Any, report_to: list[str] | None = None) -> dict[str, Any]:
-    """Router SFT warm start, then GRPO over the gates (both reporting to the trackers of `report_to`: folder/gate_sft
-    and folder/gate); returns the gate folder and the GRPO curve."""
-    from train import grpo_gater, train_router_sft
+def target_rollouts_of(folder: Path) -> list[Path]:
+    """Step 1's analysis results files of the demo run whose gate folder is `folder` (ANALYSIS_RESULTS)."""
+    where, pattern = ANALYSIS_RESULTS
+    return sorted((folder.parent / where).glob(pattern))
 
+
+def sft_data(adapters: dict[str, str], target_rollouts: list[Path]) -> list[dict[str, str]]:
+    """Router SFT's `sft.data`: every GRPO rollouts file of each capability run labeled with the capability, and
+    the base agent's rollouts on the target labeled "base".
+
+    Without target rollouts no token is ever labeled "base": the base slot then wins only ties, and the gate
+    sends most target tokens to some adapter even where the base agent alone does the task. The base agent's
+    own successful target conversations are the cheapest examples of "no adapter needed": Step 1 already
+    played them (other tasks than the evaluation's), so they cost no new rollout."""
     data = []
     for capability, adapter in adapters.items():
         rollouts = sorted((Path(adapter) / "rollouts").glob("iter_*.json"))
         data += [{"path": str(path), "label": capability, "game": f"capability_{capability}"} for path in rollouts]
+    data += [{"path": str(path), "label": "base", "game": TARGET_GAME} for path in target_rollouts]
+    return data
+
+
+def sft_data_counts(data: list[dict[str, str]], min_reward: float) -> tuple[dict[str, int], dict[str, int]]:
+    """({label: rollouts router SFT trains on}, {label: successful rollouts left out because hinted}), counted by
+    the rule router SFT applies (`train_router_sft.usable_simulations`)."""
+    from train.train_router_sft import usable_simulations
+
+    used: dict[str, int] = {}
+    hinted: dict[str, int] = {}
+    for entry in data:
+        kept, left_out = usable_simulations(load_results(entry["path"])["simulations"], min_reward)
+        used[entry["label"]] = used.get(entry["label"], 0) + len(kept)
+        hinted[entry["label"]] = hinted.get(entry["label"], 0) + left_out
+    return used, hinted
+
+
+def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[str, Any]], folder: Path,
+               settings: Any, report_to: list[str] | None = None,
+               target_rollouts: list[Path] | None = None) -> dict[str, Any]:
+    """Router SFT warm start, then GRPO over the gates (both reporting to the trackers of `report_to`: folder/gate_sft
+    and folder/gate); returns the gate folder, the GRPO curve and the router SFT data per label.
+
+    Router SFT (`sft_data`) learns each capability from its GRPO run's successful unhinted rollouts and "base"
+    from the base agent's successful rollouts on the target, `target_rollouts` (None: Step 1's analysis
+    results of the run this gate folder belongs to, `target_rollouts_of`), with labels balanced
+    (`SFTConfig.balance_labels`): a label's rollout count does not decide how often the gate picks it.
+    figures["sft_data"] = {label: rollouts trained on} is part of what TRACE used; figures["sft_hinted_left_out"]
+    counts the successful hinted rollouts left out."""
+    from train import grpo_gater, train_router_sft
+
+    if target_rollouts is None:
+        target_rollouts = target_rollouts_of(folder)
+    data = sft_data(adapters, target_rollouts)
     overrides = {f"capability_{c}": games[c] for c in adapters}
     # Two or more games: gate GRPO on their mix, overrides per game; one game: it is grpo.game itself.
     mix = len(overrides) > 1
@@ -195,7 +249,7 @@ def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[
         "report_to": list(report_to or []),
         "sft": {"data": data, "min_reward": 1.0, "epochs": settings.gate_sft_epochs, "learning_rate": 1e-3,
                 "batch_size": 8, "load_balance_weight": 0.01, "max_tokens": settings.max_episode_tokens,
-                "validation_fraction": 0.1},
+                "validation_fraction": 0.1, "balance_labels": True},
         "grpo_games": list(overrides) if mix else [],
         "grpo_game_overrides": overrides if mix else {},
         "grpo": {"game": "" if mix else next(iter(overrides)),
@@ -208,18 +262,22 @@ def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[
     path = folder / "moe_gate.yaml"
     path.write_text("# Written by pipeline/demo.py (Step 4 of the CPU demo).\n"
                     + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    figures: dict[str, Any] = {"config": str(path)}
-    successes = sum(1 for d in data for sim in load_results(d["path"])["simulations"]
-                    if sim["reward_info"]["reward"] >= 1.0)
+    used, hinted = sft_data_counts(data, config["sft"]["min_reward"])
+    figures: dict[str, Any] = {"config": str(path), "sft_data": used, "sft_hinted_left_out": hinted,
+                               "sft_balance_labels": config["sft"]["balance_labels"],
+                               "sft_target_rollouts": [str(p) for p in target_rollouts]}
+    print("  router SFT data (successful rollouts per label): "
+          + ", ".join(f"{label} {n}" for label, n in used.items())
+          + (f"; hinted ones left out: {sum(hinted.values())}" if any(hinted.values()) else ""), flush=True)
     init_gate: list[str] = []
-    if successes:
+    if sum(used.values()):
         code = train_router_sft.main(["--config", str(path)])
         if code != 0:
             raise RuntimeError(f"router SFT exited with {code}")
         figures["sft_gate"] = str(folder / "gate_sft")
         init_gate = ["--init_gate", str(folder / "gate_sft")]
     else:
-        print("  no successful capability rollout to warm-start the gate on: router SFT skipped, the gate starts "
+        print("  no successful unhinted rollout to warm-start the gate on: router SFT skipped, the gate starts "
               "from zero (uniform logits: every token goes to the base slot)", flush=True)
         if settings.gate_iterations == 0:
             print("  loop.gate_iterations is 0 too: no gate, so no TRACE model", flush=True)
@@ -272,3 +330,75 @@ def plot_routing(base_dir: Path, gate_dir: Path, messages: list[dict[str, Any]],
     shares = {name: float((grid == i).float().mean()) for i, name in enumerate(names)}
     return ("Share of assistant tokens × layers per slot: "
             + ", ".join(f"{name} {share:.0%}" for name, share in shares.items()) + ".")
+
+
+def routing_counts(model: Any, tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+                   ) -> Any:
+    """Routing decisions per slot over one conversation's assistant tokens and every layer: a tensor of counts [S].
+
+    One full forward pass of the conversation as the chat template renders it with `tools` (as the episode was
+    played and as router SFT reads it), with `record_routing()` as in `plot_routing`: with token routing a
+    token's slot depends only on the tokens before it, so this is the slot it had when it was generated."""
+    import torch
+
+    from train.train_router_sft import encode_conversation
+
+    ids, assistant = encode_conversation(tokenizer, messages, tools)
+    mask = torch.tensor(assistant, dtype=torch.bool)  # [T]
+    with torch.no_grad(), model.record_routing() as record:
+        model(input_ids=torch.tensor([ids]), use_cache=False, logits_to_keep=1)  # only the routing matters
+    slots = record.slots()  # {layer: [1, T]}
+    chosen = torch.stack([slots[layer][0] for layer in sorted(slots)])[:, mask]  # [L, A]
+    return torch.bincount(chosen.flatten(), minlength=model.n_slots)  # [S]
+
+
+def shares_by_kind(conversations: list[tuple[list[str], Any]], slot_names: list[str]) -> dict[str, Any]:
+    """{kind: {"conversations", "decisions", "shares": {slot: share}}} from (request kinds, counts [S] as
+    `routing_counts` gives them) per conversation, plus "all" over every conversation once. A conversation with
+    several requests counts under each of its kinds (as the per-kind pass rates count it); shares sum to 1 per
+    kind that has a decision."""
+    import torch
+
+    totals: dict[str, Any] = {}
+    members: dict[str, int] = {}
+    for kinds, counts in conversations:
+        for kind in [*dict.fromkeys(kinds), "all"]:
+            totals[kind] = totals.get(kind, torch.zeros(len(slot_names), dtype=torch.long)) + counts  # [S]
+            members[kind] = members.get(kind, 0) + 1
+    order = sorted(k for k in totals if k != "all") + (["all"] if "all" in totals else [])
+    out = {}
+    for kind in order:
+        total = int(totals[kind].sum())
+        out[kind] = {"conversations": members[kind], "decisions": total,
+                     "shares": {name: (float(totals[kind][i]) / total if total else 0.0)
+                                for i, name in enumerate(slot_names)}}
+    return out
+
+
+def routing_by_kind(base_dir: Path, gate_dir: Path, results_paths: list[Path], per_kind: int = ROUTING_PER_KIND,
+                    seed: int = 0) -> dict[str, Any]:
+    """How often the gate picks each slot on the target, per request kind: `shares_by_kind` over up to
+    `per_kind` conversations of each kind drawn (with `seed`) from TRACE's evaluation results files (one drawn
+    for a kind also counts under the other kinds of its episode, when it has several requests).
+
+    A share is over assistant tokens x layers (each layer's gate decides per token), as `plot_routing`'s caption.
+    One conversation says little (the issue measured 62% of tokens on one adapter that alone lowers one kind);
+    a few per kind show whether the gate sends a kind's tokens to an adapter that hurts it. Each conversation
+    costs one forward pass of the routed model, no generation."""
+    from moe_gate import load_capability_model
+    from train.evaluate import request_kinds
+
+    simulations = [sim for path in results_paths for sim in load_results(path)["simulations"]]
+    by_kind: dict[str, list[int]] = {}
+    for index, sim in enumerate(simulations):
+        for kind in request_kinds(sim) or ["(none)"]:
+            by_kind.setdefault(kind, []).append(index)
+    rng = random.Random(seed)
+    chosen = sorted({i for kind in sorted(by_kind)
+                     for i in rng.sample(by_kind[kind], min(per_kind, len(by_kind[kind])))})
+    model, tokenizer = load_capability_model(gate_dir, base_model=str(base_dir))
+    tools = get_game(TARGET_GAME).make().get_tool_schemas()
+    conversations = [(request_kinds(simulations[i]) or ["(none)"],
+                      routing_counts(model, tokenizer, simulations[i]["messages"], tools)) for i in chosen]
+    return {"slots": list(model.slot_names), "per_kind": per_kind, "sources": [str(p) for p in results_paths],
+            "kinds": shares_by_kind(conversations, list(model.slot_names))}

@@ -1,6 +1,9 @@
 """The CPU demo's report: runs/demo/report.md, results.json and the plots beside them.
 
-Numbers come only from the steps' own `step.json` figures; a step that did not run has no row.
+Numbers come only from the steps' own `step.json` figures; a step that did not run has no row. One exception,
+for run folders whose final step predates them: the routing shares per request kind (`routing.by_kind`, which
+the final step records) are measured here when missing (`pipeline.demo_loop.routing_by_kind`, one forward pass
+per conversation, seconds on the demo's model) from the final step's saved TRACE conversations and the gate.
 """
 from __future__ import annotations
 
@@ -301,10 +304,61 @@ def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: An
         png = plot_pass_vs_rollouts(points, run_dir / "pass_vs_rollouts.png")
         if png:
             lines += ["![pass rate against rollouts](pass_vs_rollouts.png)", ""]
-    routing = records.get("final", {}).get("figures", {}).get("routing", {})
+    return lines + routing_section(run_dir, records, results)
+
+
+def routing_section(run_dir: Path, records: dict[str, dict[str, Any]], results: dict[str, Any],
+                    measure: Callable[..., dict[str, Any]] | None = None) -> list[str]:
+    """The gate: what router SFT trained it on (rollouts per label), how often it picks each slot per request
+    kind on the target (TRACE's evaluation conversations), and one conversation's routing (plot_routing).
+
+    `measure` (default `pipeline.demo_loop.routing_by_kind`) re-scores TRACE's saved evaluation conversations
+    when the final step did not record `routing.by_kind`. Sets results["routing"]."""
+    gate = records.get("gate", {}).get("figures", {})
+    final = records.get("final", {}).get("figures", {})
+    routing = dict(final.get("routing") or {})
+    out: dict[str, Any] = {}
+    lines: list[str] = []
+    if gate.get("sft_data") is not None:
+        out["sft_data"] = gate["sft_data"]
+        out["sft_hinted_left_out"] = gate.get("sft_hinted_left_out", {})
+        counts = ", ".join(f"{label} {n}" for label, n in gate["sft_data"].items())
+        hinted = sum(gate.get("sft_hinted_left_out", {}).values())
+        lines += [f"Router SFT data, successful rollouts per label: {counts}. \"base\": the base agent's own "
+                  "successful conversations on the target from Step 1's analysis tasks (not the evaluation's); each "
+                  "capability: its GRPO run's. "
+                  + ("Labels weighted equally (class-weighted cross-entropy)" if gate.get("sft_balance_labels")
+                     else "Labels weighted by their token counts (no balancing)")
+                  + (f"; {hinted} successful hinted rollouts left out (their system prompt holds the game's hint, a "
+                     "cue the target never shows)." if hinted else "."), ""]
+    if "by_kind" not in routing and gate.get("gate") and "TRACE" in final.get("models", {}):
+        from pipeline.demo_loop import routing_by_kind
+
+        paths = [run_dir / run["path"] for run in final["models"]["TRACE"].values()]
+        routing["by_kind"] = (measure or routing_by_kind)(run_dir / "base" / "model", Path(gate["gate"]), paths)
+    by_kind = routing.get("by_kind")
+    if by_kind:
+        out["by_kind"] = by_kind
+        slots = by_kind["slots"]
+        lines += [f"Routing on the target per request kind: share of assistant tokens × layers sent to each slot, "
+                  f"over up to {by_kind['per_kind']} conversations per kind drawn from TRACE's "
+                  f"{len(by_kind['sources'])} evaluation results files (greedy and sampled, every evaluation seed), "
+                  "each re-scored in one forward pass. A share is not a pass rate: set it beside the per-kind pass "
+                  "rates above.", "",
+                  "| request kind | conversations | decisions | " + " | ".join(slots) + " |",
+                  "|---|---|---|" + "---|" * len(slots)]
+        for kind, row in by_kind["kinds"].items():
+            lines.append(f"| {kind} | {row['conversations']} | {row['decisions']:,} | "
+                         + " | ".join(f"{row['shares'][slot]:.0%}" for slot in slots) + " |")
+        lines.append("")
     if routing.get("png"):
-        lines += ["## Routing", "", routing["caption"], "", f"![routing]({routing['png']})", ""]
-    return lines
+        out.update(caption=routing["caption"], png=routing["png"])
+        lines += ["One greedy evaluation conversation, token by token: " + routing["caption"], "",
+                  f"![routing]({routing['png']})", ""]
+    if not lines:
+        return []
+    results["routing"] = out
+    return ["## Routing", "", *lines]
 
 
 def _figure(value: float | None) -> str:

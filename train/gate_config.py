@@ -43,6 +43,18 @@ class SFTData:
 
 @dataclass
 class SFTConfig:
+    """Router SFT (`train.train_router_sft`).
+
+    `balance_labels`: every label (slot) carries the same total weight in the cross-entropy, by class weights
+    n_labeled / (n_labels_present x n_labeled_with_that_label) over the training set (tokens in token mode,
+    conversations otherwise). Without it the label with the most data wins every token the gate cannot tell
+    apart: the base slot, whose successful target rollouts are few beside GRPO's capability rollouts, would
+    win only ties. Class weights rather than resampling to equal counts: undersampling throws away most of
+    the larger labels' data and oversampling repeats the few base rollouts (more steps, memorised
+    conversations), and both balance conversations where token routing needs tokens balanced (a target
+    conversation is not as long as a capability game's).
+    """
+
     data: list[SFTData] = field(default_factory=list)
     min_reward: float = 1.0  # only rollouts with at least this reward are used (successful ones)
     epochs: int = 3
@@ -52,6 +64,7 @@ class SFTConfig:
     load_balance_weight: float = 0.01  # lambda of the Switch load-balance term
     max_tokens: int = 4096  # longer conversations are cut (the labels of the cut part are lost)
     validation_fraction: float = 0.1  # held-out sequences for the routing accuracy reported per epoch
+    balance_labels: bool = False  # weight the cross-entropy so that every label counts the same (see above)
 
     def __post_init__(self) -> None:
         self.data = [d if isinstance(d, SFTData) else SFTData(**d) for d in self.data]
@@ -64,6 +77,8 @@ class SFTConfig:
         _need(self.max_tokens >= 16, f"sft.max_tokens must be >= 16, got {self.max_tokens}")
         _need(0.0 <= self.validation_fraction < 1.0,
               f"sft.validation_fraction must be in [0, 1), got {self.validation_fraction}")
+        _need(isinstance(self.balance_labels, bool),
+              f"sft.balance_labels must be true or false (a YAML boolean, unquoted), got {self.balance_labels!r}")
 
 
 @dataclass

@@ -6,14 +6,19 @@
 Data: `sft.data` lists rollout results files (benchmarks/results.py format, e.g. what `python -m train`
 saves under rollouts/ or `python -m train.collect_rollouts` writes), each with a slot label: every
 assistant token of every rollout with reward >= `sft.min_reward` gets that label (the capability whose
-game the rollout comes from; target-benchmark rollouts may be labeled "base"). Token routing learns a
+game the rollout comes from; target-benchmark rollouts may be labeled "base", which teaches the gate when
+no adapter should act). Hinted rollouts (a simulation whose `hinted` field is true: GRPO's first
+`n_hinted` samples of a group, played with the game's hint in the system prompt) are left out: the hint
+is a cue no target conversation shows, and the gate would learn to route on it. Token routing learns a
 label per token and layer; trajectory/global routing learns one label per conversation from its prompt
 (the tokens before the first assistant token, which is what the router sees at inference).
 
 Loss per layer, averaged over layers: cross-entropy of the gate logits against the labels
 + `sft.load_balance_weight` x Switch load balance. The cross-entropy is computed on the gate logits as
 the gate produced them, with their gradient (a detached cross-entropy would leave only the balance term
-to train the gate). The backbone and adapters stay frozen; the gate reads detached hidden states.
+to train the gate). With `sft.balance_labels` the cross-entropy is class-weighted so that every label present
+carries the same total weight over the training set (gate_config.SFTConfig says why weights, not resampling).
+The backbone and adapters stay frozen; the gate reads detached hidden states.
 
 Writes to `output_dir`: gate.safetensors + gate_config.json (loadable by `moe_gate.build_capability_model`
 or `load_capability_model`), moe_gate.yaml (the resolved config) and sft_metrics.jsonl (per epoch: loss,
@@ -82,8 +87,29 @@ def collate(sequences: list[LabeledSequence], pad_token_id: int, device: torch.d
     return RouterBatch(input_ids.to(device), attention_mask.to(device), labels.to(device))
 
 
-def router_loss(model: CapabilityModel, batch: RouterBatch, load_balance_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
-    """Cross-entropy of the gate logits (+ lambda x load balance), averaged over the layers that decided."""
+def label_weights(sequences: list[LabeledSequence], n_slots: int) -> torch.Tensor:
+    """Class weights [S] that give every label present the same total weight: n / (k x n_label), with n the
+    labeled tokens of `sequences`, k the labels present and n_label those of one label; 0 for absent labels.
+
+    Weighted this way a label's tokens sum to n / k whatever its count, so a label with few rollouts (the base
+    slot's target rollouts) pulls the gate as much as one with many (a capability's GRPO rollouts)."""
+    counts = torch.zeros(n_slots, dtype=torch.float64)  # [S]
+    for seq in sequences:
+        for label in seq.labels:
+            if label != IGNORE:
+                counts[label] += 1
+    present = counts > 0  # [S]
+    weights = torch.zeros(n_slots, dtype=torch.float64)  # [S]
+    weights[present] = counts.sum() / (int(present.sum()) * counts[present])
+    return weights.float()
+
+
+def router_loss(model: CapabilityModel, batch: RouterBatch, load_balance_weight: float,
+                class_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Cross-entropy of the gate logits (+ lambda x load balance), averaged over the layers that decided.
+
+    `class_weights` [S] (`label_weights`): a weighted cross-entropy, sum_i w[y_i] CE_i / sum_i w[y_i] per layer
+    (torch's weighted mean), so each label counts by its weight rather than its number of tokens."""
     positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, T]
     with model.record_routing(keep_logits=True) as record:
         model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions,
@@ -98,9 +124,10 @@ def router_loss(model: CapabilityModel, batch: RouterBatch, load_balance_weight:
     ce_total = torch.zeros((), device=batch.input_ids.device)
     balance_total = torch.zeros((), device=batch.input_ids.device)
     correct = 0.0
+    weight = None if class_weights is None else class_weights.to(batch.input_ids.device)  # [S]
     for event in events:
         chosen = event.logits[keep].float()  # [n, S]
-        ce_total = ce_total + F.cross_entropy(chosen, targets)
+        ce_total = ce_total + F.cross_entropy(chosen, targets, weight=weight)
         balance_total = balance_total + load_balance_loss(event.logits, keep)
         correct += float((chosen.argmax(-1) == targets).float().mean())
     n = max(len(events), 1)
@@ -128,13 +155,17 @@ def routing_accuracy(model: CapabilityModel, sequences: list[LabeledSequence], p
 def train_router(model: CapabilityModel, train: list[LabeledSequence], sft: SFTConfig, *, pad_token_id: int,
                  validation: list[LabeledSequence] | None = None, seed: int = 0,
                  log: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """`sft.epochs` passes over `train` with AdamW on the gate parameters only; returns per-epoch metrics."""
+    """`sft.epochs` passes over `train` with AdamW on the gate parameters only; returns per-epoch metrics.
+
+    With `sft.balance_labels` the cross-entropy's class weights (`label_weights`) come from the whole training
+    set, once: a batch's own counts would weight the same token differently from one batch to the next."""
     if not train:
         raise InputError("router SFT has no training sequences: check sft.data paths, labels and min_reward")
     if model.mode != "token":
         train = [s.prompt_only() for s in train]
         validation = [s.prompt_only() for s in validation or []]
     device = next(model.parameters()).device
+    class_weights = label_weights(train, model.n_slots) if sft.balance_labels else None  # [S]
     parameters = model.gate_parameters()
     optimizer = torch.optim.AdamW(parameters, lr=sft.learning_rate, weight_decay=sft.weight_decay)
     order = random.Random(seed)
@@ -147,7 +178,7 @@ def train_router(model: CapabilityModel, train: list[LabeledSequence], sft: SFTC
         steps = 0
         for start in range(0, len(shuffled), sft.batch_size):
             batch = collate(shuffled[start : start + sft.batch_size], pad_token_id, device)
-            loss, stats = router_loss(model, batch, sft.load_balance_weight)
+            loss, stats = router_loss(model, batch, sft.load_balance_weight, class_weights)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -175,34 +206,74 @@ def _tool_schemas(game: str) -> list[dict[str, Any]]:
     return get_game(game).make().get_tool_schemas()
 
 
-def sequences_from_results(path: str | Path, label: int, tokenizer: Any, *, tools: list[dict[str, Any]],
-                           min_reward: float, max_tokens: int) -> list[LabeledSequence]:
-    """Every rollout of a results file with reward >= min_reward, its assistant tokens labeled `label`."""
-    from benchmarks.results import load_results, simulation_reward
+def is_hinted(simulation: dict[str, Any]) -> bool:
+    """Whether a rollout was played with the game's hint prompt: its `hinted` field, which train/episodes.py's
+    `episode_to_simulation` writes for every GRPO rollout; a record without it (an evaluation's, a target
+    benchmark's) had no hint."""
+    return simulation.get("hinted") is True
 
-    document = load_results(path)
-    out = []
-    for sim in document["simulations"]:
+
+def usable_simulations(simulations: list[dict[str, Any]], min_reward: float) -> tuple[list[dict[str, Any]], int]:
+    """(the scored rollouts with reward >= min_reward that were not hinted, the number of such rollouts left out
+    because they were hinted). One rule for the data and for the counts a caller reports."""
+    from benchmarks.results import simulation_reward
+
+    kept, hinted = [], 0
+    for sim in simulations:
         reward = simulation_reward(sim)
         if reward is None or reward < min_reward:
             continue
-        encoded = tokenizer.apply_chat_template(sim["messages"], tools=tools or None, tokenize=True,
-                                                return_dict=True, return_assistant_tokens_mask=True)
-        ids, assistant = list(encoded["input_ids"])[:max_tokens], list(encoded["assistant_masks"])[:max_tokens]
+        if is_hinted(sim):
+            hinted += 1
+        else:
+            kept.append(sim)
+    return kept, hinted
+
+
+def encode_conversation(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                        max_tokens: int | None = None) -> tuple[list[int], list[int]]:
+    """(token ids, assistant mask: 1 on assistant tokens) of a conversation as the chat template renders it with
+    `tools`, cut at `max_tokens` (None: whole). Router SFT and the demo's routing shares read conversations the
+    same way."""
+    encoded = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=True,
+                                            return_dict=True, return_assistant_tokens_mask=True)
+    ids, assistant = list(encoded["input_ids"]), list(encoded["assistant_masks"])
+    return (ids, assistant) if max_tokens is None else (ids[:max_tokens], assistant[:max_tokens])
+
+
+def labeled_sequences(simulations: list[dict[str, Any]], label: int, tokenizer: Any, *,
+                      tools: list[dict[str, Any]], max_tokens: int) -> list[LabeledSequence]:
+    """Each simulation's conversation with its assistant tokens labeled `label` (none kept without one)."""
+    out = []
+    for sim in simulations:
+        ids, assistant = encode_conversation(tokenizer, sim["messages"], tools, max_tokens)
         labels = [label if flag else IGNORE for flag in assistant]
         if any(l != IGNORE for l in labels):
             out.append(LabeledSequence(ids, labels))
     return out
 
 
+def sequences_from_results(path: str | Path, label: int, tokenizer: Any, *, tools: list[dict[str, Any]],
+                           min_reward: float, max_tokens: int) -> list[LabeledSequence]:
+    """Every rollout of a results file with reward >= min_reward that was not hinted (`usable_simulations`), its
+    assistant tokens labeled `label`."""
+    from benchmarks.results import load_results
+
+    kept, _ = usable_simulations(load_results(path)["simulations"], min_reward)
+    return labeled_sequences(kept, label, tokenizer, tools=tools, max_tokens=max_tokens)
+
+
 def load_sft_sequences(config: MoEGateConfig, tokenizer: Any) -> tuple[list[LabeledSequence], list[LabeledSequence]]:
     """(train, validation) sequences from `sft.data`, split by `validation_fraction` with the config's seed."""
+    from benchmarks.results import load_results
+
     sequences = []
     for entry in config.sft.data:
-        found = sequences_from_results(entry.path, config.slot_names.index(entry.label), tokenizer,
-                                       tools=_tool_schemas(entry.game), min_reward=config.sft.min_reward,
-                                       max_tokens=config.sft.max_tokens)
-        print(f"router SFT: {len(found)} rollouts from {entry.path} labeled {entry.label!r}")
+        kept, hinted = usable_simulations(load_results(entry.path)["simulations"], config.sft.min_reward)
+        found = labeled_sequences(kept, config.slot_names.index(entry.label), tokenizer,
+                                  tools=_tool_schemas(entry.game), max_tokens=config.sft.max_tokens)
+        print(f"router SFT: {len(found)} rollouts from {entry.path} labeled {entry.label!r}"
+              + (f" ({hinted} hinted ones left out)" if hinted else ""))
         sequences.extend(found)
     random.Random(config.seed).shuffle(sequences)
     held = int(len(sequences) * config.sft.validation_fraction)
