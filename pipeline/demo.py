@@ -192,11 +192,12 @@ class Demo:
                 path = folder / f"{label}_seed{seed}_{mode}.json"
                 write_results(path, simulations, None, {"model": str(model_dir), "adapter": str(adapter or ""),
                                                         "seed": seed, "temperature": temperature, "samples": k})
+                reward = mean_reward(simulations)
                 runs[f"{seed}/{mode}"] = {"path": str(path.relative_to(self.run_dir)), "pass_hat_k": {
                     g: {"n_tasks": v["n_tasks"], **{str(kk): p for kk, p in v["pass_hat_k"].items()}}
-                    for g, v in hat.items()}, "seconds": round(time.time() - started, 1)}
-                print(f"  {label} seed {seed} {mode}: pass^1 {hat['all']['pass_hat_k'][1]:.3f} "
-                      f"({time.time() - started:.0f} s)", flush=True)
+                    for g, v in hat.items()}, "mean_reward": reward, "seconds": round(time.time() - started, 1)}
+                print(f"  {label} seed {seed} {mode}: pass^1 {hat['all']['pass_hat_k'][1]:.3f}, mean reward "
+                      f"{reward:.3f} ({time.time() - started:.0f} s)", flush=True)
         return runs
 
     def evaluate(self, folder: Path) -> dict[str, Any]:
@@ -366,6 +367,13 @@ class Demo:
                                               simulation["messages"], self.run_dir / "routing.png")
             routing["png"] = "routing.png"
         return {"models": out, "routing": routing}
+
+
+def mean_reward(simulations: list[dict[str, Any]]) -> float:
+    """Mean episode reward over scored simulations (0.0 when none is scored). On a game whose success needs every
+    request of an episode right, pass^1 can sit at 0 while the partial reward still moves: this is that figure."""
+    rewards = [s["reward_info"]["reward"] for s in simulations if s.get("reward_info")]
+    return statistics.fmean(rewards) if rewards else 0.0
 
 
 def summarize_runs(runs: dict[str, Any], mode: str) -> dict[str, Any]:

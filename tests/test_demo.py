@@ -583,22 +583,34 @@ def test_training_curves_end_at_the_episodes_each_run_used():
     assert curve_episodes(metrics, 64) == [64 * i for i in range(1, 9)]  # 8 iterations x 64 = 512, not 576
 
 
-def test_own_game_report_puts_each_adapter_beside_the_base_agent_on_its_game():
+def test_own_game_report_puts_each_adapter_beside_the_base_agent_on_its_game(tmp_path):
+    from benchmarks.results import write_results
     from pipeline.demo import summarize_runs
     from pipeline.demo_config import DemoConfig
     from pipeline.demo_report import _own_game_section
 
-    def runs(greedy: float, sampled: float) -> dict:
-        return {f"7000/{mode}": {"pass_hat_k": {"all": {"n_tasks": 40, "1": value}}}
-                for mode, value in (("greedy", greedy), ("sampled", sampled))}
+    def runs(greedy: float, sampled: float, reward: float | None) -> dict:
+        out = {}
+        for mode, value in (("greedy", greedy), ("sampled", sampled)):
+            out[f"7000/{mode}"] = {"pass_hat_k": {"all": {"n_tasks": 40, "1": value}}, "path": f"{mode}.json"}
+            if reward is not None:
+                out[f"7000/{mode}"]["mean_reward"] = reward
+        return out
 
+    # a run recorded before mean_reward existed: the report reads it from the results files
+    for mode, rewards in (("greedy", [0.0, 0.25]), ("sampled", [0.5, 0.0, 0.0, 0.0])):
+        write_results(tmp_path / f"{mode}.json", [{"id": f"t{i}", "task_id": f"t{i}", "messages": [],
+                                                   "reward_info": {"reward": r}} for i, r in enumerate(rewards)],
+                      None, {})
     records = {"own_game": {"figures": {
         "precondition_verification": {"game": "capability_precondition_verification",
                                       "game_overrides": {"short_ids": True, "eligibility_claim_rate": 0.5},
-                                      "base": runs(0.225, 0.2875), "lora": runs(0.275, 0.3)}}}}
+                                      "base": runs(0.225, 0.2875, None), "lora": runs(0.275, 0.3, 0.175)}}}}
     results: dict = {}
-    text = "\n".join(_own_game_section(records, DemoConfig(), results, summarize_runs))
-    assert "| precondition_verification | short_ids=True, eligibility_claim_rate=0.5 | 0.225 → 0.275 | 0.287 → 0.300 |" \
-        in text, text
+    text = "\n".join(_own_game_section(tmp_path, records, DemoConfig(), results, summarize_runs))
+    assert ("| precondition_verification | short_ids=True, eligibility_claim_rate=0.5 | 0.225 → 0.275 | 0.287 → 0.300 "
+            "| 0.125 → 0.175 | 0.125 → 0.175 |") in text, text
     assert results["own_game"]["precondition_verification"]["lora"] == {"greedy": 0.275, "sampled": 0.3}
-    assert _own_game_section({}, DemoConfig(), {}, summarize_runs) == []  # a run without the step: no section
+    assert results["own_game"]["precondition_verification"]["mean_reward"]["base"] == {"greedy": 0.125,
+                                                                                      "sampled": 0.125}
+    assert _own_game_section(tmp_path, {}, DemoConfig(), {}, summarize_runs) == []  # a run without the step

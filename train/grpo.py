@@ -552,12 +552,14 @@ class GRPOTrainer:
         last: dict[str, float] = {}
         # (iteration, mean reward) of the best iteration so far, for the collapse hint of rank 0's console line
         best = self._best_logged_reward() if self.rank == 0 else None
+        zero_streak = 0  # consecutive iterations, ending at the current one, in which every episode scored 0
         bar = tqdm(range(self.start_iteration, c.iterations), desc=f"GRPO {c.game}", unit="it",
                    disable=self.rank != 0 or None, initial=self.start_iteration, total=c.iterations)
         for iteration in bar:
             last = self.iteration(iteration)
             if self.rank == 0:
-                tqdm.write(self.summary_line(last, best))
+                zero_streak = zero_streak + 1 if last["mean_reward_all_episodes"] == 0.0 else 0
+                tqdm.write(self.summary_line(last, best, zero_streak))
                 if best is None or last["mean_reward_all_episodes"] > best[1]:
                     best = (int(last["iteration"]), last["mean_reward_all_episodes"])
         if self.world_size > 1 and not self.policy.sharded:  # sharded weights are one copy by construction
@@ -574,14 +576,19 @@ class GRPOTrainer:
         best = max(rows, key=lambda r: r["mean_reward_all_episodes"], default=None)
         return (int(best["iteration"]), best["mean_reward_all_episodes"]) if best else None
 
-    def summary_line(self, m: dict[str, float], best_earlier: tuple[int, float] | None = None) -> str:
+    def summary_line(self, m: dict[str, float], best_earlier: tuple[int, float] | None = None,
+                     zero_streak: int = 2) -> str:
         """One console line per iteration; an iteration without an update says why instead of a loss.
 
         With an update it shows the gradient norm beside the loss: on-policy, the first step's clipped loss is
         about 0 by construction (ratio 1, advantages centred within each group), so the loss alone looks like
-        nothing happened. `best_earlier` is (iteration, mean reward) of this run's best iteration so far: when
-        every episode now scores 0 after one that scored, the policy has collapsed, and with no reward spread
-        GRPO cannot climb back (every later iteration is a no-op), so the line says so and what to do."""
+        nothing happened. `best_earlier` is (iteration, mean reward) of this run's best iteration so far and
+        `zero_streak` the number of consecutive all-zero iterations ending at this one. When every episode scores 0
+        after an iteration that scored, either the last update collapsed the policy or the draw was unlucky (with
+        sparse rewards, 64 episodes can all miss). A skipped update leaves the policy unchanged, so the next
+        iteration tells them apart: the first all-zero iteration says so, the second says the policy has likely
+        collapsed (with no reward spread GRPO cannot climb back) and what to change. (The demo of 2026-12-02 had
+        one all-zero iteration, 4 of 8, and the unchanged policy scored 0.10 at iteration 5.)"""
         c = self.config
         line = (f"iter {m['iteration']}/{c.iterations}  reward {m['mean_reward']:.3f}  success {m['success_rate']:.3f}"
                 f"  (all episodes {m['mean_reward_all_episodes']:.3f})  constant {m['frac_constant_groups']:.2f}  "
@@ -590,9 +597,13 @@ class GRPOTrainer:
             why = ("every group's rewards were equal, nothing to learn from" if m["frac_constant_groups"] == 1.0
                    else "no group had both a reward spread and generated tokens")
             if m["mean_reward_all_episodes"] == 0.0 and best_earlier and best_earlier[1] > 0.0:
-                why += (f"; every episode scored 0 after iteration {best_earlier[0]} averaged {best_earlier[1]:.3f}: "
-                        "the policy has likely collapsed and cannot recover without a reward spread (retrain with "
-                        f"a lower learning_rate than {c.learning_rate:g})")
+                why += f"; every episode scored 0 after iteration {best_earlier[0]} averaged {best_earlier[1]:.3f}"
+                if zero_streak >= 2:
+                    why += (f" ({zero_streak} iterations in a row): the policy has likely collapsed and cannot recover "
+                            f"without a reward spread (retrain with a lower learning_rate than {c.learning_rate:g})")
+                else:
+                    why += (": the policy is unchanged, so the next iteration shows whether this was an unlucky draw "
+                            "or a collapse")
             return line + f"no update: {why}"
         return line + (f"train {m['train_tokens_per_s']:.0f} tok/s  loss {m['loss']:+.4f}  "
                        f"grad norm {m['grad_norm']:.3g}")
