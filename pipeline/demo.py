@@ -70,23 +70,29 @@ def _device() -> str:
 class Demo:
     """Runs the steps in order; each step's fingerprint covers its settings and the fingerprints it reads."""
 
-    def __init__(self, config: Any, run_dir: Path, fresh: bool, profile: str):
+    def __init__(self, config: Any, run_dir: Path, fresh: bool, profile: str, rebuild_base: bool = False,
+                 shipped_dir: Path | None = None):
+        from pipeline.demo_base import SHIPPED_DIR
+
         self.config = config
         self.run_dir = run_dir
         self.fresh = fresh
         self.profile = profile
+        self.rebuild_base = rebuild_base
+        self.shipped_dir = shipped_dir or SHIPPED_DIR
+        self.shipped_manifest: dict[str, Any] | None = None  # set by base_step_settings when the shipped one is used
         self.fingerprints: dict[str, str] = {}
         self.records: dict[str, dict[str, Any]] = {}
         self.storefront = config.storefront_config(REPO_ROOT)
 
     def step(self, name: str, settings: dict[str, Any], reads: tuple[str, ...],
-             body: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+             body: Callable[[Path], dict[str, Any]], force: bool = False) -> dict[str, Any]:
         fingerprint = hashlib.sha256(json.dumps(
             {"settings": settings, "reads": [self.fingerprints[r] for r in reads]}, sort_keys=True, default=str
         ).encode()).hexdigest()[:16]
         folder = self.run_dir / name
         marker = folder / STEP_FILE
-        if not self.fresh and marker.is_file():
+        if not (self.fresh or force) and marker.is_file():
             record = load_json(marker)
             if record.get("fingerprint") == fingerprint and record.get("complete"):
                 print(f"[{name}] up to date ({folder}); skipped — --fresh starts over", flush=True)
@@ -114,8 +120,54 @@ class Demo:
             fields["max_steps"] = self.config.evaluate.max_steps
         return fields
 
+    def base_step_settings(self) -> dict[str, Any]:
+        """The base step's settings, with `"source": "shipped"` when it takes the shipped agent.
+
+        A complete base step with these settings is kept, however it was made (a build here is not thrown away
+        for the shipped agent); otherwise the shipped agent is used when its manifest matches these settings,
+        and the agent is built here when it does not or with --rebuild-base. A build's settings carry no
+        "source" key, so runs made before the agent was shipped stay up to date."""
+        from pipeline.demo_base import shipped_status
+
+        settings = base_settings(self.config, self.storefront)
+        if self.rebuild_base:
+            print("[base] --rebuild-base: building the base agent here", flush=True)
+            return settings
+        marker = self.run_dir / "base" / STEP_FILE
+        if not self.fresh and marker.is_file():
+            record = load_json(marker)
+            kept = {k: v for k, v in record.get("settings", {}).items() if k != "source"}
+            if record.get("complete") and kept == settings:
+                if record["settings"].get("source") == "shipped":
+                    self.shipped_manifest = load_json(self.shipped_dir / "manifest.json") \
+                        if (self.shipped_dir / "manifest.json").is_file() else None
+                    return {**settings, "source": "shipped"}
+                return settings
+        manifest, why = shipped_status(settings, self.shipped_dir)
+        if manifest is None:
+            print(f"[base] {why}: building the base agent here", flush=True)
+            return settings
+        self.shipped_manifest = manifest
+        return {**settings, "source": "shipped"}
+
     def base(self, folder: Path) -> dict[str, Any]:
+        from pipeline.demo_base import install_shipped
+
+        if self.shipped_manifest is not None:
+            built = self.shipped_manifest["built"]
+            print(f"  the shipped base agent ({self.shipped_dir}, weights sha256 "
+                  f"{self.shipped_manifest['weights_sha256'][:16]}…, built {built['date']} at {built['commit']}); "
+                  "--rebuild-base builds it here instead", flush=True)
+            figures = install_shipped(self.shipped_manifest, folder / "model", self.shipped_dir)
+            follow_umask(folder / "model")
+            return figures
+        return self.build_base(folder)
+
+    def build_base(self, folder: Path) -> dict[str, Any]:
+        """Demonstrations -> tokenizer + tiny model -> openings curriculum -> SFT; the model in folder/model."""
         import torch
+
+        from pipeline.demo_base import build_environment
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from benchmarks.storefront.demos import make_demonstrations, make_openings
@@ -163,6 +215,7 @@ class Demo:
                                                                "log": log, "openings": openings_figures})
         shown = sum(r["reward"] < 1 for r in demos)
         return {**figures, "openings": openings_figures, "parameters": sum(p.numel() for p in model.parameters()),
+                "built": build_environment(self.run_dir),
                 "demonstrations": len(demos), "demonstrations_failing_by_plant": shown,
                 "mean_tokens": sum(len(c.input_ids) for c in chats) / len(chats), "log": log}
 
@@ -369,6 +422,13 @@ class Demo:
         return {"models": out, "routing": routing}
 
 
+def base_settings(config: Any, storefront: Any) -> dict[str, Any]:
+    """The base agent's recipe: the config's `base` section and the storefront config its demonstrations come from
+    (the demonstrations are played on the target's own config, its max_steps, not evaluate.max_steps)."""
+    settings = {**dataclasses.asdict(config.base), "storefront": dataclasses.asdict(storefront)}
+    return json.loads(json.dumps(settings, default=str))  # as step.json stores it (lists, not tuples)
+
+
 def mean_reward(simulations: list[dict[str, Any]]) -> float:
     """Mean episode reward over scored simulations (0.0 when none is scored). On a game whose success needs every
     request of an episode right, pass^1 can sit at 0 while the partial reward still moves: this is that figure."""
@@ -412,6 +472,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="a demo config file instead of a profile's (not with --profile)")
     parser.add_argument("--run-dir", type=Path, help="where the steps write (default runs/demo, runs/demo_fast)")
     parser.add_argument("--fresh", action="store_true", help="re-run every step, even complete ones")
+    parser.add_argument("--rebuild-base", action="store_true",
+                        help="build the base agent here (SFT, about an hour on 2 cores) instead of using the shipped "
+                             "one (assets/demo_base_agent, used when its manifest matches the config's base section "
+                             "and storefront)")
     parser.add_argument("--labeler-url", help="Step 1 with LLM labelers at this OpenAI-compatible endpoint "
                                               "(sets select.labeler_url; the key comes from $OPENAI_API_KEY)")
     parser.add_argument("--labeler-model", help="the labelers' model name on that endpoint (select.labeler_model)")
@@ -442,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise InputError(str(err)) from None
         require_trackers(config.report_to)  # a missing package stops the demo before any step runs
         check_output_dir(run_dir, "--run-dir")
-        demo = Demo(config, run_dir, args.fresh, args.profile)
+        demo = Demo(config, run_dir, args.fresh, args.profile, rebuild_base=args.rebuild_base)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -461,8 +525,8 @@ def _run_steps(demo: Demo, config: Any, config_path: Path, run_dir: Path, profil
           f"on {_device()} -> {run_dir}", flush=True)
     sections = {name: dataclasses.asdict(getattr(config, name)) for name in SECTIONS}
     storefront = {"storefront": demo.storefront_fields()}
-    try:  # the demonstrations are played on the target's own config (its max_steps, not evaluate.max_steps)
-        demo.step("base", {**sections["base"], "storefront": dataclasses.asdict(demo.storefront)}, (), demo.base)
+    try:
+        demo.step("base", demo.base_step_settings(), (), demo.base, force=demo.rebuild_base)
         demo.step("evaluate", {**sections["evaluate"], **storefront}, ("base",), demo.evaluate)
         demo.step("select", {**sections["select"], **storefront, "evaluate": sections["evaluate"]}, ("base",),
                   demo.select)

@@ -190,6 +190,13 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
             lines[-1:] = [f"Before it, a curriculum stage on {openings['chats']:,} expert openings (cut after the "
                           f"first order look-up): {openings['steps']} steps in {openings['seconds'] / 60:.1f} min, "
                           f"final loss {openings['final_loss']:.3f}.", ""]
+        shipped = base.get("shipped")
+        if shipped:  # the SFT figures above are the build's, not this run's
+            built = shipped["built"]
+            lines[-1:] = [f"This run used the **shipped** base agent (`assets/demo_base_agent`, weights sha256 "
+                          f"`{shipped['weights_sha256'][:16]}…`), built {built['date']} at commit {built['commit']} on "
+                          f"{built['machine']} (torch {built['torch']}): the SFT figures above are that build's. "
+                          f"Build it here instead: `{shipped['rebuild']}`.", ""]
         curve = plot_sft_curve(base.get("log") or [], run_dir / "sft_curve.png")
         if curve:
             lines += ["![SFT curve](sft_curve.png)", ""]
