@@ -21,17 +21,31 @@ example). Every other test is a regression test: it passes before and after.
 
 `load_scenarios(path)` validates each object and raises `ScenarioError` naming the file, the scenario and
 the bad field, with what to write instead. `Scenario.buggy_files()` / `fixed_files()` give the two trees.
+
+A file in the reference implementation's format (flat objects with module_code, test_code, oracle_search,
+oracle_replace, ...; see pipeline/swebench/reference_format.py for the mapping and its defaults) is
+recognized by `load_scenarios`, converted with a note on stderr, and validated like ours. To store it in
+ours:
+
+    python -m pipeline.swebench.scenario import-reference FILE [--capability NAME] [--out PATH]
+
+(--capability defaults to FILE's folder when that names one, as in pipeline/swebench/<capability>/;
+--out defaults to pipeline/swebench/<capability>/scenarios_parsed.json, which it will not replace unless
+named; --out must not be FILE. Exit codes: 0 written, 2 bad input; nothing is written then.) Then
+self-test the result with `python -m pipeline.swebench.selftest PATH`.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import keyword
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from common.io import InputError, atomic_write_json, load_json
+from common.io import InputError, atomic_write_json, check_distinct_paths, check_output_path, load_json
 from pipeline.swebench.patches import PatchError, apply_patch, parse_patch
 
 CAPABILITIES = ("deep_call_graph_traversal", "semantic_logic_precision")
@@ -206,8 +220,13 @@ class Scenario:
         ident = data.get("id", "?")
         missing = [key for key in REQUIRED_FIELDS if key not in data]
         if missing:
+            hint = ""
+            if any(key in data for key in ("module_code", "oracle_search", "test_code")):
+                hint = ("; it looks like the reference format (module_code, oracle_search, ...): a file holding "
+                        "only such objects is converted by load_scenarios, or run `python -m "
+                        "pipeline.swebench.scenario import-reference FILE`")
             raise ScenarioError(f"{where} ({ident!r}): missing field(s) {missing}; every scenario needs "
-                                f"{', '.join(REQUIRED_FIELDS)}")
+                                f"{', '.join(REQUIRED_FIELDS)}{hint}")
         unknown = sorted(set(data) - set(REQUIRED_FIELDS))
         if unknown:
             raise ScenarioError(f"{where} ({ident!r}): unknown field(s) {unknown}; put extra facts under metadata")
@@ -217,9 +236,16 @@ class Scenario:
             raise ScenarioError(f"{where}: {err}") from None
 
 
-def load_scenarios(path: str | Path) -> list[Scenario]:
-    """Read and validate a scenarios JSON file; ScenarioError / InputError name the file and the problem."""
+def load_scenarios(path: str | Path, capability: str | None = None) -> list[Scenario]:
+    """Read and validate a scenarios JSON file; ScenarioError / InputError name the file and the problem.
+
+    A file in the reference format is converted (pipeline/swebench/reference_format.py) with a note on stderr;
+    `capability` names its capability when its folder does not (ignored for files in our format)."""
     data = load_json(path)
+    from pipeline.swebench import reference_format  # imports this module: loaded here, not at the top
+
+    if reference_format.is_reference_format(data):
+        return reference_format.load_reference(path, data, capability)
     if not isinstance(data, list):
         raise ScenarioError(f"{path}: must hold a JSON list of scenarios, got {type(data).__name__}")
     if not data:
@@ -242,3 +268,50 @@ def save_scenarios(path: str | Path, scenarios: list[Scenario]) -> Path:
 def default_scenarios_path(capability: str) -> Path:
     """pipeline/swebench/<capability>/scenarios_parsed.json"""
     return Path(__file__).resolve().parent / capability / "scenarios_parsed.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.swebench.scenario",
+                                     description="Scenario files: convert the reference implementation's format.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    imp = commands.add_parser("import-reference", help="convert a reference-format scenarios file into ours",
+                              description="Convert a reference-format scenarios JSON (module_code, test_code, "
+                                          "oracle_search, ...) into our format; see pipeline/swebench/"
+                                          "reference_format.py for the mapping.")
+    imp.add_argument("file", type=Path, help="the reference's scenarios JSON (a list)")
+    imp.add_argument("--capability", default=None,
+                     help="capability of the scenarios (default: FILE's folder, as in pipeline/swebench/<NAME>/)")
+    imp.add_argument("--out", type=Path, default=None,
+                     help="where to write (default pipeline/swebench/<capability>/scenarios_parsed.json)")
+    args = parser.parse_args(argv)
+    from pipeline.swebench import reference_format
+
+    try:
+        data = load_json(args.file)
+        if not reference_format.is_reference_format(data):
+            raise ScenarioError(f"{args.file}: is not a list of reference-format scenarios (objects with "
+                                f"{', '.join(reference_format.REFERENCE_REQUIRED)} and no files/oracle_patch)")
+        capability = args.capability or reference_format.infer_capability(args.file)
+        if capability is None:
+            raise ScenarioError(f"{args.file}: its folder names no capability; pass --capability NAME")
+        if not _CAPABILITY.fullmatch(capability):
+            raise ScenarioError(f"--capability must be a snake_case name, got {capability!r}; e.g. "
+                                f"{CAPABILITIES[0]}")
+        out = args.out or default_scenarios_path(capability)
+        if args.out is None and out.exists():
+            raise ScenarioError(f"{out} exists (the capability's scenario set); pass --out {out} to replace it, "
+                                "or --out another path")
+        check_output_path(out, "--out")
+        check_distinct_paths(out, "--out", args.file)
+        scenarios = reference_format.convert_reference(data, capability, str(args.file))
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    save_scenarios(out, scenarios)
+    print(f"{len(scenarios)} {capability} scenario(s) from {args.file} -> {out} (no hidden tests; self-test them: "
+          f"python -m pipeline.swebench.selftest {out})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
