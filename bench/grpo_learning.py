@@ -17,10 +17,12 @@ with only `ppo_epochs` and `minibatches_per_iteration` changed per setting:
 The adapter is checkpointed every --eval_every iterations and each checkpoint (and the base agent, once) plays
 the game's held-out tasks (`train.evaluate`, seed --eval_seed, the demo's own_game tasks): greedy once, and
 --samples samples at temperature 1. Printed per game and setting: base and final own-game pass^1 (greedy and
-T=1, mean over training seeds, and each seed's gain), whether a seed collapsed (its T=1 mean reward at the end
-below half the base's), and the wall time. Writes `<out>/results.json` (every curve point) and
-`<out>/curves.png`. Runs whose curve is already in results.json are not run again (the bench resumes). Last line:
-`min_own_game_gain_t1=`, the last setting's smallest mean T=1 gain over the games (the issue's aim: >= 0.15).
+T=1, mean over training seeds, and each seed's gain), the same for the T=1 mean episode reward (which moves
+where pass^1 stays at 0), whether a seed collapsed (its T=1 mean reward at the end below half the base's), and
+the wall time. Writes `<out>/results.json` (every curve point) and `<out>/curves.png` (pass^1 and mean reward
+against episodes). Runs whose curve is already in results.json are not run again (the bench resumes). Last
+lines: `min_own_game_reward_gain_t1=` and `min_own_game_gain_t1=`, the last setting's smallest mean T=1 gain
+over the games (the issue's aim for pass^1: >= 0.15).
 """
 from __future__ import annotations
 
@@ -123,13 +125,16 @@ def summarize(results: dict[str, Any]) -> list[str]:
             gains_t1 = [p["pass1_t1"] - base["pass1_t1"] for p in finals]
             gains_greedy = [p["pass1_greedy"] - base["pass1_greedy"] for p in finals]
             collapsed = [seed for seed, run in runs.items() if run["curve"][-1]["reward_t1"] < 0.5 * base["reward_t1"]]
+            reward_gains = [p["reward_t1"] - base["reward_t1"] for p in finals]
             episodes = runs[next(iter(runs))]["curve"][-1]["episodes"]
             lines.append(
                 f"{capability} {setting}: pass^1 T=1 {base['pass1_t1']:.3f} -> "
                 f"{statistics.fmean(p['pass1_t1'] for p in finals):.3f} (gain per seed "
                 f"{', '.join(f'{g:+.3f}' for g in gains_t1)}), greedy {base['pass1_greedy']:.3f} -> "
                 f"{statistics.fmean(p['pass1_greedy'] for p in finals):.3f} (gain per seed "
-                f"{', '.join(f'{g:+.3f}' for g in gains_greedy)}) after {episodes} episodes; "
+                f"{', '.join(f'{g:+.3f}' for g in gains_greedy)}), mean reward T=1 {base['reward_t1']:.3f} -> "
+                f"{statistics.fmean(p['reward_t1'] for p in finals):.3f} (gain per seed "
+                f"{', '.join(f'{g:+.3f}' for g in reward_gains)}) after {episodes} episodes; "
                 f"collapsed seeds: {collapsed or 'none'}")
     return lines
 
@@ -139,20 +144,24 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
     plt = pyplot()
     games = list(results["games"])
-    figure, axes = plt.subplots(1, len(games), figsize=(4.5 * len(games), 3.4), squeeze=False)
-    for axis, capability in zip(axes[0], games):
-        game = results["games"][capability]
-        for index, (setting, runs) in enumerate(game["settings"].items()):
-            for run in runs.values():
-                xs = [0] + [p["episodes"] for p in run["curve"]]
-                axis.plot(xs, [game["base"]["pass1_t1"]] + [p["pass1_t1"] for p in run["curve"]],
-                          color=f"C{index}", alpha=0.8, label=setting)
-        handles, labels = axis.get_legend_handles_labels()
-        unique = dict(zip(labels, handles))
-        axis.legend(unique.values(), unique.keys(), fontsize=7)
-        axis.set_title(capability, fontsize=9)
-        axis.set_xlabel("GRPO episodes")
-        axis.set_ylabel("own-game pass^1 at T=1")
+    # Row 1: pass^1; row 2: mean episode reward (on games whose success needs every request of an episode
+    # right, pass^1 can stay at 0 while the partial reward moves).
+    figure, axes = plt.subplots(2, len(games), figsize=(4.5 * len(games), 6.4), squeeze=False)
+    for row, (key, label) in enumerate((("pass1_t1", "own-game pass^1 at T=1"),
+                                        ("reward_t1", "own-game mean reward at T=1"))):
+        for axis, capability in zip(axes[row], games):
+            game = results["games"][capability]
+            for index, (setting, runs) in enumerate(game["settings"].items()):
+                for run in runs.values():
+                    xs = [0] + [p["episodes"] for p in run["curve"]]
+                    axis.plot(xs, [game["base"][key]] + [p[key] for p in run["curve"]],
+                              color=f"C{index}", alpha=0.8, label=setting)
+            handles, labels = axis.get_legend_handles_labels()
+            unique = dict(zip(labels, handles))
+            axis.legend(unique.values(), unique.keys(), fontsize=7)
+            axis.set_title(capability, fontsize=9)
+            axis.set_xlabel("GRPO episodes")
+            axis.set_ylabel(label)
     save_figure(figure, path)
 
 
@@ -232,6 +241,9 @@ def run(args: argparse.Namespace) -> int:
     last = settings[-1][0]
     gains = [statistics.fmean(run["curve"][-1]["pass1_t1"] for run in game["settings"][last].values())
              - game["base"]["pass1_t1"] for game in results["games"].values() if game["settings"].get(last)]
+    reward_gains = [statistics.fmean(run["curve"][-1]["reward_t1"] for run in game["settings"][last].values())
+                    - game["base"]["reward_t1"] for game in results["games"].values() if game["settings"].get(last)]
+    print(f"min_own_game_reward_gain_t1={min(reward_gains):.3f}")
     print(f"min_own_game_gain_t1={min(gains):.3f}")  # setting `last`, the smallest mean gain over the games
     return 0
 

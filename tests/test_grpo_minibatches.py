@@ -147,3 +147,20 @@ def test_learning_bench_reads_settings_and_refuses_a_run_folder_without_the_demo
     (tmp_path / "base" / "model").mkdir(parents=True)
     assert grpo_learning.main(["--run_dir", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     assert "environments/step.json not found" in capsys.readouterr().err
+
+
+def test_learning_bench_summary_reports_pass_rate_and_mean_reward_gains_per_seed():
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import grpo_learning
+
+    def point(pass1: float, reward: float) -> dict:
+        return {"episodes": 512, "pass1_greedy": pass1, "pass1_t1": pass1, "reward_greedy": reward, "reward_t1": reward}
+
+    results = {"games": {"tool_calling_precision": {
+        "base": point(0.0, 0.125),
+        "settings": {"default": {"0": {"curve": [point(0.0, 0.25)]}, "1": {"curve": [point(0.0, 0.05)]}}}}}}
+    [line] = grpo_learning.summarize(results)
+    # pass^1 does not move; the mean reward does, by seed, and seed 1 fell below half the base's reward
+    assert "pass^1 T=1 0.000 -> 0.000 (gain per seed +0.000, +0.000)" in line
+    assert "mean reward T=1 0.125 -> 0.150 (gain per seed +0.125, -0.075)" in line
+    assert "collapsed seeds: ['1']" in line
