@@ -79,7 +79,8 @@ def test_phase2_summarizes_the_bundled_trajectories_and_labels_them_with_a_serve
                                                                 ("django__django-16255", True)]
     with FakeOpenAIServer(api_key="k") as server:
         labeled = run_phase("phase2", "--run-dir", str(tmp_path), "--base-url", server.base_url, "--model", "fake-model",
-                            "--runs", "2", "--k", "1", env={"OPENAI_API_KEY": "k"})
+                            "--runs", "2", "--k", "1", "--candidates", str(PHASES / "candidates.json"),
+                            env={"OPENAI_API_KEY": "k"})
     assert labeled.returncode == 0, labeled.stderr
     assert (tmp_path / "phase2" / "labels" / "run_02.json").is_file()
     assert isinstance(json.loads((tmp_path / "phase2" / "selected_capabilities.json").read_text()), list)
@@ -88,6 +89,33 @@ def test_phase2_summarizes_the_bundled_trajectories_and_labels_them_with_a_serve
     assert sorted(e["skill"] for e in report["capabilities"]) == sorted(c["name"] for c in candidates)
     down = run_phase("phase2", "--run-dir", str(tmp_path), "--base-url", "http://127.0.0.1:9/v1", "--model", "m")
     assert down.returncode == 2 and "model server" in down.stderr
+
+
+def test_phase2_has_the_labeler_model_propose_the_candidates_by_default(tmp_path):
+    """Without --candidates the labeler model proposes them (label_trajectories --propose): the fixed list,
+    which holds the reference run's answers, is not what a default run labels."""
+    fixtures = REPO_ROOT / "tests" / "fixtures" / "real" / "mini-swe-agent-swebench-verified"
+    trajectories = tmp_path / "trajectories"
+    trajectories.mkdir()
+    for path in fixtures.glob("*.json"):
+        data = json.loads(path.read_text())
+        if path.name == "django__django-10999.traj.json":  # the failed one: what the fake model "notices"
+            # at the end: the proposal prompt keeps each trajectory's beginning and end
+            data["messages"][-1]["content"] += ("\nMARK_root_cause_search MARK_reproduce_first MARK_regex_precision "
+                                                "MARK_test_reading MARK_edge_case_listing")
+        (trajectories / path.name).write_text(json.dumps(data))
+    with FakeOpenAIServer(api_key="k") as server:
+        done = run_phase("phase2", str(trajectories), "--run-dir", str(tmp_path / "run"), "--base-url",
+                         server.base_url, "--model", "fake-model", "--runs", "2", "--k", "1",
+                         env={"OPENAI_API_KEY": "k"})
+        proposals = [r for r in server.requests if r.get("propose")]
+    assert done.returncode == 0, done.stderr
+    assert len(proposals) == 1
+    proposed = json.loads((tmp_path / "run" / "phase2" / "labels" / "candidates.json").read_text())
+    names = sorted(c["name"] for c in (proposed["candidates"] if isinstance(proposed, dict) else proposed))
+    assert names == ["edge_case_listing", "regex_precision", "reproduce_first", "root_cause_search", "test_reading"]
+    report = json.loads((tmp_path / "run" / "phase2" / "selected_capabilities_report.json").read_text())
+    assert sorted(e["skill"] for e in report["capabilities"]) == names
 
 
 def test_phases_3_and_4_run_here_without_a_model(tmp_path):

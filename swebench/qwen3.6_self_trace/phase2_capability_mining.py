@@ -3,17 +3,24 @@
     python swebench/qwen3.6_self_trace/phase2_capability_mining.py [TRAJECTORY ...]
         [--reports DIR_OR_REPORT] [--run-dir runs/swebench/qwen36_self_trace]
         [--base-url http://localhost:8000/v1 --model NAME [--api-key-env OPENAI_API_KEY] [--runs 10]]
-        [--candidates swebench/qwen3.6_self_trace/candidates.json] [--rho 0.10] [--delta 0.20] [--k 8]
+        [--candidates FILE] [--rho 0.10] [--delta 0.20] [--k 8]
 
 Inputs:  trajectories: mini-swe-agent *.traj.json / SWE-agent *.traj files or folders (default: the
          phase-1 output <run-dir>/phase1/agent when it exists, else the bundled real fixtures
          tests/fixtures/real/mini-swe-agent-swebench-verified/); SWE-bench reports (--reports: a folder of
          <iid>.report.json or a run-level harness report; reports next to the trajectories are found
          anyway); for labeling, an OpenAI-compatible server (--base-url, --model, the key in the variable
-         named by --api-key-env; for a local vLLM export OPENAI_API_KEY=EMPTY) and the candidate list.
+         named by --api-key-env; for a local vLLM export OPENAI_API_KEY=EMPTY).
+Candidates: by default the labeler model proposes them from a sample of failed and passed trajectories
+         (`pipeline.label_trajectories --propose`, the general prompt's Phase 1; saved to
+         <run-dir>/phase2/labels/candidates.json), as TRACE's Step 1 does on a new target. `--candidates FILE`
+         labels a fixed list instead; the bundled `candidates.json` holds the reference run's two answers plus
+         three others, so it is for the offline tests and for reproducing that run, never for a claim that
+         Step 1 found them.
 Outputs: <run-dir>/phase2/summary.jsonl (compacted trajectories, pipeline._summarize); with a server:
          <run-dir>/phase2/labels/run_01.json ... (N independent labelers, pipeline.label_trajectories),
-         labeling_report.json, and <run-dir>/phase2/selected_capabilities.json (Cov/Δ aggregation).
+         labeling_report.json, candidates.json (proposed), and <run-dir>/phase2/selected_capabilities.json
+         (Cov/Δ aggregation).
 
 Without --base-url the phase stops after the summary and says so (exit 0): labeling needs an LLM. Exit 2
 on bad input or an unreachable server (checked before any call).
@@ -50,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None, help="labeler model name as served")
     parser.add_argument("--api-key-env", default="OPENAI_API_KEY")
     parser.add_argument("--runs", type=int, default=10, help="independent labelers")
-    parser.add_argument("--candidates", type=Path, default=HERE / "candidates.json")
+    parser.add_argument("--candidates", type=Path, default=None,
+                        help="label this fixed candidate list instead of having the labeler model propose one "
+                             f"(e.g. {HERE / 'candidates.json'}, the reference run's answers plus three others)")
     parser.add_argument("--rho", type=float, default=0.10)
     parser.add_argument("--delta", type=float, default=0.20)
     parser.add_argument("--k", type=int, default=None, help="runs that must agree (default 80%% of --runs)")
@@ -86,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         print("labeling needs an OpenAI-compatible server: rerun with --base-url URL --model NAME "
               "(phase 2 stopped after the summary; nothing was labeled)")
         return 0
+    source = ["--candidates", str(args.candidates)] if args.candidates else ["--propose"]
     label_args = [str(summary), "--out", str(out / "labels"), "--base-url", args.base_url, "--model", args.model,
-                  "--api-key-env", args.api_key_env, "--candidates", str(args.candidates), "--runs", str(args.runs),
+                  "--api-key-env", args.api_key_env, *source, "--runs", str(args.runs),
                   "--rho", str(args.rho), "--delta", str(args.delta), "--export", str(out / "selected_capabilities.json")]
     if args.k is not None:
         label_args += ["--k", str(args.k)]
