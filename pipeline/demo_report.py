@@ -8,6 +8,7 @@ per conversation, seconds on the demo's model) from the final step's saved TRACE
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any, Callable
 
@@ -235,6 +236,13 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
             plain.append(f"{kind:22s}" + "".join(f" {'-' if c is None else format(c['mean'], '.3f'):>14s}"
                                                  for c in cells))
         lines.append("")
+        paired_lines, results["paired"], paired_plain = paired_section(run_dir, evaluate, config)
+        accounting = episode_accounting(records, config)
+        results["episodes"] = accounting
+        lines += paired_lines + accounting_section(accounting, list(rows))
+        plain += paired_plain + ["", "episodes (training / all / on the target):"] + [
+            f"  {model}: {row['training']:,} / {row['all']:,} / {row['target']:,}"
+            for model, row in accounting["models"].items() if model in rows]
         table_text = "\n".join(plain)
 
     select = records.get("select", {}).get("figures", {})
@@ -446,3 +454,286 @@ def _own_game_section(run_dir: Path, records: dict[str, dict[str, Any]], config:
                      f"{arrow(row, 'sampled')} | {arrow(row['mean_reward'], 'greedy')} | "
                      f"{arrow(row['mean_reward'], 'sampled')} |")
     return lines + [""]
+
+
+# ---- every rollout counted ------------------------------------------------------------------------------------
+
+BASELINE_LABELS = {"direct": "direct GRPO", "mixed": "single-adapter GRPO"}
+
+
+def _step_settings(records: dict[str, dict[str, Any]], step: str, section: Any) -> dict[str, Any]:
+    """The settings a step ran with (its step.json), falling back to the config's section."""
+    return records.get(step, {}).get("settings") or dataclasses.asdict(section)
+
+
+def calibration_episodes(environment: dict[str, Any], tasks: int, samples: int) -> tuple[int, int]:
+    """(probes, episodes) Step 2's calibration played for one capability: one probe per knob value tried
+    (`history`; a record without one that holds a measurement made one probe), each `tasks` × `samples`
+    episodes of the base agent on the capability's game. Validation plays scripted policies, not the model."""
+    probes = len(environment.get("history") or []) or (1 if environment.get("success_rate") is not None else 0)
+    return probes, probes * tasks * samples
+
+
+def episode_accounting(records: dict[str, dict[str, Any]], config: Any) -> dict[str, Any]:
+    """Every episode each model's method played, by part, from the steps' records.
+
+    Parts: Step 1's analysis episodes (the base agent on the target, `select.tasks` × `select.samples`), Step 2's
+    calibration probes (`calibration_episodes` per capability), router SFT (no new episode: its data are
+    successful rollouts of Step 1 and Step 3, counted there), Step 3's adapters, Step 4's gate GRPO, and the
+    baselines' runs. Per model: "training" (its GRPO episodes), "all" (every episode its method played on any
+    environment), "target" (those on the target storefront), "parts" ({part: episodes}) and "budget" (which
+    total it was given). A LoRA's method is Step 1, its own calibration and its own run; TRACE's and the
+    single-adapter baseline's are Step 1, every calibration (they train what calibration found trainable) and
+    their training; direct GRPO plays only its own run, on the target. Evaluations (`evaluate`, `own_game`,
+    `final`) measure models and are no part of any method."""
+    select = _step_settings(records, "select", config.select)
+    loop = _step_settings(records, "environments", config.loop)
+    analysis = select["tasks"] * select["samples"] if "select" in records else 0
+    envs = records.get("environments", {}).get("figures", {}).get("capabilities") or {}
+    calibration = {c: dict(zip(("probes", "episodes"), calibration_episodes(
+        e, loop["calibration_tasks"], loop["calibration_samples"]))) for c, e in envs.items()}
+    calibration_total = sum(c["episodes"] for c in calibration.values())
+    trained = records.get("train", {}).get("figures", {}).get("adapters", {})
+    adapters = {c: run["episodes"] for c, run in trained.items()}
+    gate = records.get("gate", {}).get("figures", {})
+    baselines = records.get("baselines", {}).get("figures", {})
+    trace_training = sum(adapters.values()) + gate.get("episodes", 0)
+    trace_parts = {"step1_analysis": analysis, "calibration": calibration_total, "router_sft_new": 0,
+                   **{f"adapter:{c}": n for c, n in adapters.items()}, "gate_grpo": gate.get("episodes", 0)}
+    trace_all = sum(trace_parts.values())
+    models: dict[str, dict[str, Any]] = {"base": {"training": 0, "all": 0, "target": 0, "parts": {},
+                                                  "budget": "none (the SFT'd starting point)"}}
+    for c, n in adapters.items():
+        parts = {"step1_analysis": analysis, f"calibration:{c}": calibration.get(c, {}).get("episodes", 0),
+                 f"adapter:{c}": n}
+        models[f"lora:{c}"] = {"training": n, "all": sum(parts.values()), "target": analysis, "parts": parts,
+                               "budget": "its own Step 3 run"}
+    if gate.get("gate"):
+        models["TRACE"] = {"training": trace_training, "all": trace_all, "target": analysis, "parts": trace_parts,
+                           "budget": "its own: Steps 3-4"}
+    given = (f"TRACE's Steps 3-4 training episodes ({baselines.get('budget_episodes', trace_training):,}), not its "
+             f"all-episodes total ({trace_all:,})")
+    for name, label in BASELINE_LABELS.items():
+        run = baselines.get(name)
+        if not run:
+            continue
+        if name == "direct":
+            parts = {"direct_grpo": run["episodes"]}
+            target = run["episodes"]
+        else:
+            parts = {"step1_analysis": analysis, "calibration": calibration_total, "mixed_grpo": run["episodes"]}
+            target = analysis
+        models[label] = {"training": run["episodes"], "all": sum(parts.values()), "target": target, "parts": parts,
+                         "budget": given}
+    return {"parts": {"step1_analysis": {"episodes": analysis, "game": "storefront (the target)",
+                                         "tasks": select["tasks"], "samples": select["samples"]},
+                      "calibration": {"episodes": calibration_total, "per_probe": loop["calibration_tasks"]
+                                      * loop["calibration_samples"], "per_capability": calibration,
+                                      "game": "each capability's game"},
+                      "router_sft": {"new_episodes": 0, "data": gate.get("sft_data"),
+                                     "note": "successful rollouts of Step 1 and Step 3, already counted there"},
+                      "adapters": adapters, "gate_grpo": gate.get("episodes", 0),
+                      "baselines": {name: baselines[name]["episodes"] for name in BASELINE_LABELS
+                                    if baselines.get(name)},
+                      "baseline_budget": baselines.get("budget_episodes")},
+            "models": models,
+            "not_counted": "evaluations (evaluate, own_game, final: they measure models); game validation (scripted "
+                           "policies, no model); the base agent's SFT demonstrations (expert-written, shared by all)"}
+
+
+def _parts_text(parts: dict[str, int]) -> str:
+    names = {"step1_analysis": "Step 1", "calibration": "calibration", "router_sft_new": "router SFT (new)",
+             "gate_grpo": "gate GRPO", "direct_grpo": "GRPO on the target", "mixed_grpo": "GRPO on the games mixed"}
+    return " + ".join(f"{names.get(k, k.replace('adapter:', 'LoRA ').replace('calibration:', 'calibration '))} "
+                      f"{v:,}" for k, v in parts.items()) or "-"
+
+
+def accounting_section(accounting: dict[str, Any], shown: list[str]) -> list[str]:
+    """The report's table of episodes per model (the models of the results table, in its order)."""
+    parts = accounting["parts"]
+    lines = ["## Every rollout counted", "",
+             f"Episodes each model's method played. Step 1: {parts['step1_analysis']['episodes']:,} analysis episodes "
+             f"of the base agent on the target ({parts['step1_analysis']['tasks']} tasks × "
+             f"{parts['step1_analysis']['samples']} samples). Step 2: {parts['calibration']['episodes']:,} calibration "
+             f"episodes ({parts['calibration']['per_probe']} per probed value: "
+             + (", ".join(f"{c} {v['probes']} × {parts['calibration']['per_probe']}"
+                          for c, v in parts["calibration"]["per_capability"].items()) or "none")
+             + "), on the capability games. Router SFT plays no new episode (its data are successful rollouts of "
+             "Step 1 and Step 3, counted there). A LoRA's method is Step 1, its own calibration and its run; TRACE's "
+             "and the single-adapter baseline's include every calibration (they train what calibration found "
+             "trainable). "
+             f"Not counted: {accounting['not_counted']}.", "",
+             "| model | training episodes | all episodes (any environment) | on the target | made of | budget |",
+             "|---|---|---|---|---|---|"]
+    for model in shown:
+        row = accounting["models"].get(model)
+        if row:
+            lines.append(f"| {model} | {row['training']:,} | {row['all']:,} | {row['target']:,} | "
+                         f"{_parts_text(row['parts'])} | {row['budget']} |")
+    return lines + [""]
+
+
+# ---- paired statistics ----------------------------------------------------------------------------------------
+
+POWER_Z = 0.8416  # the normal quantile for 80% power
+
+
+def evaluation_scores(run_dir: Path, runs: dict[str, Any]) -> dict[str, Any]:
+    """{mode: {"scores": {seed: {task_id: pass^1}}, "played": {(seed, task_id, sample_idx), ...}}} of one model's
+    evaluation runs (keys "seed/mode", each with its results file's `path` under run_dir)."""
+    from benchmarks.results import load_results
+    from pipeline.paired_stats import task_scores
+
+    out: dict[str, Any] = {}
+    for key, run in runs.items():
+        seed, mode = key.split("/", 1)
+        simulations = load_results(run_dir / run["path"])["simulations"]
+        entry = out.setdefault(mode, {"scores": {}, "played": set()})
+        entry["scores"][seed] = task_scores(simulations)
+        entry["played"] |= {(seed, str(s["task_id"]), s.get("sample_idx", s.get("trial"))) for s in simulations}
+    return out
+
+
+def _ci(cell: dict[str, Any] | None) -> str:
+    if cell is None:
+        return "-"
+    text = f"{cell['difference']:+.3f} [{cell['low']:+.3f}, {cell['high']:+.3f}]"
+    counts = f" ({cell['better']}↑ {cell['worse']}↓)" if "better" in cell else ""
+    return (f"**{text}**" if cell["excludes_zero"] else text) + counts
+
+
+def paired_section(run_dir: Path, evaluate: dict[str, dict[str, Any]], config: Any, resamples: int | None = None
+                   ) -> tuple[list[str], dict[str, Any], list[str]]:
+    """Each model's pass^1 difference against the base agent and against TRACE, greedy and at the evaluation
+    temperature, with paired bootstrap 95% intervals over (seed, task) pairs stratified by seed
+    (`pipeline.paired_stats`), and the evaluation size an 8-point difference needs. Returns (report lines,
+    results["paired"], printed lines)."""
+    from pipeline import paired_stats as ps
+
+    resamples = resamples or ps.DEFAULT_RESAMPLES
+    if "base" not in evaluate:
+        return [], {}, []
+    e = config.evaluate
+    scores = {model: evaluation_scores(run_dir, runs) for model, runs in evaluate.items()}
+    modes = [m for m in MODE_TITLES if m in scores["base"]]
+    same = {model: all(s.get(m, {}).get("played") == scores["base"][m]["played"] for m in modes)
+            for model, s in scores.items()}
+    references = ["base"] + (["TRACE"] if "TRACE" in scores else [])
+    comparisons: dict[str, dict[str, dict[str, Any]]] = {}
+    for model in scores:
+        for reference in references:
+            if model == reference or (model == "base" and reference == "TRACE"):  # the negative of TRACE vs base
+                continue
+            comparisons.setdefault(model, {})[reference] = {
+                mode: ps.paired_difference(scores[model][mode]["scores"], scores[reference][mode]["scores"],
+                                           resamples=resamples)
+                for mode in modes if mode in scores[model]}
+    base_scores = {mode: scores["base"][mode]["scores"] for mode in modes}
+    base_intervals = {mode: ps.mean_interval(base_scores[mode], resamples=resamples) for mode in modes}
+    own = (ps.paired_difference(base_scores["greedy"], base_scores["sampled"], resamples=resamples)
+           if len(modes) == 2 else None)
+    temperature = f"T={e.temperature:g}"
+    results: dict[str, Any] = {
+        "method": "percentile bootstrap over (seed, task) pairs, stratified by evaluation seed (tasks resampled with "
+                  "replacement within each seed, the same draw for both models); per task its pass^1, the mean over "
+                  "its samples; pipeline/paired_stats.py",
+        "resamples": resamples, "rng_seed": ps.DEFAULT_SEED, "confidence": ps.DEFAULT_CONFIDENCE,
+        "same_tasks_as_base": same, "comparisons": comparisons, "base_pass1_interval": base_intervals,
+        "base_greedy_minus_sampled": own}
+    lines = ["## Paired differences", "",
+             "Every model played the same evaluation tasks (same seeds, task ids and samples): "
+             + ("checked in the results files, for every model." if all(same.values()) else
+                "NOT for " + ", ".join(m for m, ok in same.items() if not ok) + " (their differences use the "
+                "pairs both models played).")
+             + f" Each cell: the model's pass^1 minus the reference's, with a paired bootstrap 95% interval over "
+             f"(seed, task) pairs, stratified by evaluation seed ({resamples:,} resamples, tasks drawn with "
+             "replacement within each seed, the same draw for both models; a task's score is its pass^1, the mean "
+             "over its samples; numpy, RNG seed 0: `pipeline/paired_stats.py`). **Bold**: the interval excludes 0. "
+             "↑ / ↓: the pairs on which the model scored above / below the reference (the rest tie). "
+             "The intervals cover the evaluation tasks only, not the spread between training runs (a retrained "
+             "model moves by more).", "",
+             f"| model | against | greedy pass^1 difference [95% CI] | {temperature} pass^1 difference [95% CI] |",
+             "|---|---|---|---|"]
+    printed = ["", f"pass^1 difference, paired bootstrap 95% CI over tasks (greedy; {temperature}):"]
+    excluding = []
+    for model, against in comparisons.items():
+        for reference, cells in against.items():
+            lines.append(f"| {model} | {reference} | {_ci(cells.get('greedy'))} | {_ci(cells.get('sampled'))} |")
+            printed.append(f"  {model} - {reference}: {_ci(cells.get('greedy')).replace('**', '')}; "
+                           f"{_ci(cells.get('sampled')).replace('**', '')}")
+            excluding += [f"{model} vs {reference} ({'greedy' if mode == 'greedy' else temperature}: "
+                          f"{cell['difference']:+.3f}"
+                          + (f"; untied tasks {cell['better']}↑ {cell['worse']}↓, sign test p = "
+                             f"{cell['sign_test_p']:.3f}"
+                             if cell["sign_test_p"] >= 0.05 else "") + ")"
+                          for mode, cell in cells.items() if cell["excludes_zero"]]
+    lines += ["", "Intervals that exclude 0: " + ("; ".join(excluding) or "none") + ". A percentile bootstrap is "
+              "too narrow when a difference rests on few untied tasks; where the exact sign test on the untied tasks "
+              "does not reach p < 0.05, the line says so.", ""]
+    results["excluding_zero"] = excluding
+    sizing = _sizing(base_intervals, own, comparisons, config, evaluate)
+    results["sizing"] = sizing
+    if sizing:
+        lines += [sizing["text"], ""]
+    return lines, results, printed
+
+
+def _sizing(base_intervals: dict[str, dict[str, Any]], own: dict[str, Any] | None,
+            comparisons: dict[str, dict[str, dict[str, Any]]], config: Any, evaluate: dict[str, Any],
+            target: float = 0.08) -> dict[str, Any]:
+    """How many (seed, task) pairs an 8-point difference needs, sized from the base agent's own interval: two
+    models whose task outcomes were independent would have a difference half-width of √2 × the base's pass^1
+    half-width (the wider mode), pairing only narrows it. Resolvable: half-width ≤ 0.08 (a measured 8-point
+    difference excludes 0); with 80% power for a true 8-point difference: ≤ 0.08 × 1.96 / (1.96 + 0.84)."""
+    from pipeline.paired_stats import pairs_for_half_width
+
+    if not base_intervals:
+        return {}
+    e = config.evaluate
+    pairs = max(cell["pairs"] for cell in base_intervals.values())
+    base_half = max(cell["half_width"] for cell in base_intervals.values())
+    independent = math.sqrt(2) * base_half
+    power_target = target * 1.96 / (1.96 + POWER_Z)
+    need = pairs_for_half_width(independent, pairs, target)
+    need_power = pairs_for_half_width(independent, pairs, power_target)
+    widths = [cell["half_width"] for against in comparisons.values() for cells in against.values()
+              for cell in cells.values()]
+    per_pair = 1 + e.samples  # one greedy episode and `samples` sampled ones per (seed, task) pair
+    models = len(evaluate)
+    runs = [run for model_runs in evaluate.values() for run in model_runs.values()]
+    seconds = sum(run.get("seconds", 0.0) for run in runs)
+    episodes_now = pairs * per_pair * models
+    per_episode = seconds / episodes_now if seconds else None
+
+    def cost(n: int) -> str:
+        episodes = n * per_pair * models
+        return f"{episodes:,} evaluation episodes" + (f" (~{episodes * per_episode / 60:.0f} min here)" if per_episode
+                                                       else "")
+
+    out = {"target": target, "pairs_now": pairs, "base_half_width": base_half,
+           "independent_difference_half_width": independent,
+           "base_greedy_minus_sampled_half_width": own["half_width"] if own else None,
+           "table_half_widths": [min(widths), max(widths)] if widths else None,
+           "pairs_needed": need, "pairs_needed_80_power": need_power, "episodes_per_pair_per_model": per_pair,
+           "episodes_now": episodes_now, "episodes_needed": None if need is None else need * per_pair * models,
+           "episodes_needed_80_power": None if need_power is None else need_power * per_pair * models,
+           "seconds_per_episode": per_episode}
+    if need is None:
+        out["text"] = ("Sizing: the base agent scored every task alike (interval width 0), so there is no variance "
+                       "to size the evaluation from.")
+        return out
+    seeds = len(e.seeds)
+    out["text"] = (
+        f"Sizing for an 8-point difference (resolvable: 95% half-width ≤ {target:.2f}). Measured on the base agent: "
+        f"its pass^1 interval half-width is {base_half:.3f} over {pairs} (seed, task) pairs (the wider of greedy and "
+        f"T={e.temperature:g}), so two models whose task outcomes were independent would differ with half-width "
+        f"√2 × {base_half:.3f} = {independent:.3f}; pairing only narrows it (base greedy vs its own "
+        f"T={e.temperature:g}: "
+        + (f"{own['half_width']:.3f}" if own else "-")
+        + (f"; the differences above: {min(widths):.3f}-{max(widths):.3f}" if widths else "")
+        + f"). Half-widths shrink as 1/√pairs, so that needs **{need} (seed, task) pairs** ({seeds} seeds × "
+        f"{math.ceil(need / seeds)} tasks; now {pairs}), each played once greedy and {e.samples} times at "
+        f"T={e.temperature:g} by each of the {models} models: {cost(need)}, against {cost(pairs)} now. To detect a "
+        f"true 8-point difference 80% of the time (half-width ≤ {power_target:.3f}): {need_power} pairs, "
+        f"{cost(need_power)}.")
+    return out
