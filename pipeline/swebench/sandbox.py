@@ -20,9 +20,17 @@ Each run writes `files` into a fresh temporary folder and starts pytest in a sub
     namespace when a probe run works and otherwise warns loudly (SandboxWarning + stderr) and falls back;
     `namespace` refuses to run without it (SandboxUnavailable).
 
-Test outcomes come from a small reporting plugin (one JSON line per test phase) written inside the
-folder; a run that times out, is killed or writes no report has every requested outcome missing, which
-graders treat as failed.
+Two kinds of results (see `pipeline/swebench/grading.py` for the threat model):
+  - `outcomes`, per test, from a small reporting plugin writing one JSON line per test phase inside the
+    folder. The code under test runs in the same interpreter and can rewrite them: they are for the agent's
+    own test runs and for diagnostics, never for a reward.
+  - `verdicts`, per verdict group (`run_verdicts`, `VerdictGroup`): each group is run by pytest in a fresh
+    process forked from the sandbox runner (which never imports the code under test), on a copy of the tree
+    the tests cannot write; it passes only when that process finished pytest, then echoed a nonce it could not
+    know before, with every test of the group seen passing, and exited 0 (`_sandbox_runner.py`). The runner
+    hands them to this process over a pipe that no test process holds, not through a file.
+A run that times out, is killed or writes no report has every requested outcome missing and every verdict
+not "passed", which graders treat as failed.
 """
 from __future__ import annotations
 
@@ -90,6 +98,21 @@ class SandboxConfig:
             raise ValueError(f"SandboxConfig.memory_mb must be >= 128 (Python and pytest need it), got {self.memory_mb}")
 
 
+@dataclass(frozen=True)
+class VerdictGroup:
+    """Tests judged together by one fresh pytest process: `name` passes only when every node passes. With
+    `split`, a failed group is judged again node by node (the verdicts then also hold each node id)."""
+
+    name: str
+    nodes: tuple[str, ...]
+    split: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.nodes or not all(isinstance(node, str) and node and not node.startswith("-")
+                                     for node in self.nodes):
+            raise ValueError(f"VerdictGroup {self.name!r} needs node ids (not options), got {self.nodes!r}")
+
+
 @dataclass
 class TestRun:
     """What one sandboxed pytest run produced."""
@@ -101,6 +124,11 @@ class TestRun:
     isolation: str = ""
     output_tail: str = ""
     problem: str = ""  # why there are no results (timeout, crash, no report), else ""
+    verdicts: dict[str, str] = field(default_factory=dict)  # group name or node id -> "passed" | why not
+
+    def verdict(self, name: str) -> str:
+        """The verdict of a group (or of a node of a split group): "passed", or why not ("not run" if absent)."""
+        return self.verdicts.get(name, "not run")
 
     def outcome(self, node_id: str) -> str:
         """The node's outcome, "missing" when pytest did not report it."""
@@ -235,7 +263,7 @@ def fallback_user() -> tuple[int, int] | None:
 def _environment(workdir: Path, isolation: str) -> dict[str, str]:
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(workdir),
+        "HOME": str(workdir / ".trace" / "home"),
         "TMPDIR": "/tmp" if isolation == "namespace" else str(workdir / ".trace" / "tmp"),
         "LANG": "C.UTF-8",
         "PYTHONPATH": str(PLUGIN_DIR),
@@ -260,6 +288,28 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
     for folder, dirs, names in os.walk(root):
         for name in [*dirs, *names]:
             os.chown(os.path.join(folder, name), uid, gid, follow_symlinks=False)
+
+
+def _read_only_tree(root: Path) -> None:
+    """Folders 0755, files 0644 (owned by us): the tests, run as another user, can read but not change them."""
+    os.chmod(root, 0o755)
+    for folder, dirs, names in os.walk(root):
+        for name in dirs:
+            os.chmod(os.path.join(folder, name), 0o755)
+        for name in names:
+            os.chmod(os.path.join(folder, name), 0o644)
+
+
+def _collect(fd: int, sink: list[bytes]) -> None:
+    """Thread: everything written to the read end `fd` until every writer has closed it."""
+    try:
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return
+            sink.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def _read_report(path: Path) -> dict[str, str]:
@@ -297,51 +347,87 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 def run_pytest(files: dict[str, str], config: SandboxConfig | None = None, selection: list[str] | None = None,
                base_dir: str | None = None) -> TestRun:
-    """pytest on `files` (optionally only the node ids / paths in `selection`); see the module docstring."""
+    """pytest on `files` (optionally only the node ids / paths in `selection`): per-test `outcomes` from the
+    in-process report, which the code under test can forge (see the module docstring)."""
     return run_pytest_batch([files], config, selection, base_dir)[0]
 
 
+def run_verdicts(files: dict[str, str], groups: list[VerdictGroup], config: SandboxConfig | None = None,
+                 stop_after_fail: bool = True, base_dir: str | None = None) -> TestRun:
+    """The `verdicts` of `groups` on `files`, in order, each group in a fresh process (no report run). With
+    `stop_after_fail`, the groups after a failed one are not run (their verdict says so)."""
+    return run_pytest_batch([files], config, base_dir=base_dir, groups=[groups], report=False,
+                            stop_after_fail=stop_after_fail)[0]
+
+
 def run_pytest_batch(trees: list[dict[str, str]], config: SandboxConfig | None = None,
-                     selection: list[str] | None = None, base_dir: str | None = None) -> list[TestRun]:
+                     selection: list[str] | None = None, base_dir: str | None = None,
+                     groups: list[list[VerdictGroup]] | None = None, report: bool = True,
+                     stop_after_fail: bool = False) -> list[TestRun]:
     """pytest on each tree, one after the other, in one sandbox start (pytest is imported once and forked per
-    tree; leftovers of a tree are killed before the next). Trees of one batch can see each other's folders:
-    batch only trees of the same origin (a scenario before and after its oracle patch)."""
+    run; leftovers of a run are killed before the next): the report run (`report`, per-test `outcomes`), then
+    the verdict groups of that tree (`groups[i]`, `verdicts`). Trees of one batch can see each other's
+    folders: batch only trees of the same origin (a scenario before and after its oracle patch)."""
     if not trees:
         return []
+    if groups is not None and len(groups) != len(trees):
+        raise ValueError(f"groups must hold one list per tree ({len(trees)}), got {len(groups)}")
     config = config or SandboxConfig()
     isolation = resolve_isolation(config.isolation)
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="trace-swe-", dir=base_dir))
     log_dir = Path(tempfile.mkdtemp(prefix="trace-swe-log-", dir=base_dir))  # outside the tree the tests can touch
     runs = [TestRun(isolation=isolation) for _ in trees]
+    verdict_r, verdict_w = os.pipe()
+    write_end_open = True
+    received: list[bytes] = []
+    reader = threading.Thread(target=_collect, args=(verdict_r, received), daemon=True)
     try:
         trace = workdir / ".trace"
-        (trace / "tmp").mkdir(parents=True)
+        writable = [trace / "tmp", trace / "home", trace / "out"]
+        for folder in writable:
+            folder.mkdir(parents=True)
         (trace / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-        spec_trees = []
+        common = ["-q", *UNUSED_PLUGINS, "-c", str(trace / "pytest.ini"), "-o", "addopts=", "--tb=short",
+                  "--no-header", "-rN"]
+        if isolation == "fallback":
+            common += ["-p", "trace_swe_nonet"]
+        spec_trees, runs_at_most = [], 0
         for index, files in enumerate(trees):
-            tree = workdir / f"t{index}"
-            tree.mkdir()
-            _write_tree(tree, files)
-            args = ["-q", *UNUSED_PLUGINS, "-p", "trace_swe_report", "-c", str(trace / "pytest.ini"),
-                    "--rootdir", str(tree), "-o", "addopts=", "--tb=short", "--no-header", "-rN"]
-            if isolation == "fallback":
-                args += ["-p", "trace_swe_nonet"]
-            args += list(selection) if selection else ["."]
-            spec_trees.append({"dir": str(tree), "report": str(trace / f"report{index}.jsonl"), "args": args})
-        status_path = trace / "status.jsonl"
+            entry: dict = {"args": None, "groups": [], "stop_after_fail": stop_after_fail}
+            if report:
+                tree = workdir / f"t{index}"
+                tree.mkdir()
+                _write_tree(tree, files)
+                writable.append(tree)
+                entry.update(dir=str(tree), report=str(trace / "out" / f"report{index}.jsonl"),
+                             args=[*common, "-p", "trace_swe_report", "--rootdir", str(tree),
+                                   *(list(selection) if selection else ["."])])
+                runs_at_most += 1
+            tree_groups = groups[index] if groups else []
+            if tree_groups:
+                verdict_dir = workdir / f"v{index}"  # the verdict copy: the tests cannot write it
+                verdict_dir.mkdir()
+                _write_tree(verdict_dir, files)
+                _read_only_tree(verdict_dir)
+                entry.update(verdict_dir=str(verdict_dir), verdict_args=[*common, "--rootdir", str(verdict_dir)],
+                             groups=[{"name": g.name, "nodes": list(g.nodes), "split": g.split} for g in tree_groups])
+                runs_at_most += sum(1 + (len(g.nodes) if g.split and len(g.nodes) > 1 else 0) for g in tree_groups)
+            spec_trees.append(entry)
         (trace / "spec.json").write_text(json.dumps({
-            "trees": spec_trees, "timeout_s": config.timeout_s, "status": str(status_path),
-            "init": isolation == "namespace"}), encoding="utf-8")
-        uid, gid = _nobody()
-        drop_to = (uid, gid) if isolation == "namespace" else fallback_user()
-        if drop_to is not None:
-            _chown_tree(workdir, *drop_to)
-        os.chmod(workdir, 0o700)
+            "trees": spec_trees, "timeout_s": config.timeout_s, "init": isolation == "namespace",
+            "scratch": [str(trace / "tmp"), str(trace / "home")]}), encoding="utf-8")
         # The runner runs from the sandbox's own folder: where the repository lives (under /tmp, say) may be
         # hidden inside the sandbox, whose /tmp is a fresh tmpfs.
         shutil.copyfile(RUNNER_SCRIPT, trace / "runner.py")
-        runner = [sys.executable, "-s", str(trace / "runner.py"), str(trace / "spec.json")]
+        uid, gid = _nobody()
+        drop_to = (uid, gid) if isolation == "namespace" else fallback_user()
+        _read_only_tree(trace)
+        if drop_to is not None:  # the tests own only their scratch folders and the report trees
+            for folder in writable:
+                _chown_tree(folder, *drop_to)
+        os.chmod(workdir, 0o711)
+        runner = [sys.executable, "-s", str(trace / "runner.py"), str(trace / "spec.json"), str(verdict_w)]
         if isolation == "namespace":
             command = _boot_command(uid, gid, workdir, config.tmpfs_mb, runner)
             preexec = functools.partial(_limits, config)
@@ -349,12 +435,17 @@ def run_pytest_batch(trees: list[dict[str, str]], config: SandboxConfig | None =
             command = runner
             preexec = functools.partial(_fallback_preexec, config, drop_to)
         log_path = log_dir / "output.txt"
-        outer_timeout = config.timeout_s * len(trees) + 15.0
+        outer_timeout = config.timeout_s * max(runs_at_most, 1) + 15.0
         timed_out = False
+        reader.start()
         with log_path.open("wb") as log:
-            process = subprocess.Popen(command, cwd=workdir, env=_environment(workdir, isolation),
-                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                       preexec_fn=preexec, start_new_session=True)
+            try:
+                process = subprocess.Popen(command, cwd=workdir, env=_environment(workdir, isolation),
+                                           stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                           preexec_fn=preexec, start_new_session=True, pass_fds=(verdict_w,))
+            finally:
+                os.close(verdict_w)  # from here on only the runner holds the write end
+                write_end_open = False
             try:
                 process.wait(timeout=outer_timeout)
             except subprocess.TimeoutExpired:
@@ -363,19 +454,19 @@ def run_pytest_batch(trees: list[dict[str, str]], config: SandboxConfig | None =
                 process.wait()
             finally:
                 _kill_group(process)  # anything the tests left running in the group
+        reader.join(timeout=5.0)
         output = log_path.read_bytes()[-config.output_chars * 4:].decode("utf-8", errors="replace")
         for index in range(len(trees)):  # paths as the tests see them, relative to their tree
-            output = output.replace(f"{workdir}/t{index}/", "")
+            output = output.replace(f"{workdir}/t{index}/", "").replace(f"{workdir}/v{index}/", "")
         output = output.replace(str(workdir), "<sandbox>")
         statuses = {}
-        if status_path.is_file():
-            for line in status_path.read_text(encoding="utf-8", errors="replace").splitlines():
-                try:
-                    item = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if isinstance(item, dict) and isinstance(item.get("tree"), int):
-                    statuses[item["tree"]] = item
+        for line in b"".join(received).decode("utf-8", errors="replace").splitlines():
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(item, dict) and isinstance(item.get("tree"), int):
+                statuses[item["tree"]] = item
         for index, run in enumerate(runs):
             run.output_tail = output[-config.output_chars:]
             status = statuses.get(index)
@@ -384,19 +475,28 @@ def run_pytest_batch(trees: list[dict[str, str]], config: SandboxConfig | None =
                 run.problem = ("the sandbox timed out" if timed_out else
                                f"the sandbox ended before this tree ran: {output.strip().splitlines()[-1:]}")
                 continue
+            verdicts = status.get("verdicts")
+            if isinstance(verdicts, dict):
+                run.verdicts = {str(k): str(v) for k, v in verdicts.items()}
             run.exit_code = status.get("exit")
             run.seconds = float(status.get("seconds") or 0.0)
+            if not report:
+                continue
             if status.get("timed_out"):
                 run.timed_out = True
                 run.problem = f"timed out after {config.timeout_s:g} s (the process group was killed)"
                 continue
-            run.outcomes = _read_report(trace / f"report{index}.jsonl")
+            run.outcomes = _read_report(trace / "out" / f"report{index}.jsonl")
             if isinstance(run.exit_code, int) and run.exit_code < 0:
                 run.problem = f"pytest was killed by signal {-run.exit_code}"
                 run.outcomes = {}
             elif not run.outcomes:
                 run.problem = f"pytest reported no test (exit code {run.exit_code})"
     finally:
+        if write_end_open:
+            os.close(verdict_w)
+        if reader.ident is None:  # never started: the read end is still ours
+            os.close(verdict_r)
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(log_dir, ignore_errors=True)
     total = time.perf_counter() - started

@@ -5,7 +5,8 @@
 
 For every scenario, in throw-away copies run by the sandbox (pipeline/swebench/sandbox.py):
   before the oracle patch: `target_test` and every hidden test fail; every other test passes;
-  after it:                every test passes;
+  after it:                every test passes, in the per-test report and in the verdict run the grader uses
+                           (one fresh process for all tests, `pipeline/swebench/grading.py`);
   and, when metadata.shortcut_patch is given (a patch that hard-codes the visible expectation), the target
   passes with it while a hidden test still fails: the hidden tests catch hard-coding.
 At least --min-regression regression tests must pass in both runs. A scenario that fails is dropped, with
@@ -27,8 +28,9 @@ from typing import Iterable
 from tqdm import tqdm
 
 from common.io import InputError, atomic_write_json, check_distinct_paths, check_output_path
+from pipeline.swebench.grading import test_node_ids
 from pipeline.swebench.patches import PatchError, apply_patch
-from pipeline.swebench.sandbox import SandboxConfig, SandboxUnavailable, TestRun, run_pytest_batch
+from pipeline.swebench.sandbox import SandboxConfig, SandboxUnavailable, TestRun, VerdictGroup, run_pytest_batch
 from pipeline.swebench.scenario import Scenario, load_scenarios, save_scenarios
 
 DEFAULT_MIN_REGRESSION = 3
@@ -77,7 +79,12 @@ def self_test(scenario: Scenario, config: SandboxConfig | None = None,
             trees.append(apply_patch(scenario.files, shortcut))
         except PatchError as err:
             return fail(f"shortcut_patch_does_not_apply: {err}")
-    runs = run_pytest_batch(trees, config)  # one sandbox start for the two (or three) trees
+    nodes = tuple(node for path in scenario.all_test_files() if path in fixed
+                  for node in test_node_ids(path, fixed[path]))
+    groups = [[] for _ in trees]
+    if nodes:
+        groups[1] = [VerdictGroup("all", nodes)]
+    runs = run_pytest_batch(trees, config, groups=groups)  # one sandbox start for the two (or three) trees
     before, after = runs[0], runs[1]
     result.before, result.isolation = before.outcomes, before.isolation
     if before.problem:
@@ -104,6 +111,8 @@ def self_test(scenario: Scenario, config: SandboxConfig | None = None,
     not_passing = [(node, after.outcome(node)) for node in [*hidden, *regression] if after.outcome(node) != "passed"]
     if not_passing:
         return fail(f"oracle_breaks_tests: {not_passing[:3]}")
+    if after.verdict("all") != "passed":
+        return fail(f"oracle_fails_the_verdict_run: {after.verdict('all')}")
     extra = sorted(set(after.outcomes) - set(before.outcomes))
     if extra:
         return fail(f"tests_appear_after_the_patch: {extra[:3]}")
