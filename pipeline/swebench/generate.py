@@ -3,6 +3,7 @@
     python -m pipeline.swebench.generate --capability NAME --n N --seed S --out FILE
         [--call-depth 3|4|5] [--n-decoys K]      (deep_call_graph_traversal)
         [--template KEY]                        (semantic_logic_precision)
+        [--size small|large]                    (both; default large: 300-600 source lines)
 
 Scenario i uses seed S+i and is the same on every run (the generators are seeded). FILE is a JSON list in
 the scenarios format (pipeline/swebench/scenario.py); the default place for a capability's set is
@@ -22,6 +23,7 @@ from tqdm import tqdm
 
 from common.io import InputError, check_output_path
 from pipeline.swebench.generators import GENERATORS, generate_one
+from pipeline.swebench.generators.filler import SIZES
 from pipeline.swebench.generators.semantic_logic import TEMPLATES
 from pipeline.swebench.scenario import save_scenarios
 
@@ -37,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-decoys", type=int, default=None, help="deep_call_graph_traversal: correct sibling helpers")
     parser.add_argument("--template", choices=[t.key for t in TEMPLATES], default=None,
                         help="semantic_logic_precision: use only this template")
+    parser.add_argument("--size", choices=SIZES, default=None,
+                        help="small: the bug's modules alone (about 30-100 lines); large (default): 300-600 lines of "
+                             "source, with correct realistic code around the bug")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     options = {}
@@ -50,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.call_depth is not None or args.n_decoys is not None:
             parser.error("--call-depth / --n-decoys apply to deep_call_graph_traversal only")
         options = {"template": args.template} if args.template else {}
+    if args.size is not None:
+        options["size"] = args.size
     if args.n < 1:
         parser.error("--n must be >= 1")
     try:

@@ -14,17 +14,25 @@ Primitives:
   add_decoys               a look-alike copy of the buggy function (as it is before the fix) under a
                            confusable name, never called: editing it changes nothing
   misleading_docstrings    the entry function's docstring blames another function; the buggy function's
-                           docstring says it is verified correct
+                           docstring says it is verified correct (again: the same sentences are replaced, never
+                           stacked)
+  misleading_symptom       the issue text gets the reporter's wrong guess at the cause (input order, rounding,
+                           parsing, caching); it names no identifier but the entry point the issue already calls,
+                           and a later round replaces the paragraph an earlier one added instead of adding a second
   extend_call_graph        the buggy function's body moves into a new module one call deeper; the original
                            keeps its signature and delegates
   wrap_in_class_hierarchy  the buggy function becomes a strategy class hierarchy (base, mixin, default and
                            a sibling) behind the original signature; a buggy method moves into a mixin base
 
 Calibration schedules (strategy bundles A, B, C, applied in rounds A/B/C/A/B):
-  semantic_logic_precision:   A rename_identifiers; B inline_helper + misleading_docstrings;
+  semantic_logic_precision:   A rename_identifiers; B inline_helper + misleading_docstrings + misleading_symptom;
                               C add_decoys + misleading_docstrings
-  deep_call_graph_traversal:  A extend_call_graph + rename_identifiers; B add_decoys + misleading_docstrings;
+  deep_call_graph_traversal:  A extend_call_graph + rename_identifiers;
+                              B add_decoys + misleading_docstrings + misleading_symptom;
                               C wrap_in_class_hierarchy + extend_call_graph
+
+Deliberately misleading text (docstrings, the issue's guess) is always recorded in metadata.mutations, so a
+reader of the scenario knows which statements are false on purpose.
 """
 from __future__ import annotations
 
@@ -43,10 +51,11 @@ from pipeline.swebench.scenario import Scenario
 
 ROUND_ORDER = ("A", "B", "C", "A", "B")
 SCHEDULES: dict[str, dict[str, tuple[str, ...]]] = {
-    "semantic_logic_precision": {"A": ("rename_identifiers",), "B": ("inline_helper", "misleading_docstrings"),
+    "semantic_logic_precision": {"A": ("rename_identifiers",),
+                                 "B": ("inline_helper", "misleading_docstrings", "misleading_symptom"),
                                  "C": ("add_decoys", "misleading_docstrings")},
     "deep_call_graph_traversal": {"A": ("extend_call_graph", "rename_identifiers"),
-                                  "B": ("add_decoys", "misleading_docstrings"),
+                                  "B": ("add_decoys", "misleading_docstrings", "misleading_symptom"),
                                   "C": ("wrap_in_class_hierarchy", "extend_call_graph")},
 }
 _BUILTINS = frozenset(dir(builtins))
@@ -69,6 +78,8 @@ class Pair:
     fixed: dict[str, ast.Module]
     protected: set[str]  # names the tests (or the entry point) rely on
     touched: set[str] = field(default_factory=set)
+    problem: str = ""  # the issue text (primitives that rewrite it change this)
+    issue_paragraphs: list[str] = field(default_factory=list)  # paragraphs earlier rounds added to the issue
 
     def paths(self) -> list[str]:
         return sorted(self.buggy)
@@ -420,8 +431,7 @@ def misleading_docstrings(pair: Pair, rng: random.Random, entry: str | None = No
     for path, qualified in targets:
         for tree in pair.both(path):
             function = _functions(tree)[qualified][0]
-            _set_docstring(function, (_docstring(function) + "\n\n" if _docstring(function) else "") +
-                           "Verified against the specification (see the tests); this logic is correct.")
+            _set_docstring(function, _with_paragraph(_docstring(function), _VERIFIED, _VERIFIED))
         pair.touched.add(path)
         changed.append(qualified)
     if entry:
@@ -431,12 +441,49 @@ def misleading_docstrings(pair: Pair, rng: random.Random, entry: str | None = No
                     continue
                 for tree in pair.both(path):
                     target = _functions(tree)[qualified][0]
-                    _set_docstring(target, (_docstring(target) + "\n\n" if _docstring(target) else "") +
-                                   f"Known issue: results can be off for some inputs; `{blamed}` is the usual "
-                                   "cause and is being reworked.")
+                    _set_docstring(target, _with_paragraph(
+                        _docstring(target), _KNOWN_ISSUE, f"{_KNOWN_ISSUE}results can be off for some inputs; "
+                        f"`{blamed}` is the usual cause and is being reworked."))
                 pair.touched.add(path)
                 changed.append(qualified)
     return {"docstrings": changed, "blames": blamed}
+
+
+_VERIFIED = "Verified against the specification (see the tests); this logic is correct."
+_KNOWN_ISSUE = "Known issue: "
+
+
+def _with_paragraph(doc: str, marker: str, paragraph: str) -> str:
+    """`doc` with `paragraph` as its last paragraph, replacing a paragraph that starts with `marker` (so a second
+    application replaces the first instead of stacking)."""
+    kept = [part for part in doc.split("\n\n") if part.strip() and not part.strip().startswith(marker)]
+    return "\n\n".join([*kept, paragraph])
+
+
+_FRAMINGS = (
+    "This started after our last dependency upgrade; before it, `{entry}` gave the right answer on the same input, "
+    "so I suspect something changed in how the input is ordered.",
+    "It looks like a rounding or display problem to me: the numbers are only a little off, and only for some "
+    "inputs.",
+    "My guess is that the input is read wrongly somewhere before `{entry}` gets it; the calculation itself looks "
+    "simple enough.",
+    "Maybe something is cached between calls: the wrong answer shows up on the first call of `{entry}` in a fresh "
+    "interpreter already, though.",
+)
+
+
+def misleading_symptom(pair: Pair, rng: random.Random, entry: str | None = None) -> dict[str, Any]:
+    """Add the reporter's wrong guess at the cause to the issue text (replacing one an earlier round added)."""
+    if not pair.problem.strip():
+        raise NotApplicable("no issue text")
+    name = entry if entry and re.search(rf"(?<![A-Za-z0-9_]){re.escape(entry)}(?![A-Za-z0-9_])", pair.problem) \
+        else None
+    options = [f for f in _FRAMINGS if name or "{entry}" not in f]
+    paragraph = rng.choice(options).format(entry=name)
+    kept = [part for part in pair.problem.strip().split("\n\n") if part.strip() not in pair.issue_paragraphs]
+    pair.problem = "\n\n".join([*kept, paragraph]) + "\n"
+    pair.issue_paragraphs.append(paragraph)
+    return {"issue_paragraph": paragraph}
 
 
 def _free_module_names(tree: ast.Module, function: ast.FunctionDef) -> tuple[list[str], list[ast.stmt]]:
@@ -578,9 +625,13 @@ PRIMITIVES: dict[str, Callable[..., dict[str, Any]]] = {
     "inline_helper": inline_helper,
     "add_decoys": add_decoys,
     "misleading_docstrings": misleading_docstrings,
+    "misleading_symptom": misleading_symptom,
     "extend_call_graph": extend_call_graph,
     "wrap_in_class_hierarchy": wrap_in_class_hierarchy,
 }
+
+
+_TAKE_ENTRY = ("misleading_docstrings", "misleading_symptom")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -594,11 +645,15 @@ def apply_primitives(scenario: Scenario, names: tuple[str, ...], seed: str, labe
         raise ValueError(f"unknown mutation(s) {unknown}; known: {', '.join(PRIMITIVES)}")
     rng = random.Random(f"{scenario.id}:{seed}")
     pair = _pair_of(scenario)
+    pair.problem = scenario.problem_statement
+    pair.issue_paragraphs = [applied["issue_paragraph"] for record in scenario.metadata.get("mutations", [])
+                             if isinstance(record, dict) for applied in record.get("applied", [])
+                             if isinstance(applied, dict) and isinstance(applied.get("issue_paragraph"), str)]
     entry = (scenario.metadata.get("entry") or {}).get("function")
     applied, skipped = [], {}
     for name in names:
         try:
-            details = PRIMITIVES[name](pair, rng, entry) if name == "misleading_docstrings" else PRIMITIVES[name](pair, rng)
+            details = PRIMITIVES[name](pair, rng, entry) if name in _TAKE_ENTRY else PRIMITIVES[name](pair, rng)
             applied.append({"name": name, **details})
         except NotApplicable as err:
             skipped[name] = str(err)
@@ -624,7 +679,8 @@ def apply_primitives(scenario: Scenario, names: tuple[str, ...], seed: str, labe
         else:
             metadata.pop("shortcut_patch", None)
     data = scenario.to_dict()
-    data.update(files=buggy_files, oracle_patch=make_patch(buggy_files, fixed_files), metadata=metadata)
+    data.update(files=buggy_files, oracle_patch=make_patch(buggy_files, fixed_files), metadata=metadata,
+                problem_statement=pair.problem)
     return Scenario.from_dict(data)
 
 

@@ -19,7 +19,7 @@ def check_capability(capability: str) -> None:
 
 def generate_one(capability: str, seed: int, **options: Any) -> Scenario:
     """The scenario of `seed` for `capability` (options: call_depth, n_decoys for deep_call_graph_traversal;
-    template for semantic_logic_precision)."""
+    template for semantic_logic_precision; size, "small" or "large" (the default), for both)."""
     check_capability(capability)
     return GENERATORS[capability](seed, **options)
 

@@ -2,24 +2,33 @@
 
 The scenario is a small package of records (`models.py`), a low-level helper module holding the buggy
 helper next to correct look-alikes, `call_depth - 3` pass-through hops in their own modules, a
-per-record `measure`, aggregations, and the public `api.py`. The issue reports a wrong result of one
-public function (the symptom site); the fix belongs in the helper, `call_depth` calls below it. The hidden
-tests reach the same helper through *other* public functions, so patching the symptom site (or
-hard-coding the example) does not pass.
+per-record `measure`, aggregations, a detail view of one record (`detail.py`, a second caller of the
+helper that bypasses measure and the hops), and the public `api.py`. The issue reports a wrong result of
+one public function (the symptom site) as a user sees it: the call, the value, the expected value and the
+per-group sums of the same input; it never names a module, an internal function or a record field. The
+fix belongs in the helper, `call_depth` calls below the symptom. The hidden tests reach the helper through
+other public functions, through the detail view and directly, so a patch at the symptom site, in measure or
+in a hop (masking the bug for the aggregations only), or hard-coding the example, does not pass: the
+capability is finding the root, not silencing the symptom. Docstrings say what each function is for and hold
+for the shipped (buggy) code; the helpers' doctests use inputs the bug does not touch.
 
 Difficulty (metadata.difficulty): call_depth (3-5 calls from the public entry to the helper), n_decoys
-(correct sibling helpers in the same module), n_files.
+(correct sibling helpers in the same module), size ("small": about 100 lines; "large", the default: 300-600
+lines of source, with correct everyday modules around the bug, pipeline/swebench/generators/filler.py),
+n_files, source_lines.
 """
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
 
-from pipeline.swebench.generators.common import Case, Draft, Outcome, generate_with_retries
+from pipeline.swebench.generators.common import Case, Draft, Outcome, evaluate, generate_with_retries
+from pipeline.swebench.generators.filler import SIZES, extend_module, pad_package, source_lines
 from pipeline.swebench.generators.helpers import HELPERS, HelperTemplate, draw_input
 from pipeline.swebench.scenario import Scenario
 
 CAPABILITY = "deep_call_graph_traversal"
+DEFAULT_SIZE = "large"
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,8 @@ def _hop_source(kind: str, name: str, next_call: str, next_import: str, record: 
                    "    return value\n")
 
 
-def build(rng: random.Random, seed: int, call_depth: int | None = None, n_decoys: int | None = None) -> Draft:
+def build(rng: random.Random, seed: int, call_depth: int | None = None, n_decoys: int | None = None,
+          size: str = DEFAULT_SIZE) -> Draft:
     domain = rng.choice(DOMAINS)
     helper: HelperTemplate = rng.choice(HELPERS)
     depth = call_depth if call_depth is not None else rng.choice((3, 4, 5))
@@ -91,21 +101,25 @@ def build(rng: random.Random, seed: int, call_depth: int | None = None, n_decoys
     helper_name = rng.choice(helper.names)
     low = rng.choice(LOW_MODULES)
 
-    # the low-level module: the helper plus correct look-alike siblings
+    # the low-level module: the helper plus correct look-alike siblings, each with a doctest that holds
     siblings = [h for h in HELPERS if h.key != helper.key]
     rng.shuffle(siblings)
     sibling_defs = []
     for sibling in siblings[:decoys]:
         sx, sy = rng.choice(sibling.fields)
-        sibling_defs.append((sibling, rng.choice(sibling.names), sx, sy))
+        sibling_defs.append((sibling, rng.choice(sibling.names), sx, sy, draw_input(sibling, rng, trigger=False)))
+    helper_example = draw_input(helper, rng, trigger=False)
+    padding_rng = random.Random(f"{seed}:padding")
+    extra_low_pieces = 2 if size == "large" else 0
 
     def low_module(fixed: bool) -> str:
-        parts = [helper.source(helper_name, x, y, fixed)]
-        parts += [s.source(name, sx, sy, True) for s, name, sx, sy in sibling_defs]
+        parts = [helper.source(helper_name, x, y, fixed, helper_example)]
+        parts += [s.source(name, sx, sy, True, example) for s, name, sx, sy, example in sibling_defs]
         rng_order = list(range(len(parts)))
         random.Random(seed).shuffle(rng_order)
         body = "\n\n".join(parts[i] for i in rng_order)
-        return f'"""Formulas shared by the {domain.items} reports."""\nimport math\n\n\n{body}'
+        text = f'"""Formulas shared by the {domain.items} reports."""\nimport math\n\n\n{body}'
+        return extend_module(text, random.Random(f"{seed}:low"), record.lower(), extra_low_pieces)
 
     # pass-through hops between measure and the helper
     hop_kinds = rng.sample(("checked", "cached", "plain"), depth - 3)
@@ -128,8 +142,15 @@ def build(rng: random.Random, seed: int, call_depth: int | None = None, n_decoys
     files[f"{pkg}/measure.py"] = (
         f'"""The value of one {record.lower()}."""\n{next_import}\n\n\n'
         f"def measure(record):\n"
-        f'    """Value of one {record.lower()} as used by every report."""\n'
+        f'    """Value of one {record.lower()} as used by the aggregations."""\n'
         f"    return {next_call}\n")
+    # a second caller of the helper that bypasses measure and the hops: the detail view of one record
+    detail = f"describe_{record.lower()}"
+    files[f"{pkg}/detail.py"] = (
+        f'"""The detail view of a single {record.lower()}."""\nfrom {pkg}.{low} import {helper_name}\n\n\n'
+        f"def {detail}(record):\n"
+        f'    """\'<{key}>: <value>\' for one {record.lower()}, computed straight from its two counts."""\n'
+        f"    return f'{{record.{key}}}: {{{helper_name}(record.{x}, record.{y})}}'\n")
     files[f"{pkg}/aggregate.py"] = (
         f'"""Aggregations over {domain.items}."""\nfrom {pkg}.measure import measure\n\n\n'
         f"def usable(records):\n"
@@ -149,9 +170,10 @@ def build(rng: random.Random, seed: int, call_depth: int | None = None, n_decoys
     files[f"{pkg}/api.py"] = (
         f'"""Public functions of {pkg}."""\n'
         f"from {pkg}.aggregate import grand_total, totals_by_{key}, usable\n"
+        f"from {pkg}.detail import {detail}\n"
         f"from {pkg}.models import {record}\n\n"
         f"__all__ = ['{record}', 'grand_total', 'totals_by_{key}', '{top}', '{report}', '{flagged}', "
-        f"'{listing}', '{count}']\n\n\n"
+        f"'{listing}', '{count}', '{detail}']\n\n\n"
         f"def {top}(records):\n"
         f'    """The {key} with the largest total (ties: the first name in alphabetical order)."""\n'
         f"    totals = totals_by_{key}(records)\n"
@@ -175,8 +197,11 @@ def build(rng: random.Random, seed: int, call_depth: int | None = None, n_decoys
 
     buggy = dict(files)
     fixed = dict(files)
-    buggy[f"{pkg}/{low}.py"] = low_module(False)
-    fixed[f"{pkg}/{low}.py"] = low_module(True)
+    buggy[f"{pkg}/{low}.py"], low_pieces = low_module(False)
+    fixed[f"{pkg}/{low}.py"], _ = low_module(True)
+    padding, padding_cases, _ = pad_package(buggy, pkg, record.lower(), size, padding_rng, used=set(low_pieces))
+    buggy.update(padding)
+    fixed.update(padding)
 
     # ---- cases -----------------------------------------------------------------------------------
     api = f"{pkg}.api"
@@ -196,42 +221,74 @@ def build(rng: random.Random, seed: int, call_depth: int | None = None, n_decoys
 
     target_func = rng.choice((top, report, flagged))
     threshold = str(rng.randint(0, 6))
-    target_args = [records(rng.randint(3, 5), rng.randint(1, 2))] + ([threshold] if target_func == flagged else [])
+    target_records = records(rng.randint(3, 5), rng.randint(1, 2))
+    target_args = [target_records] + ([threshold] if target_func == flagged else [])
     cases = [case(f"{target_func}_matches_the_documented_rule", "target", target_func, target_args)]
     for func in (f"totals_by_{key}", "grand_total"):
         cases.append(case(f"{func}_on_mixed_records", "hidden", func, [records(rng.randint(3, 5), rng.randint(1, 2))]))
+    # hidden tests that a fix above the helper cannot satisfy: the detail view (another caller of the helper,
+    # outside measure and the hops) and the helper itself, both on inputs that trigger the bug
+    a, b = draw_input(helper, rng, trigger=True)
+    cases.append(case(f"{detail}_of_one_record", "hidden", detail, [f"{record}({rng.choice(domain.keys)!r}, {a}, {b})"]))
+    a, b = draw_input(helper, rng, trigger=True)
+    cases.append(Case(f"{helper_name}_directly", "hidden", helper_name, [str(a), str(b)],
+                      {f"{pkg}.{low}": [helper_name]}))
     for func in (top, report, f"totals_by_{key}", "grand_total", listing, count):
         cases.append(case(f"{func}_on_plain_records", "regression", func, [records(rng.randint(2, 5), 0)]))
     cases.append(case(f"{flagged}_on_plain_records", "regression", flagged, [records(4, 0), threshold]))
     cases.append(case(f"{top}_of_no_records", "regression", top, ["[]"]))
     cases.append(case(f"{count}_skips_records_without_{key}", "regression", count,
                       [f"[{record}('', 1, 2), {record}({domain.keys[0]!r}, 2, 2)]"]))
-    for sibling, name, _, _ in sibling_defs[:2]:
+    a, b = draw_input(helper, rng, trigger=False)
+    cases.append(case(f"{detail}_of_a_plain_record", "regression", detail,
+                      [f"{record}({rng.choice(domain.keys)!r}, {a}, {b})"]))
+    for sibling, name, _, _, _ in sibling_defs[:2]:
         a, b = draw_input(sibling, rng, trigger=False)
         cases.append(Case(f"{name}_formula", "regression", name, [str(a), str(b)], {f"{pkg}.{low}": [name]}))
     if rng.random() < 0.5:  # a direct unit test of the helper on inputs the bug does not touch
         a, b = draw_input(helper, rng, trigger=False)
         cases.append(Case(f"{helper_name}_formula", "regression", helper_name, [str(a), str(b)],
                           {f"{pkg}.{low}": [helper_name]}))
-    example = helper.example(helper.fixed_fn)
+    cases += padding_cases
+    totals_case = case("totals", "hidden", f"totals_by_{key}", [target_records])
 
     def problem(draft: Draft, target: Case, before: Outcome, after: Outcome) -> str:
+        """The symptom through the public API only: the call, what it gives, what was expected, and the
+        per-group totals on the same input (never a module, an internal function or a field)."""
+        (totals_before,), (totals_after,) = evaluate(draft.buggy, [totals_case]), evaluate(draft.fixed, [totals_case])
         got = f"returns {before.value!r}" if before.ok else f"raises {before.value}"
-        rule = helper.rule.format(x=x, y=y, example=example)
-        return (f"`{target.func}` gives a wrong answer\n\n"
-                f"With the {domain.items} below, `{target.func}` {got}; I expected {after.value!r}.\n\n"
-                f"```python\nfrom {api} import {target.func}, {record}\n\n{target.call}\n```\n\n"
-                f"{rule} This is about the `{x}` and `{y}` fields of each {record}.\n")
+        call_args = ", ".join([domain.items] + target.args[1:])
+        sums = "totals_by_" + key
+        if totals_before.ok:
+            off = sorted(k for k in totals_after.value if totals_before.value.get(k) != totals_after.value[k])
+            by_hand = "; ".join(f"{k!r} should come to {totals_after.value[k]!r}, not "
+                                f"{totals_before.value.get(k)!r}" for k in off)
+            detail_text = f"Worked through by hand on the same input: {by_hand}. The rest agree."
+        else:
+            detail_text = (f"`{sums}` raises {totals_before.value} on the same input; worked through by hand it "
+                           f"should give {totals_after.value!r}.")
+        return (f"`{target.func}` gives a wrong answer for some {domain.items}\n\n"
+                f"On the {domain.items} below, `{target.func}` {got}; it should be {after.value!r}.\n\n"
+                f"```python\nfrom {api} import {record}, {sums}, {target.func}\n\n"
+                f"{domain.items} = {target_records}\n"
+                f"print({target.func}({call_args}))\n"
+                f"print({sums}({domain.items}))\n```\n\n"
+                f"{detail_text} Most inputs I tried give correct results, so it seems to depend on the "
+                f"particular figures in the {domain.items}.\n")
 
     return Draft(
         capability=CAPABILITY, seed=seed, package=pkg, buggy=buggy, fixed=fixed, cases=cases,
         test_path=f"tests/test_{pkg}_api.py", hidden_path=f"tests/test_hidden_{pkg}.py",
         entry=(f"{pkg}/api.py", target_func), problem=problem,
-        difficulty={"call_depth": depth, "n_decoys": decoys, "n_files": len(buggy) + 1, "helper": helper.key},
+        difficulty={"call_depth": depth, "n_decoys": decoys, "n_files": len(buggy) + 1, "helper": helper.key,
+                    "size": size, "source_lines": source_lines(buggy)},
         test_docstring=f"Tests of the {pkg} public API.",
     )
 
 
-def generate(seed: int, call_depth: int | None = None, n_decoys: int | None = None) -> Scenario:
-    """The scenario of `seed` (deterministic)."""
-    return generate_with_retries(lambda rng: build(rng, seed, call_depth, n_decoys), seed)
+def generate(seed: int, call_depth: int | None = None, n_decoys: int | None = None, size: str = DEFAULT_SIZE) -> Scenario:
+    """The scenario of `seed` (deterministic); `size` "small" (about 100 lines) or "large" (300-600 lines of
+    source: correct helper modules around the bug)."""
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
+    return generate_with_retries(lambda rng: build(rng, seed, call_depth, n_decoys, size), seed)

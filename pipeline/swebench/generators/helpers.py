@@ -18,7 +18,7 @@ class HelperTemplate:
     key: str
     names: tuple[str, ...]  # candidate function names
     fields: tuple[tuple[str, str], ...]  # candidate (x, y) parameter / record field names
-    doc: str  # docstring, with {x} {y}
+    doc: str  # docstring, with {x} {y}: what the function is for, true of the buggy and the fixed body alike
     buggy: str  # body lines (4-space indented), with {x} {y}
     fixed: str
     buggy_fn: Callable[[int, int], Any]
@@ -27,9 +27,16 @@ class HelperTemplate:
     rule: str  # the intended behaviour in a user's words, with {x} {y} {example}
     example: Callable[[Callable[[int, int], Any]], str]  # a worked example from fixed_fn
 
-    def source(self, name: str, x: str, y: str, fixed: bool) -> str:
+    def source(self, name: str, x: str, y: str, fixed: bool, example: tuple[int, int] | None = None) -> str:
+        """The function; `example` (an input the bug does not touch) adds a doctest that holds for both
+        versions, so the docstring documents the code as shipped."""
         body = (self.fixed if fixed else self.buggy).format(x=x, y=y)
-        return f'def {name}({x}, {y}):\n    """{self.doc.format(x=x, y=y)}"""\n{body}\n'
+        doc = self.doc.format(x=x, y=y)
+        if example is not None:
+            if self.triggers(*example):
+                raise ValueError(f"helper {self.key}: the doctest input {example} triggers the bug")
+            doc += f"\n\n    >>> {name}{example}\n    {self.fixed_fn(*example)!r}\n    "
+        return f'def {name}({x}, {y}):\n    """{doc}"""\n{body}\n'
 
     def triggers(self, x: int, y: int) -> bool:
         return _outcome(self.buggy_fn, x, y) != _outcome(self.fixed_fn, x, y)
@@ -52,7 +59,7 @@ HELPERS: tuple[HelperTemplate, ...] = (
         key="floor_band",
         names=("band_index", "bucket_of", "slot_for"),
         fields=(("offset", "band_width"), ("drift", "bin_size"), ("delta", "step")),
-        doc="Index of the {y}-wide band that holds {x}; band 0 starts at zero.",
+        doc="Band number of {x} for bands {y} wide.",
         buggy="    return int({x} / {y})",
         fixed="    return math.floor({x} / {y})",
         buggy_fn=lambda x, y: int(x / y),
@@ -66,7 +73,7 @@ HELPERS: tuple[HelperTemplate, ...] = (
         key="half_up",
         names=("whole_units", "billable_blocks", "units_for"),
         fields=(("minutes", "block"), ("amount", "unit"), ("volume", "portion")),
-        doc="Number of whole {y}s in {x}, halves rounded up.",
+        doc="{x} counted in whole {y}s (rounded).",
         buggy="    return round({x} / {y})",
         fixed="    return math.floor({x} / {y} + 0.5)",
         buggy_fn=lambda x, y: round(x / y),
@@ -79,7 +86,7 @@ HELPERS: tuple[HelperTemplate, ...] = (
         key="ceil_div",
         names=("crates_needed", "trips_needed", "batches_for"),
         fields=(("items", "capacity"), ("parcels", "per_trip"), ("samples", "batch_size")),
-        doc="How many containers of size {y} are needed to hold {x}.",
+        doc="Count of {y}-sized containers for {x}.",
         buggy="    return {x} // {y}",
         fixed="    return -(-{x} // {y})",
         buggy_fn=lambda x, y: x // y,
@@ -92,7 +99,7 @@ HELPERS: tuple[HelperTemplate, ...] = (
         key="inclusive_limit",
         names=("within_limit", "is_allowed", "fits_under"),
         fields=(("load", "limit"), ("weight", "max_weight"), ("level", "ceiling")),
-        doc="True when {x} does not exceed {y}.",
+        doc="Whether {x} is within {y}.",
         buggy="    return {x} < {y}",
         fixed="    return {x} <= {y}",
         buggy_fn=lambda x, y: x < y,
@@ -106,7 +113,7 @@ HELPERS: tuple[HelperTemplate, ...] = (
         key="abs_deviation",
         names=("deviation", "gap_from_target", "distance_to_plan"),
         fields=(("reading", "target"), ("measured", "expected"), ("actual", "planned")),
-        doc="How far {x} is from {y}.",
+        doc="Deviation of {x} from {y}.",
         buggy="    return {x} - {y}",
         fixed="    return abs({x} - {y})",
         buggy_fn=lambda x, y: x - y,
@@ -119,7 +126,7 @@ HELPERS: tuple[HelperTemplate, ...] = (
         key="zero_guard",
         names=("usage_ratio", "share_of", "completion"),
         fields=(("used", "capacity"), ("done", "planned"), ("hits", "attempts")),
-        doc="{x} as a share of {y}; an empty {y} gives 0.0.",
+        doc="{x} as a share of {y}, to 4 places.",
         buggy="    if not {x}:\n        return 0.0\n    return round({x} / {y}, 4)",
         fixed="    if not {y}:\n        return 0.0\n    return round({x} / {y}, 4)",
         buggy_fn=lambda x, y: 0.0 if not x else round(x / y, 4),

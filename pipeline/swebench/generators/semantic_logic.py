@@ -2,12 +2,18 @@
 
 Each template is a small package whose core module has one subtle logic bug (an inclusive bound that must
 be exclusive, an operator-precedence slip, a missing reset, the wrong base for a percentage, ...) next to
-look-alike code that is correct. The issue states the rule precisely and shows one failing call. Hidden
-tests exercise the same rule on other inputs, so a patch that special-cases the example fails; regression
-tests pin the neighbouring boundaries and branches, so an over-broad edit fails too.
+look-alike code that is correct. The issue is a user's report through the public API: the failing call,
+what it returns, what it should return and the expected behaviour in the user's words; it never names the
+module, the buggy function or an internal name (tests/test_swebench_scenario_quality.py checks this).
+Docstrings say what the code is for and hold for the shipped (buggy) code: the rule the fix restores is in
+the issue and in the correct look-alike code, not in a docstring that contradicts the body. Hidden tests
+exercise the same rule on other inputs, so a patch that special-cases the example fails; regression tests
+pin the neighbouring boundaries and branches, so an over-broad edit fails too.
 
 Difficulty (metadata.difficulty): template, n_look_alikes (correct code with the same shape as the bug),
-n_files.
+size ("small": the template alone, 25-50 lines; "large", the default: 300-600 lines of source, with correct
+helpers appended to the core module and everyday modules around it, pipeline/swebench/generators/filler.py),
+n_files, source_lines.
 """
 from __future__ import annotations
 
@@ -17,9 +23,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pipeline.swebench.generators.common import Case, Draft, Outcome, generate_with_retries
+from pipeline.swebench.generators.filler import SIZES, extend_module, pad_package, source_lines
 from pipeline.swebench.scenario import Scenario
 
 CAPABILITY = "semantic_logic_precision"
+DEFAULT_SIZE = "large"
 BUG = "@@BUG@@"
 
 
@@ -46,6 +54,26 @@ def _versions(template: str, buggy: str, fixed: str) -> tuple[str, str]:
 class Template:
     key: str
     build: Callable[[random.Random, int], Draft]
+    noun: str  # what the package handles, for the names of the padding code
+
+
+def _pad(draft: Draft, size: str, noun: str) -> Draft:
+    """The draft with the size's padding: import-free helpers appended to the core module (around the bug) and
+    correct modules of everyday helpers, up to the size's line count (pipeline/swebench/generators/filler.py),
+    with two regression cases over them."""
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
+    core = draft.entry[0]
+    if size == "large":
+        draft.buggy[core], added = extend_module(draft.buggy[core], random.Random(f"{draft.seed}:core"), noun, 3)
+        draft.fixed[core], _ = extend_module(draft.fixed[core], random.Random(f"{draft.seed}:core"), noun, 3)
+        padding, cases, _ = pad_package(draft.buggy, draft.package, noun, size, random.Random(f"{draft.seed}:padding"),
+                                        used=set(added))
+        draft.buggy.update(padding)
+        draft.fixed.update(padding)
+        draft.cases += cases
+    draft.difficulty.update(size=size, n_files=len(draft.buggy) + 2, source_lines=source_lines(draft.buggy))
+    return draft
 
 
 def _problem(rule: str, module: str, names: list[str]) -> Callable[[Draft, Case, Outcome, Outcome], str]:
@@ -59,12 +87,15 @@ def _problem(rule: str, module: str, names: list[str]) -> Callable[[Draft, Case,
 
 def _draft(seed: int, pkg: str, core: str, buggy_core: str, fixed_core: str, support: dict[str, str],
            cases: list[Case], entry: str, rule: str, names: list[str], look_alikes: int, key: str) -> Draft:
-    files = {f"{pkg}/__init__.py": f'"""{pkg}: {key.replace("_", " ")} rules."""\n', **support}
+    exported = ", ".join(sorted(names))
+    init = (f'"""{pkg}: {key.replace("_", " ")} rules."""\nfrom {pkg}.{core} import {exported}\n\n'
+            f"__all__ = {sorted(names)!r}\n")
+    files = {f"{pkg}/__init__.py": init, **support}
     buggy = {**files, f"{pkg}/{core}.py": buggy_core}
     fixed = {**files, f"{pkg}/{core}.py": fixed_core}
     return Draft(capability=CAPABILITY, seed=seed, package=pkg, buggy=buggy, fixed=fixed, cases=cases,
                  test_path=f"tests/test_{core}.py", hidden_path=f"tests/test_hidden_{core}.py",
-                 entry=(f"{pkg}/{core}.py", entry), problem=_problem(rule, f"{pkg}.{core}", names),
+                 entry=(f"{pkg}/{core}.py", entry), problem=_problem(rule, pkg, names),
                  difficulty={"template": key, "n_look_alikes": look_alikes, "n_files": len(buggy) + 1},
                  test_docstring=f"Tests of {pkg}.{core}.")
 
@@ -93,8 +124,7 @@ def tiered_tariff(rng: random.Random, seed: int) -> Draft:
 
 
         class {cls}:
-            """Rates in cents per unit. With breaks (b1, b2) and rates (r0, r1, r2): a quantity below b1 pays r0,
-            from b1 up to but not including b2 pays r1, and from b2 on pays r2."""
+            """Rates in cents per unit for quantities split at increasing breaks (one rate more than breaks)."""
 
             def __init__(self, breaks, rates):
                 if len(rates) != len(breaks) + 1:
@@ -149,8 +179,8 @@ def tiered_tariff(rng: random.Random, seed: int) -> Draft:
         Case("tier_of_zero", "regression", "tier_of", ["0"], imp, table),
         Case("price_text_between_breaks", "regression", "price_text", [str(b1 + 1)], imp, table),
     ]
-    rule = (f"The tariff's docstring is the rule: a quantity *at* a break already belongs to the next tier, "
-            f"so with breaks ({b1}, {b2}) a quantity of {b1} is charged at the second rate.")
+    rule = (f"{b1} is the first break, and from the break on each one should cost {rates[1]}, so I expect "
+            f"{b1} * {rates[1]} = {b1 * rates[1]}. Quantities just above the break are charged that way already.")
     return _draft(seed, pkg, "tariffs", buggy, fixed, {f"{pkg}/money.py": MONEY}, cases, "price", rule, [cls], 2,
                   "tiered_tariff")
 
@@ -159,16 +189,16 @@ def half_open_bookings(rng: random.Random, seed: int) -> Draft:
     pkg, cls, what = rng.choice((("roomboard", "RoomBoard", "room"), ("berthplan", "BerthPlan", "berth"),
                                  ("kilnsched", "KilnSchedule", "kiln"), ("studiobook", "StudioDiary", "studio")))
     template = _code(f'''
-        """Bookings of one {what}: half-open intervals [start, end) in hours."""
+        """Bookings of one {what}: (start, end, who), times in hours."""
 
 
-        def _overlaps(booking, start, end):
-            """True when the booking and [start, end) share at least one moment."""
-            return booking[0] < end and start {BUG} booking[1]
+        def _overlaps(existing, start, end):
+            """Whether the existing entry collides with the slot from start to end."""
+            return existing[0] < end and start {BUG} existing[1]
 
 
         class {cls}:
-            """Bookings never overlap; one that ends at 10 and one that starts at 10 do not overlap."""
+            """The bookings of one {what}; `book` turns down a booking that collides with another."""
 
             def __init__(self):
                 self.bookings = []
@@ -218,8 +248,8 @@ def half_open_bookings(rng: random.Random, seed: int) -> Draft:
         Case("free_at_the_start_of_a_booking", "regression", "free_at", [str(s2)], imp, board),
         Case("busy_hours", "regression", "busy_hours", [], imp, board),
     ]
-    rule = ("Bookings are half-open: a booking from a to b occupies a up to but not including b, so a booking "
-            "may start exactly when another ends (and end exactly when another starts).")
+    rule = (f"The earlier booking is over at {e1}, so the {what} is free from {e1} on: a booking that starts "
+            "exactly when another one ends should be accepted.")
     return _draft(seed, pkg, "bookings", buggy, fixed, {}, cases, "book", rule, [cls], 1, "half_open_bookings")
 
 
@@ -232,7 +262,7 @@ def leap_years(rng: random.Random, seed: int) -> Draft:
 
 
         def is_leap(year):
-            """Every fourth year is a leap year, except centuries, except every fourth century."""
+            """Whether `year` has a 29th of February."""
             return {BUG}
 
 
@@ -278,8 +308,7 @@ def leap_years(rng: random.Random, seed: int) -> Draft:
         Case("april_has_thirty_days", "regression", "days_in_month", [str(plain), "4"], imp),
         Case("centuries", "regression", "is_century", [str(century)], imp),
     ]
-    rule = ("Gregorian rule: a year divisible by 4 is a leap year, except a year divisible by 100, which is not, "
-            "except a year divisible by 400, which is.")
+    rule = f"{quad} was a leap year, so February {quad} has 29 days."
     return _draft(seed, pkg, "calendar", buggy, fixed, {}, cases, "days_in_month", rule, ["days_in_month"], 1,
                   "leap_years")
 
@@ -296,8 +325,8 @@ def precedence_eligibility(rng: random.Random, seed: int) -> Draft:
 
 
         class {cls}:
-            """Members qualify after MIN_YEARS years of membership, or earlier when a member referred them.
-            Non-members never qualify, referred or not."""
+            """A percentage off for members, depending on their years of membership and on whether they
+            were referred."""
 
             def __init__(self, percent):
                 if not 0 <= percent <= 100:
@@ -344,8 +373,8 @@ def precedence_eligibility(rng: random.Random, seed: int) -> Draft:
              imp, policy),
         Case("veteran_member", "regression", "is_veteran", ["True", str(2 * min_years)], imp, policy),
     ]
-    rule = ("Members qualify after MIN_YEARS years, or earlier when referred; a non-member never qualifies, "
-            "referred or not.")
+    rule = (f"Someone who is not a member should pay the full amount ({amount}), referred or not; only members "
+            "are given the reduction.")
     return _draft(seed, pkg, "discounts", buggy, fixed, {f"{pkg}/money.py": MONEY}, cases, "charge", rule, [cls], 1,
                   "precedence_eligibility")
 
@@ -358,8 +387,7 @@ def sliding_window(rng: random.Random, seed: int) -> Draft:
 
 
         class {cls}:
-            """At most `limit` events in any window of `window` seconds. At time `now` the window holds the events
-            with now - window < t <= now: an event exactly `window` seconds old has already left it."""
+            """At most `limit` events in any `window` seconds."""
 
             def __init__(self, limit, window):
                 if limit < 1 or window <= 0:
@@ -400,8 +428,8 @@ def sliding_window(rng: random.Random, seed: int) -> Draft:
              limiter),
         Case("empty_history_allows", "regression", "allows", ["[]", str(now)], imp, limiter),
     ]
-    rule = (f"At time `now` the window holds the events with now - window < t <= now; an event exactly "
-            f"`window` ({window}) seconds old no longer counts.")
+    rule = (f"An event from exactly {window} seconds before `now` should have left the window, so with only "
+            f"{limit - 1} event{'s' if limit > 2 else ''} inside it another one should be allowed.")
     return _draft(seed, pkg, "limits", buggy, fixed, {}, cases, "allows", rule, [cls], 2, "sliding_window")
 
 
@@ -409,7 +437,7 @@ def discount_then_tax(rng: random.Random, seed: int) -> Draft:
     pkg, cls = rng.choice((("tillroll", "Invoice"), ("quotekit", "Quote"), ("canteen", "Receipt"),
                            ("hardwarepos", "Bill")))
     template = _code(f'''
-        """Invoice lines in cents: the discount comes off first, tax is charged on what is left."""
+        """Invoice lines in cents, each with a discount and a tax percentage."""
         from {pkg}.money import cents_to_text
 
 
@@ -463,8 +491,8 @@ def discount_then_tax(rng: random.Random, seed: int) -> Draft:
              f"{cls}.of({tax}, {[(p, q, 0) for p, q, _ in lines]})"),
         Case("total_text_untaxed", "regression", "total_text", [], imp, f"{cls}.of(0, {lines})"),
     ]
-    rule = ("Discounts come off first and tax is charged on the discounted amount (both rounded down to a cent), "
-            "as the module docstring says.")
+    rule = (f"The {disc}% reduction should come off first and the {tax}% be charged on the remainder (each step "
+            "rounded down to a cent).")
     return _draft(seed, pkg, "invoice", buggy, fixed, {f"{pkg}/money.py": MONEY}, cases, "line_total", rule,
                   ["line_total"], 1, "discount_then_tax")
 
@@ -477,7 +505,7 @@ def running_reset(rng: random.Random, seed: int) -> Draft:
 
 
         def running_totals(entries):
-            """[({noun}, running total)] for [({noun}, amount)]; the total restarts at each new {noun}."""
+            """[({noun}, running total)] for [({noun}, amount)] entries sorted by {noun}."""
             out = []
             current = None
             running = 0
@@ -527,7 +555,8 @@ def running_reset(rng: random.Random, seed: int) -> Draft:
         Case("grand_total", "regression", "grand_total", [entries(names)], imp),
         Case("count_by_key", "regression", "count_by_key", [entries(names)], imp),
     ]
-    rule = f"Each {noun}'s running total starts again from zero at its first entry."
+    rule = (f"Each {noun} should be summed up on its own, starting from zero at its first entry; here the second "
+            f"{noun} carries on from the first one's sum.")
     return _draft(seed, pkg, "totals", buggy, fixed, {}, cases, "running_totals", rule, ["running_totals"], 1,
                   "running_reset")
 
@@ -539,14 +568,14 @@ def even_median(rng: random.Random, seed: int) -> Draft:
 
 
         def median(values):
-            """The middle value; for an even count, the mean of the two middle values."""
+            """The middle of the sorted values."""
             ordered = sorted(values)
             n = len(ordered)
             if n == 0:
                 raise ValueError("median of no values")
-            middle = n // 2
+            half = n // 2
             if n % 2:
-                return ordered[middle]
+                return ordered[half]
             @@BUG@@
 
 
@@ -563,7 +592,7 @@ def even_median(rng: random.Random, seed: int) -> Draft:
         def summary(values):
             return {"median": median(values), "mean": round(mean(values), 3), "spread": spread(values)}
         ''')
-    buggy, fixed = _versions(template, "return ordered[middle]", "return (ordered[middle - 1] + ordered[middle]) / 2")
+    buggy, fixed = _versions(template, "return ordered[half]", "return (ordered[half - 1] + ordered[half]) / 2")
 
     def values(n: int) -> list[int]:
         return rng.sample(range(1, 99), n)
@@ -578,29 +607,32 @@ def even_median(rng: random.Random, seed: int) -> Draft:
         Case("mean", "regression", "mean", [str(values(4))], imp),
         Case("spread", "regression", "spread", [str(values(6))], imp),
     ]
-    rule = "For an even number of values the median is the mean of the two middle values."
+    rule = "For an even number of values the median is the average of the two middle ones."
     return _draft(seed, pkg, "stats", buggy, fixed, {}, cases, "median", rule, ["median"], 0, "even_median")
 
 
 TEMPLATES: tuple[Template, ...] = (
-    Template("tiered_tariff", tiered_tariff),
-    Template("half_open_bookings", half_open_bookings),
-    Template("leap_years", leap_years),
-    Template("precedence_eligibility", precedence_eligibility),
-    Template("sliding_window", sliding_window),
-    Template("discount_then_tax", discount_then_tax),
-    Template("running_reset", running_reset),
-    Template("even_median", even_median),
+    Template("tiered_tariff", tiered_tariff, "tariff"),
+    Template("half_open_bookings", half_open_bookings, "booking"),
+    Template("leap_years", leap_years, "date"),
+    Template("precedence_eligibility", precedence_eligibility, "member"),
+    Template("sliding_window", sliding_window, "event"),
+    Template("discount_then_tax", discount_then_tax, "invoice"),
+    Template("running_reset", running_reset, "entry"),
+    Template("even_median", even_median, "sample"),
 )
 
 
-def generate(seed: int, template: str | None = None) -> Scenario:
-    """The scenario of `seed` (deterministic); `template` picks one template by key."""
+def generate(seed: int, template: str | None = None, size: str = DEFAULT_SIZE) -> Scenario:
+    """The scenario of `seed` (deterministic); `template` picks one template by key; `size` "small" (the
+    template alone, 25-50 lines) or "large" (300-600 lines of source: correct code around the bug)."""
     if template is not None and template not in {t.key for t in TEMPLATES}:
         raise ValueError(f"unknown template {template!r}; known: {', '.join(t.key for t in TEMPLATES)}")
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
 
     def build(rng: random.Random) -> Draft:
         chosen = next(t for t in TEMPLATES if t.key == template) if template else rng.choice(TEMPLATES)
-        return chosen.build(rng, seed)
+        return _pad(chosen.build(rng, seed), size, chosen.noun)
 
     return generate_with_retries(build, seed)
