@@ -31,6 +31,8 @@ same settings (its own config section and the steps it reads from), so an interr
   baselines direct GRPO on the storefront itself, and one LoRA on the selected games mixed, each with the
             episodes TRACE's Steps 3-4 used
   final     every model on the evaluation tasks and seeds of `evaluate`
+  efficiency  direct GRPO's checkpoints at `evaluate.efficiency_fractions` of its budget (1/4, 1/2) on the same
+            tasks: the report sets them beside TRACE at its full budget and direct GRPO's final (sample efficiency)
   report    runs/demo/report.md and results.json; the table is printed
 
 A step with nothing to do (no capability selected, no game in band) says why and leaves its models out of
@@ -360,7 +362,7 @@ class Demo:
 
     def baselines(self, folder: Path) -> dict[str, Any]:
         from game_registry import get_game
-        from pipeline.demo_loop import game_for, train_lora
+        from pipeline.demo_loop import checkpoint_plan, game_for, train_lora
         from train.game_mix import mixed_spec
 
         loop = self.config.loop
@@ -372,11 +374,16 @@ class Demo:
                                         "TRACE trained nothing, so there is no budget to match"), flush=True)
             return {}
         out = {"budget_episodes": budget}
-        print(f"  direct GRPO on the storefront: {iterations} iterations ({iterations * per_iteration} episodes)",
-              flush=True)
+        plan = checkpoint_plan(iterations, self.config.evaluate.efficiency_fractions)
+        print(f"  direct GRPO on the storefront: {iterations} iterations ({iterations * per_iteration} episodes)"
+              + (f"; checkpoints kept for the efficiency step at iterations "
+                 f"{', '.join(str(p['iteration']) for p in plan)}" if plan else ""), flush=True)
         out["direct"] = train_lora(get_game("storefront"), self.run_dir / "base" / "model", folder / "direct",
                                    self.storefront_fields(), dataclasses.replace(loop, hint_fraction=0.0), iterations,
-                                   report_to=self.config.report_to)
+                                   report_to=self.config.report_to, checkpoints_at=[p["iteration"] for p in plan])
+        if plan:  # each checkpoint with the fraction of the budget it stands for and its model label
+            by_iteration = {c["iteration"]: c for c in out["direct"]["checkpoints"]}
+            out["direct"]["checkpoints"] = [{**p, **by_iteration[p["iteration"]]} for p in plan]
         games = self.trainable()
         specs = [game_for(c) for c in games]
         print(f"  one LoRA on the selected games mixed: {iterations} iterations", flush=True)
@@ -420,6 +427,36 @@ class Demo:
                                               simulation["messages"], self.run_dir / "routing.png")
             routing["png"] = "routing.png"
         return {"models": out, "routing": routing}
+
+    def efficiency(self, folder: Path) -> dict[str, Any]:
+        """Sample efficiency: direct GRPO's checkpoints at `evaluate.efficiency_fractions` of its budget (saved by the
+        baselines step) on the final step's evaluation tasks and seeds, greedy and sampled, as models
+        "direct GRPO @1/4", .... TRACE at its full budget and direct GRPO's final adapter are the final step's; the
+        report puts them side by side. figures: {"fractions", "checkpoints": {label: {fraction, asked, iteration,
+        episodes, adapter}}, "models": {label: evaluation runs}, "why" (when nothing was evaluated)}."""
+        e = self.config.evaluate
+        out: dict[str, Any] = {"fractions": list(e.efficiency_fractions), "checkpoints": {}, "models": {}}
+        direct = self.records["baselines"]["figures"].get("direct")
+        if not e.efficiency_fractions:
+            out["why"] = "evaluate.efficiency_fractions is []: the efficiency step is off"
+        elif not direct:
+            out["why"] = "no direct GRPO run (loop.baselines is false, or TRACE trained nothing to match)"
+        elif not direct.get("checkpoints"):
+            out["why"] = (f"direct GRPO ran {direct['iterations']} iteration(s): no checkpoint before the last stands "
+                          f"for {', '.join(map(str, e.efficiency_fractions))} of its budget")
+        if "why" in out:
+            print(f"  nothing to evaluate: {out['why']}", flush=True)
+            return out
+        for checkpoint in direct["checkpoints"]:
+            label = checkpoint["label"]
+            out["checkpoints"][label] = {k: checkpoint[k] for k in ("fraction", "asked", "iteration", "episodes",
+                                                                    "adapter")}
+            print(f"  {label}: iteration {checkpoint['iteration']} of {direct['iterations']} "
+                  f"({checkpoint['episodes']} episodes)", flush=True)
+            out["models"][label] = self._evaluate(
+                self.run_dir / "base" / "model", Path(checkpoint["adapter"]), folder, e.seeds, e.tasks, e.samples,
+                label.replace(" ", "_").replace("@", "at").replace("/", "of"))
+        return out
 
 
 def base_settings(config: Any, storefront: Any) -> dict[str, Any]:
@@ -524,6 +561,10 @@ def _run_steps(demo: Demo, config: Any, config_path: Path, run_dir: Path, profil
     print(f"TRACE CPU demo ({profile} profile, {config_path.relative_to(REPO_ROOT) if config_path.is_relative_to(REPO_ROOT) else config_path}) "
           f"on {_device()} -> {run_dir}", flush=True)
     sections = {name: dataclasses.asdict(getattr(config, name)) for name in SECTIONS}
+    # The efficiency fractions are the baselines' (which checkpoints they keep) and the efficiency step's settings,
+    # not the evaluate, select or final steps' (whose fingerprints stay those of runs made before the key existed):
+    # changing them re-runs the baselines and the steps after them.
+    fractions = sections["evaluate"].pop("efficiency_fractions")
     storefront = {"storefront": demo.storefront_fields()}
     try:
         demo.step("base", demo.base_step_settings(), (), demo.base, force=demo.rebuild_base)
@@ -537,8 +578,12 @@ def _run_steps(demo: Demo, config: Any, config_path: Path, run_dir: Path, profil
                                "max_episode_tokens": config.loop.max_episode_tokens}, ("environments", "train"),
                   demo.own_game)
         demo.step("gate", loop, ("train",), demo.gate)
-        demo.step("baselines", {**loop, **storefront}, ("train", "gate"), demo.baselines)
+        # Without efficiency fractions the baselines' settings are what they were before the step existed.
+        demo.step("baselines", {**loop, **storefront, **({"efficiency_fractions": fractions} if fractions else {})},
+                  ("train", "gate"), demo.baselines)
         demo.step("final", sections["evaluate"], ("evaluate", "train", "gate", "baselines"), demo.final)
+        demo.step("efficiency", {**sections["evaluate"], **storefront, "efficiency_fractions": fractions},
+                  ("baselines",), demo.efficiency)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

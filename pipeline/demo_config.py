@@ -27,6 +27,18 @@ def _number(owner: str, name: str, value: Any, low: float, high: float = math.in
         raise ValueError(f"{owner}.{name} must be a number in [{low}, {high}], got {value!r}")
 
 
+def check_efficiency_fractions(value: Any) -> None:
+    """evaluate.efficiency_fractions: a list of numbers strictly between 0 and 1, strictly increasing."""
+    fix = ("evaluate.efficiency_fractions must list fractions of direct GRPO's budget strictly between 0 and 1, in "
+           "increasing order without repeats, e.g. [0.25, 0.5] (the final adapter, 1, is always evaluated; [] turns "
+           f"the efficiency step off), got {value!r}")
+    if not isinstance(value, list) or any(isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f < 1
+                                          for f in value):
+        raise ValueError(fix)
+    if any(b <= a for a, b in zip(value, value[1:])):
+        raise ValueError(fix)
+
+
 @dataclass
 class BaseAgentSettings:
     """Step 0: the base agent (tokenizer + tiny model built on demonstrations, then SFT)."""
@@ -80,10 +92,16 @@ class EvaluateSettings:
     # like τ²-bench's `--max-steps`: a run setting, not part of a task. None keeps the storefront config's
     # max_steps. The expert demonstrations of the base step always use the storefront's own limit.
     max_steps: int | None = None
+    # Sample efficiency (the `efficiency` step, after `final`): direct GRPO's checkpoints at these fractions of its
+    # budget (TRACE's Steps 3-4 training episodes) play the same evaluation tasks as the final step, against TRACE
+    # at its full budget and direct GRPO's final adapter. [] turns the step off. Not part of the evaluate, select
+    # or final steps' settings: changing it re-runs the baselines (which save the checkpoints) and the steps after.
+    efficiency_fractions: list[float] = field(default_factory=lambda: [0.25, 0.5])
 
     def __post_init__(self) -> None:
         for name in ("tasks", "samples", "max_episode_tokens"):
             _positive_int("evaluate", name, getattr(self, name))
+        check_efficiency_fractions(self.efficiency_fractions)
         if self.max_steps is not None:
             _positive_int("evaluate", "max_steps", self.max_steps)
         if not isinstance(self.seeds, list) or not self.seeds or not all(

@@ -9,7 +9,9 @@
   is trained (`not_trained_because`).
 - `train_lora`: one GRPO LoRA run (`train.grpo.GRPOTrainer`, the code of `python -m train`) on any game
   spec: a capability game (Step 3), the storefront itself (the direct-GRPO baseline) or a mix of the
-  selected games (the single-adapter baseline). The GRPO loop is the same in all three.
+  selected games (the single-adapter baseline). The GRPO loop is the same in all three. Direct GRPO keeps its
+  adapter checkpoints at fractions of its budget (`checkpoint_plan`, `evaluate.efficiency_fractions`) for the
+  demo's efficiency step.
 - `train_gate`: Step 4: router SFT warm start on the capability runs' successful rollouts (labeled with their
   capability, hinted ones left out) and the base agent's successful Step-1 rollouts on the target (labeled
   "base"), labels balanced; then GRPO over the gates only, on the mix of the selected games
@@ -20,9 +22,12 @@
 from __future__ import annotations
 
 import json
+import math
 import random
+import shutil
+from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
@@ -149,28 +154,57 @@ def not_trained_because(environment: dict[str, Any], group_size: int, forced: bo
 
 
 def grpo_config(game: str, model_dir: Path, output_dir: Path, game_overrides: dict[str, Any], settings: Any,
-                iterations: int, report_to: list[str] | None = None) -> Any:
-    """The GRPO config of one demo run: configs/grpo_tiny.yaml with the demo's budget (and trackers)."""
+                iterations: int, report_to: list[str] | None = None, checkpoints_at: Sequence[int] = ()) -> Any:
+    """The GRPO config of one demo run: configs/grpo_tiny.yaml with the demo's budget (and trackers). It saves a
+    checkpoint at the last iteration and, with `checkpoints_at`, at every multiple of their greatest common divisor
+    (the trainer saves every `save_every` iterations), so at each of them."""
     from train.config import load_config
 
     return load_config(str(GRPO_TINY), game=game, model=str(model_dir), output_dir=str(output_dir),
                        game_overrides=dict(game_overrides), iterations=iterations,
                        groups_per_iteration=settings.groups_per_iteration, group_size=settings.group_size,
                        learning_rate=settings.learning_rate, max_episode_tokens=settings.max_episode_tokens,
-                       hint_fraction=settings.hint_fraction, save_every=max(1, iterations), micro_batch_size=8,
-                       report_to=list(report_to or []))
+                       hint_fraction=settings.hint_fraction,
+                       save_every=math.gcd(*checkpoints_at) if checkpoints_at else max(1, iterations),
+                       micro_batch_size=8, report_to=list(report_to or []))
+
+
+def checkpoint_plan(iterations: int, fractions: Sequence[float]) -> list[dict[str, Any]]:
+    """The checkpoints of a GRPO run of `iterations` that stand for `fractions` of its budget: per fraction, the
+    iteration by which the run had used at most that share of its episodes (rounded down, at least 1), and its label
+    by the share it really is ("direct GRPO @1/4" for 5 of 20 iterations; 1 of 3 iterations is "@1/3", whatever
+    fraction asked for it). A fraction that lands on the last iteration (the final adapter, evaluated anyway) or on
+    an iteration an earlier fraction took is left out."""
+    plan: list[dict[str, Any]] = []
+    for wanted in fractions:
+        iteration = max(1, math.floor(wanted * iterations + 1e-9))
+        if iteration >= iterations or any(p["iteration"] == iteration for p in plan):
+            continue
+        share = Fraction(iteration, iterations)
+        plan.append({"fraction": float(share), "asked": wanted, "iteration": iteration,
+                     "label": f"direct GRPO @{share.numerator}/{share.denominator}"})
+    return plan
 
 
 def train_lora(spec: GameSpec, model_dir: Path, output_dir: Path, game_overrides: dict[str, Any], settings: Any,
-               iterations: int, report_to: list[str] | None = None) -> dict[str, Any]:
+               iterations: int, report_to: list[str] | None = None, checkpoints_at: Sequence[int] = ()
+               ) -> dict[str, Any]:
     """One GRPO LoRA run (reporting to the trackers of `report_to`, TensorBoard's in output_dir/tb); returns its
-    per-iteration metrics (reward curve) and the episodes it used."""
+    per-iteration metrics (reward curve) and the episodes it used.
+
+    With `checkpoints_at` (iterations before the last), "checkpoints" lists the adapter the run had at each of
+    them, {"iteration", "episodes", "adapter"} (output_dir/checkpoints/iter_XXXXXX/adapter); the trainer saves
+    every multiple of their greatest common divisor, and those not asked for (other than the last) are removed."""
     import torch
 
     from train.grpo import GRPOTrainer
     from train.policy import LoraPolicy, load_base_model
 
-    config = grpo_config(spec.name, model_dir, output_dir, game_overrides, settings, iterations, report_to)
+    checkpoints_at = sorted(set(checkpoints_at))
+    if any(isinstance(i, bool) or not isinstance(i, int) or not 1 <= i < iterations for i in checkpoints_at):
+        raise ValueError(f"checkpoints_at must list iterations in [1, {iterations - 1}], got {checkpoints_at!r}")
+    config = grpo_config(spec.name, model_dir, output_dir, game_overrides, settings, iterations, report_to,
+                         checkpoints_at)
     torch.manual_seed(config.seed)
     base, tokenizer = load_base_model(config.model, config.dtype, torch.device("cuda" if torch.cuda.is_available()
                                                                                   else "cpu"))
@@ -181,10 +215,31 @@ def train_lora(spec: GameSpec, model_dir: Path, output_dir: Path, game_overrides
     trainer.run()
     backend.close()
     metrics = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return {"adapter": str(output_dir), "iterations": iterations,
-            "episodes": iterations * settings.groups_per_iteration * settings.group_size,
-            "curve": [{"iteration": m["iteration"], "mean_reward": m["mean_reward_all_episodes"],
-                       "success_rate": m["success_rate"]} for m in metrics]}
+    per_iteration = settings.groups_per_iteration * settings.group_size
+    out = {"adapter": str(output_dir), "iterations": iterations, "episodes": iterations * per_iteration,
+           "curve": [{"iteration": m["iteration"], "mean_reward": m["mean_reward_all_episodes"],
+                      "success_rate": m["success_rate"]} for m in metrics]}
+    if checkpoints_at:
+        out["checkpoints"] = kept_checkpoints(output_dir / "checkpoints", checkpoints_at, iterations, per_iteration)
+    return out
+
+
+def kept_checkpoints(folder: Path, iterations_at: Sequence[int], last: int, per_iteration: int
+                     ) -> list[dict[str, Any]]:
+    """The checkpoints of `iterations_at` under `folder` (a GRPO run's checkpoints/) as {"iteration", "episodes",
+    "adapter"}; every other checkpoint but the last iteration's is removed. A missing one raises: the trainer was
+    asked to save it."""
+    from train.checkpoint import CHECKPOINT_PREFIX
+
+    wanted = {folder / f"{CHECKPOINT_PREFIX}{i:06d}": i for i in iterations_at}
+    missing = [str(path) for path in wanted if not (path / "adapter" / "adapter_config.json").is_file()]
+    if missing:
+        raise RuntimeError(f"GRPO saved no adapter checkpoint at {', '.join(missing)}")
+    for path in sorted(folder.glob(f"{CHECKPOINT_PREFIX}*")):
+        if path not in wanted and path.name != f"{CHECKPOINT_PREFIX}{last:06d}":
+            shutil.rmtree(path)
+    return [{"iteration": i, "episodes": i * per_iteration, "adapter": str(path / "adapter")}
+            for path, i in wanted.items()]
 
 
 def target_rollouts_of(folder: Path) -> list[Path]:

@@ -204,7 +204,8 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
 
     table_text = ""
     evaluate = {**records.get("evaluate", {}).get("figures", {}),
-                **records.get("final", {}).get("figures", {}).get("models", {})}
+                **records.get("final", {}).get("figures", {}).get("models", {}),
+                **records.get("efficiency", {}).get("figures", {}).get("models", {})}
     if evaluate:
         rows = results_rows(evaluate, summarize)
         results["evaluation"] = rows
@@ -243,6 +244,12 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
         plain += paired_plain + ["", "episodes (training / all / on the target):"] + [
             f"  {model}: {row['training']:,} / {row['all']:,} / {row['target']:,}"
             for model, row in accounting["models"].items() if model in rows]
+        efficiency_lines, efficiency, efficiency_plain = efficiency_section(run_dir, records, evaluate, accounting,
+                                                                            config, summarize)
+        if efficiency:
+            results["efficiency"] = efficiency
+        lines += efficiency_lines
+        plain += efficiency_plain
         table_text = "\n".join(plain)
 
     select = records.get("select", {}).get("figures", {})
@@ -305,10 +312,13 @@ def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: An
     base_runs = records.get("evaluate", {}).get("figures", {}).get("base")
     if final and base_runs:
         budget = baselines.get("budget_episodes", 0)
+        efficiency = records.get("efficiency", {}).get("figures", {})
+        checkpoints = efficiency.get("checkpoints") or {}
         points = {}
-        for label, runs in {"base": base_runs, **final}.items():
-            episodes = 0 if label == "base" else (budget if label in ("TRACE", "direct GRPO", "single-adapter GRPO")
-                                                  else records["train"]["figures"]["adapters"][label.split(":", 1)[1]]["episodes"])
+        for label, runs in {"base": base_runs, **final, **(efficiency.get("models") or {})}.items():
+            episodes = (0 if label == "base" else checkpoints[label]["episodes"] if label in checkpoints else
+                        budget if label in ("TRACE", "direct GRPO", "single-adapter GRPO")
+                        else records["train"]["figures"]["adapters"][label.split(":", 1)[1]]["episodes"])
             cells = {}
             for mode in MODE_TITLES:
                 row = summarize(runs, mode).get("all", {}).get("pass^1")
@@ -525,6 +535,12 @@ def episode_accounting(records: dict[str, dict[str, Any]], config: Any) -> dict[
             target = analysis
         models[label] = {"training": run["episodes"], "all": sum(parts.values()), "target": target, "parts": parts,
                          "budget": given}
+    checkpoints = records.get("efficiency", {}).get("figures", {}).get("checkpoints") or {}
+    for label, checkpoint in checkpoints.items():  # direct GRPO's run, stopped early: only its own episodes so far
+        n = checkpoint["episodes"]
+        models[label] = {"training": n, "all": n, "target": n, "parts": {"direct_grpo": n},
+                         "budget": f"direct GRPO's checkpoint at iteration {checkpoint['iteration']} of "
+                                   f"{baselines.get('direct', {}).get('iterations', '?')}"}
     return {"parts": {"step1_analysis": {"episodes": analysis, "game": "storefront (the target)",
                                          "tasks": select["tasks"], "samples": select["samples"]},
                       "calibration": {"episodes": calibration_total, "per_probe": loop["calibration_tasks"]
@@ -737,3 +753,261 @@ def _sizing(base_intervals: dict[str, dict[str, Any]], own: dict[str, Any] | Non
         f"true 8-point difference 80% of the time (half-width ≤ {power_target:.3f}): {need_power} pairs, "
         f"{cost(need_power)}.")
     return out
+
+
+# ---- sample efficiency --------------------------------------------------------------------------------------------
+
+CLAIM = "with under a quarter of the rollouts, TRACE exceeded the final scores of GRPO"
+
+
+def _pass1(runs: dict[str, Any], mode: str, summarize: Callable[[dict[str, Any], str], dict[str, Any]]
+           ) -> dict[str, float] | None:
+    return summarize(runs, mode).get("all", {}).get("pass^1")
+
+
+def _fraction_text(episodes: int, of: int) -> str:
+    from fractions import Fraction
+
+    share = Fraction(episodes, of) if of else None
+    if share is None:
+        return "-"
+    return "0" if share == 0 else "all" if share == 1 else f"{share.numerator}/{share.denominator}"
+
+
+def _mean_text(cell: dict[str, float] | None) -> str:
+    return "-" if cell is None else f"{cell['mean']:.3f}"
+
+
+def resolved(cell: dict[str, Any]) -> bool:
+    """A paired difference the report calls: its interval excludes 0 and the sign test on its untied tasks has
+    p < 0.05 (a percentile bootstrap is too narrow when a difference rests on a handful of tasks)."""
+    return bool(cell["excludes_zero"] and cell.get("sign_test_p", 0.0) < 0.05)
+
+
+def _verdict(cell: dict[str, Any] | None) -> str:
+    """TRACE − direct GRPO (final) at equal budget, in words."""
+    if cell is None:
+        return "not measured"
+    ci = _ci(cell).replace("**", "")
+    if resolved(cell):
+        return (f"TRACE above direct GRPO at equal budget ({ci})" if cell["difference"] > 0 else
+                f"direct GRPO above TRACE at equal budget ({ci})")
+    if cell["excludes_zero"]:
+        return (f"not resolved: the interval excludes 0 but rests on few untied tasks (sign test p = "
+                f"{cell['sign_test_p']:.3f}; {ci})")
+    return f"not resolved: the interval holds 0 ({ci})"
+
+
+def efficiency_section(run_dir: Path, records: dict[str, dict[str, Any]], evaluate: dict[str, dict[str, Any]],
+                       accounting: dict[str, Any], config: Any,
+                       summarize: Callable[[dict[str, Any], str], dict[str, Any]], resamples: int | None = None
+                       ) -> tuple[list[str], dict[str, Any], list[str]]:
+    """Sample efficiency as the paper measures it: TRACE at its full training budget against direct GRPO's
+    checkpoints at fractions of that budget (the efficiency step) and at all of it (the final step), on the same
+    evaluation tasks: pass^1 greedy and at the evaluation temperature (mean ± std over seeds), TRACE minus each with
+    its paired bootstrap interval (`paired_section`'s method), which of them is the paper's claim, and a plot
+    against training episodes and against all episodes played (`episode_accounting`). Returns (report lines,
+    results["efficiency"], printed lines); nothing when the run has no efficiency step."""
+    from pipeline import paired_stats as ps
+
+    figures = records.get("efficiency", {}).get("figures")
+    if figures is None:
+        return [], {}, []
+    lines = ["## Sample efficiency", ""]
+    if figures.get("why") or "direct GRPO" not in evaluate:
+        why = figures.get("why") or "direct GRPO was not evaluated"
+        return lines + [f"Not measured: {why}.", ""], {"why": why}, ["", f"sample efficiency: not measured ({why})"]
+    resamples = resamples or ps.DEFAULT_RESAMPLES
+    e = config.evaluate
+    temperature = f"T={e.temperature:g}"
+    models = accounting["models"]
+    checkpoints = figures["checkpoints"]
+    direct = records["baselines"]["figures"]["direct"]
+    budget = direct["episodes"]
+    order = [m for m in ("base", *checkpoints, "direct GRPO", "TRACE") if m in evaluate]
+    modes = [mode for mode in MODE_TITLES if any(_pass1(evaluate[m], mode, summarize) for m in order)]
+    rows: dict[str, dict[str, Any]] = {}
+    for model in order:
+        row = models.get(model, {})
+        rows[model] = {"training": row.get("training", 0), "all": row.get("all", 0),
+                       **{mode: _pass1(evaluate[model], mode, summarize) for mode in modes}}
+    has_trace = "TRACE" in evaluate
+    differences: dict[str, dict[str, Any]] = {}
+    same: dict[str, bool] = {}
+    if has_trace:
+        scores = {model: evaluation_scores(run_dir, evaluate[model]) for model in order}
+        for model in order:
+            if model == "TRACE":
+                continue
+            same[model] = all(scores[model].get(m, {}).get("played") == scores["TRACE"][m]["played"] for m in modes)
+            differences[model] = {mode: ps.paired_difference(scores["TRACE"][mode]["scores"],
+                                                             scores[model][mode]["scores"], resamples=resamples)
+                                  for mode in modes if mode in scores[model] and mode in scores["TRACE"]}
+    trace = rows.get("TRACE")
+    grpo_points = [m for m in order if m != "TRACE"]  # the base agent is direct GRPO's episode 0
+    matched = {}
+    if trace:
+        for mode in modes:
+            reached = [m for m in grpo_points if m != "base" and rows[m][mode] and trace[mode]
+                       and rows[m][mode]["mean"] >= trace[mode]["mean"]]
+            matched[mode] = reached[0] if reached else None
+    verdicts = {mode: _verdict(differences.get("direct GRPO", {}).get(mode)) for mode in modes} if has_trace else {}
+
+    def episodes(model: str) -> str:
+        return f"{rows[model]['training']:,}"
+
+    checkpoint_names = [m for m in checkpoints if m in rows]
+    headline = ""
+    if trace:
+        cells = {mode: " / ".join(_mean_text(rows[m][mode]) for m in [*checkpoint_names, "direct GRPO"])
+                 for mode in modes}
+        shares = ", ".join(_fraction_text(rows[m]["training"], trace["training"])
+                           for m in [*checkpoint_names, "direct GRPO"])
+        headline = (f"**TRACE (its {trace['training']:,} training episodes) vs direct GRPO at {shares} of that budget "
+                    f"({', '.join(episodes(m) for m in [*checkpoint_names, 'direct GRPO'])} episodes):** "
+                    + "; ".join(f"{'greedy' if mode == 'greedy' else temperature} pass^1 TRACE "
+                                f"{_mean_text(trace[mode])} vs {cells[mode]}" for mode in modes) + ".")
+    lines += [
+        f"The paper's headline efficiency claim: \"{CLAIM}\" — TRACE with at most 1/4 of GRPO's budget against "
+        f"GRPO's final. Here direct GRPO was given TRACE's own training budget ({budget:,} episodes: the baselines step), "
+        "so that comparison is **not available at equal cost**: it needs a direct GRPO run of at least 4× TRACE's "
+        "episodes, which this demo does not train. The rows below are what equal cost allows: direct GRPO's "
+        f"checkpoints at {', '.join(_fraction_text(rows[m]['training'], budget) for m in checkpoint_names)} and all "
+        "of that budget (one run: the checkpoints are its adapter after that many iterations; "
+        f"{schedule_text(Path(direct['adapter']))}) against TRACE at its full "
+        "budget, on the final step's evaluation tasks and seeds. TRACE above direct GRPO at 1/4 is not the paper's "
+        "claim (that gives GRPO less, not TRACE less); TRACE against direct GRPO's final at equal budget is the "
+        "paper's comparison at a ratio of 1 instead of 4 or more: if direct GRPO is already above TRACE there, its "
+        "claim fails here unless GRPO's score would fall with more training (see the curve of its checkpoints).", ""]
+    if headline:
+        lines += [headline, ""]
+    header = f"| model | training episodes | share of TRACE's | all episodes | " + " | ".join(
+        f"{'greedy' if m == 'greedy' else temperature} pass^1" for m in modes) + " |"
+    if has_trace:
+        header += "".join(f" TRACE − model, {'greedy' if m == 'greedy' else temperature} [95% CI] |" for m in modes)
+    lines += [header, "|---" * (header.count("|") - 1) + "|"]
+    for model in order:
+        row = rows[model]
+        name = "base (episode 0 of both)" if model == "base" else model
+        cells = [name, episodes(model), _fraction_text(row["training"], trace["training"]) if trace else "-",
+                 f"{row['all']:,}", *(_fmt(row[mode]) for mode in modes)]
+        if has_trace:
+            cells += [_ci(differences.get(model, {}).get(mode)) for mode in modes]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    if has_trace:
+        lines += ["Each difference is TRACE's pass^1 minus the model's, paired over the same (seed, task) pairs "
+                  "(as in \"Paired differences\"; **bold**: the interval excludes 0). "
+                  + ("Every model played TRACE's tasks (checked in the results files)." if all(same.values()) else
+                     "NOT the same tasks as TRACE: " + ", ".join(m for m, ok in same.items() if not ok) + "."), ""]
+        lines += ["The paper's comparison at equal budget (TRACE − direct GRPO's final): "
+                  + "; ".join(f"{'greedy' if mode == 'greedy' else temperature}: {verdicts[mode]}" for mode in modes)
+                  + ". " + _claim_text(verdicts, differences.get("direct GRPO", {}), rows, checkpoint_names)
+                  + " Direct GRPO's first point at or above TRACE's mean pass^1: "
+                  + "; ".join(f"{'greedy' if mode == 'greedy' else temperature} "
+                              + (f"{matched[mode]} ({episodes(matched[mode])} episodes, "
+                                 f"{_fraction_text(rows[matched[mode]]['training'], trace['training'])} of TRACE's)"
+                                 if matched[mode] else "none of its points (TRACE above all, in mean)")
+                              for mode in modes) + ".", ""]
+        if trace["all"]:
+            lines += [f"Counting every episode played (\"Every rollout counted\"): TRACE {trace['all']:,} (Step 1 "
+                      f"analysis, calibration and training), direct GRPO {rows['direct GRPO']['all']:,} (only its own "
+                      f"training), so on that count direct GRPO's final used "
+                      f"{rows['direct GRPO']['all'] / trace['all']:.2f}× TRACE's episodes.", ""]
+    png = plot_efficiency(rows, modes, run_dir / "efficiency.png", temperature)
+    if png:
+        lines += ["![pass rate against episodes](efficiency.png)", ""]
+    results = {"claim": CLAIM, "budget_episodes": budget, "fractions": figures.get("fractions"),
+               "checkpoints": checkpoints, "rows": rows, "trace_minus": differences, "same_tasks_as_trace": same,
+               "equal_budget": verdicts, "first_direct_point_at_or_above_trace": matched,
+               "png": "efficiency.png" if png else None,
+               "note": "the paper's comparison (TRACE at <= 1/4 of GRPO's rollouts vs GRPO's final) needs direct GRPO "
+                       "at >= 4x TRACE's training episodes: not available; rows are direct GRPO at fractions of "
+                       "TRACE's budget vs TRACE at its full budget"}
+    printed = ["", "sample efficiency, pass^1 " + " / ".join("greedy" if m == "greedy" else temperature for m in modes)
+               + " (training episodes):"]
+    printed += [f"  {model}: " + " / ".join("-" if rows[model][m] is None else f"{rows[model][m]['mean']:.3f}"
+                                            for m in modes) + f" ({episodes(model)})" for model in order]
+    printed += [f"  TRACE − {model}: " + "; ".join(_ci(cell).replace("**", "") for cell in cells.values())
+                for model, cells in differences.items() if model != "base"]
+    return lines, results, printed
+
+
+def schedule_text(run_folder: Path) -> str:
+    """What a checkpoint of the GRPO run in `run_folder` stands for, from the config.yaml the run saved: with a
+    constant learning rate and no warm-up (the demo's), the run's state after k iterations does not depend on how
+    many more it was going to run, so its checkpoint at k is what a run of k iterations reaches; with a schedule
+    over the whole run it is not quite. Left-out keys are train/config.py's defaults (constant, 0)."""
+    import yaml
+
+    path = run_folder / "config.yaml"
+    if not path.is_file():
+        return "the run's learning-rate schedule is not known here (no config.yaml)"
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    schedule, warmup = data.get("lr_schedule", "constant"), data.get("warmup_iterations", 0)
+    if schedule == "constant" and not warmup:
+        return ("its learning rate is constant with no warm-up (its config.yaml), so a checkpoint is what a run "
+                "stopped there would have reached")
+    return (f"its learning rate follows a schedule over the whole run (lr_schedule {schedule}, warmup_iterations "
+            f"{warmup}), so a checkpoint is close to, not the same as, a shorter run")
+
+
+def _claim_text(verdicts: dict[str, str], cells: dict[str, Any], rows: dict[str, dict[str, Any]],
+                checkpoints: list[str]) -> str:
+    """What the equal-budget row says about the paper's claim."""
+    if not cells:
+        return "Direct GRPO's final was not compared with TRACE."
+    curve = " → ".join(f"{rows[m]['greedy']['mean']:.3f}" for m in ["base", *checkpoints, "direct GRPO"]
+                       if m in rows and rows[m].get("greedy"))
+    below = [mode for mode, cell in cells.items() if resolved(cell) and cell["difference"] < 0]
+    above = [mode for mode, cell in cells.items() if resolved(cell) and cell["difference"] > 0]
+    if below:
+        return ("So the paper's claim is **contradicted here**: direct GRPO with TRACE's own budget, not 4× it, "
+                "already scores above TRACE, and more GRPO training would have to lower its score for the claim to "
+                f"hold (direct GRPO's greedy pass^1 from episode 0 over its checkpoints: {curve}).")
+    if above and len(above) == len(cells):
+        return ("Consistent with the paper's direction at equal budget; the claim itself (TRACE above GRPO's final "
+                f"with at most 1/4 of its rollouts) needs direct GRPO run at least 4× longer, not done here (direct "
+                f"GRPO's greedy pass^1 over its checkpoints: {curve}: still rising at the end or not decides how much "
+                "the longer run would add).")
+    return ("The paper's claim **cannot be resolved** here: at equal budget the difference is not resolved in every "
+            f"mode (direct GRPO's greedy pass^1 over its checkpoints: {curve}).")
+
+
+def plot_efficiency(rows: dict[str, dict[str, Any]], modes: list[str], path: Path, temperature: str
+                    ) -> Path | None:
+    """Held-out pass^1 (mean ± std over seeds) against training episodes (left) and all episodes played (right):
+    direct GRPO from the base agent (episode 0) over its checkpoints to its final, and TRACE's point (PNG)."""
+    grpo = [m for m in rows if m != "TRACE"]
+    if len(rows) < 2:
+        return None
+    plt = pyplot()
+    figure, axes = plt.subplots(1, 2, figsize=(10.5, 4.0), sharey=True)
+    styles = {"greedy": ("-", "o", "greedy"), "sampled": ("--", "s", temperature)}
+    titles = ("training episodes (TRACE: Steps 3-4; direct GRPO: its run)",
+              "all episodes played (Step 1, calibration, training)")
+    for axis, count, title in zip(axes, ("training", "all"), titles):
+        for mode in modes:
+            line, marker, name = styles[mode]
+            points = [(rows[m][count], rows[m][mode]) for m in grpo if rows[m].get(mode)]
+            if points:
+                axis.errorbar([x for x, _ in points], [c["mean"] for _, c in points],
+                              yerr=[c["std"] for _, c in points], fmt=marker + line, color="C1", capsize=3,
+                              markerfacecolor="C1" if mode == "greedy" else "white", label=f"direct GRPO, {name}")
+                for x, cell in points:
+                    axis.annotate(f"{cell['mean']:.2f}", (x, cell["mean"]), textcoords="offset points",
+                                  xytext=(4, 4), fontsize=6)
+            trace = rows.get("TRACE", {}).get(mode)
+            if trace:
+                axis.errorbar([rows["TRACE"][count]], [trace["mean"]], yerr=[trace["std"]], fmt="*", markersize=11,
+                              color="C0", markerfacecolor="C0" if mode == "greedy" else "white", capsize=3,
+                              label=f"TRACE, {name}")
+                axis.annotate(f"{trace['mean']:.2f}", (rows["TRACE"][count], trace["mean"]),
+                              textcoords="offset points", xytext=(6, -10), fontsize=7)
+        axis.set_xlabel(title)
+        axis.set_ylim(0, 1)
+        axis.grid(alpha=0.3)
+    axes[0].set_ylabel("held-out storefront pass^1")
+    axes[0].legend(fontsize=7, loc="upper left")
+    figure.suptitle("Sample efficiency: direct GRPO's checkpoints and TRACE (mean ± std over evaluation seeds)")
+    return save_figure(figure, path)

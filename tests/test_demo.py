@@ -324,7 +324,9 @@ def test_demo_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
              "base: {planted: {skip_status_check: 2}}\n": r"share in \[0, 1\]",
              "base: {openings: -5}\n": "base.openings must be an int >= 0",
              "evaluate: {max_steps: 0}\n": "evaluate.max_steps must be an int >= 1",
-             "own_game: {tasks: 0}\n": "own_game.tasks must be an int >= 1"}
+             "own_game: {tasks: 0}\n": "own_game.tasks must be an int >= 1",
+             "evaluate: {efficiency_fractions: [0.5, 1.0]}\n": r"efficiency_fractions must list fractions .* \[\] turns "
+                                                              "the efficiency step off"}
     for text, message in cases.items():
         path = tmp_path / "bad.yaml"
         path.write_text(text)
@@ -358,9 +360,22 @@ def test_demo_fast_runs_every_step_and_resumes(tmp_path):
                                            "epoch"), float32=True)
     results = json.loads((tmp_path / "demo" / "results.json").read_text())
     assert set(results["steps"]) == {"base", "evaluate", "select", "environments", "train", "own_game", "gate",
-                                     "baselines", "final"}
+                                     "baselines", "final", "efficiency"}
     assert (tmp_path / "demo" / "report.md").is_file() and (tmp_path / "demo" / "sft_curve.png").is_file()
     assert "TRACE" in results["evaluation"] and "direct GRPO" in results["evaluation"]
+    # efficiency (efficiency_fractions [0.5]; direct GRPO runs 3 iterations): its checkpoint at iteration 1, evaluated
+    # on the final step's tasks, beside TRACE
+    direct = json.loads((demo / "baselines" / "step.json").read_text())["figures"]["direct"]
+    (checkpoint,) = direct["checkpoints"]
+    assert checkpoint["iteration"] == 1 and checkpoint["label"] == "direct GRPO @1/3"
+    assert sorted(p.name for p in (demo / "baselines" / "direct" / "checkpoints").iterdir()) == ["iter_000001",
+                                                                                                 "iter_000003"]
+    evaluated = json.loads((demo / "efficiency" / "direct_GRPO_at1of3_seed1000_greedy.json").read_text())
+    assert evaluated["info"]["adapter"] == checkpoint["adapter"]
+    final = json.loads((demo / "final" / "direct_GRPO_seed1000_greedy.json").read_text())
+    assert [s["task_id"] for s in evaluated["simulations"]] == [s["task_id"] for s in final["simulations"]]
+    assert set(results["efficiency"]["rows"]) == {"base", "direct GRPO @1/3", "direct GRPO", "TRACE"}
+    assert "direct GRPO @1/3" in results["evaluation"] and (demo / "efficiency.png").is_file()
     # own_game: the base agent and each adapter played that adapter's game, at the settings calibration chose.
     trained = json.loads((tmp_path / "demo" / "train" / "step.json").read_text())["figures"]["adapters"]
     assert set(results["own_game"]) == set(trained)
@@ -373,7 +388,7 @@ def test_demo_fast_runs_every_step_and_resumes(tmp_path):
             assert all(s["reward_info"]["config"][k] == v for s in played for k, v in row["game_overrides"].items())
     second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0
-    assert second.stdout.count("up to date") == 9  # report_to is no step's setting: dropping it re-runs nothing
+    assert second.stdout.count("up to date") == 10  # report_to is no step's setting: dropping it re-runs nothing
 
 
 def test_step1_with_llm_labelers_goes_through_label_trajectories(tmp_path, demo_config, monkeypatch):
