@@ -2,12 +2,13 @@
 
 Usage (from the repo root):
     python bench/scenario_selftest.py [--n 40] [--workers 2] [--target 60] [--isolation auto|namespace|fallback]
-                                      [--mutation-rounds 0] [--seed 1000]
+                                      [--unsafe-no-isolation] [--mutation-rounds 0] [--seed 1000]
 
 Generates --n scenarios (half per capability, seeds --seed ...; with --mutation-rounds R each gets R
 calibration rounds), then self-tests them all with --workers parallel sandboxes (each self-test runs the
 buggy, the fixed and the shortcut tree in one sandbox start). Prints one line per capability and the
 sandbox isolation used; the last line is `scenarios_per_min=<value>` over the whole run.
+Without namespaces the run refuses (exit 2) unless --unsafe-no-isolation accepts the unisolated fallback.
 Exit 0 when every scenario passes and the rate reaches --target, 1 otherwise, 2 on bad flags.
 """
 from __future__ import annotations
@@ -23,7 +24,8 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: make pipeline importable
 
 from pipeline.swebench.generators import GENERATORS, generate_one  # noqa: E402
 from pipeline.swebench.mutations import mutate_rounds  # noqa: E402
-from pipeline.swebench.sandbox import SandboxConfig, SandboxUnavailable, resolve_isolation  # noqa: E402
+from pipeline.swebench.sandbox import (UNSAFE_FLAG, SandboxConfig, SandboxUnavailable,  # noqa: E402
+                                      resolve_isolation)
 from pipeline.swebench.selftest import self_test_many  # noqa: E402
 
 
@@ -33,14 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--target", type=float, default=60.0, help="scenarios per minute to reach")
     parser.add_argument("--isolation", choices=("auto", "namespace", "fallback"), default="auto")
+    parser.add_argument(UNSAFE_FLAG, dest="unsafe_no_isolation", action="store_true",
+                        help="run without namespace isolation where namespaces are missing (unsafe)")
     parser.add_argument("--mutation-rounds", type=int, default=0, choices=range(0, 6))
     parser.add_argument("--seed", type=int, default=1000)
     args = parser.parse_args(argv)
     if args.n < 2 or args.workers < 1 or not args.target >= 0:
         parser.error("--n must be >= 2, --workers >= 1 and --target >= 0")
-    config = SandboxConfig(timeout_s=30, isolation=args.isolation)
+    config = SandboxConfig(timeout_s=30, isolation=args.isolation, allow_unisolated=args.unsafe_no_isolation)
     try:
-        isolation = resolve_isolation(args.isolation)
+        isolation = resolve_isolation(args.isolation, args.unsafe_no_isolation)
     except SandboxUnavailable as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -5,20 +5,24 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from game_registry import REPO_ROOT, parse_hermes_action
-from pipeline.probes import evaluate_probes
 from pipeline.swebench import game as game_module
-from pipeline.swebench.game import ScenarioGameConfig, SemanticLogicGameConfig, make_spec
+from pipeline.swebench.game import ScenarioGameConfig, SemanticLogicGameConfig
 from pipeline.swebench.generators import generate_one
 from pipeline.swebench.scenario import Scenario, save_scenarios
 from pipeline.validate_game import probe_check, validate
 from game_registry import render_tool_call
 
+
 CAPABILITIES = ("semantic_logic_precision", "deep_call_graph_traversal")
+
+
+def make_spec(capability: str):
+    """These tests are of the tools interface (the bash interface, the default: test_swebench_bash_interface.py)."""
+    return game_module.make_spec(capability, interface="tools")
 
 
 def call(name: str, **arguments) -> str:
@@ -99,7 +103,7 @@ def test_the_tools_refuse_what_the_rules_forbid(semantic_game):
 
 
 def test_run_tests_reports_and_is_limited():
-    game = game_module.ScenarioGame(SemanticLogicGameConfig(max_test_runs=2))
+    game = game_module.ScenarioGame(SemanticLogicGameConfig(max_test_runs=2, interface="tools"))
     game.reset(5)
     scenario = game.workspace.scenario
     out = play(game, [call("run_tests"), call("run_tests", test=scenario.target_test), call("run_tests")])

@@ -14,6 +14,7 @@ from game_registry import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 from fake_openai_server import FakeOpenAIServer  # noqa: E402
 
+
 PHASES = REPO_ROOT / "swebench" / "qwen3.6_self_trace"
 SCRIPTS = sorted(PHASES.glob("phase*_*.py"))
 

@@ -14,6 +14,7 @@ from pipeline.swebench.sandbox import SandboxConfig
 from pipeline.swebench.scenario import Scenario, ScenarioError, load_scenarios, main, save_scenarios
 from pipeline.swebench.selftest import self_test_many
 
+
 FIXTURE = (Path(__file__).parent / "fixtures" / "swebench_reference" / "semantic_logic_precision"
            / "scenarios_parsed.json")
 

@@ -124,7 +124,7 @@ def test_the_sandbox_drops_privileges_and_hides_the_host():
 def test_an_endless_loop_is_stopped_and_scores_zero():
     scenario = scenario_with_target("    while True:\n        pass")
     for isolation in (["namespace"] if NAMESPACES else []) + ["fallback"]:
-        config = SandboxConfig(timeout_s=1.0, cpu_s=5, isolation=isolation)
+        config = SandboxConfig(timeout_s=1.0, cpu_s=5, isolation=isolation, allow_unisolated=True)
         started = time.perf_counter()
         result = self_test(scenario, config)
         assert not result.ok and "timed out" in result.reason, isolation
@@ -158,7 +158,7 @@ def test_fallback_blocks_sockets_and_cleans_the_environment(listener, monkeypatc
     body = ("    assert not [k for k in os.environ if 'PROXY' in k.upper() or 'KEY' in k.upper()]\n"
             f"    socket.create_connection(('127.0.0.1', {port}), timeout=1).close()")
     scenario = scenario_with_target(body)
-    run = run_pytest(scenario.fixed_files(), SandboxConfig(timeout_s=10, isolation="fallback"))
+    run = run_pytest(scenario.fixed_files(), SandboxConfig(timeout_s=10, isolation="fallback", allow_unisolated=True))
     assert run.isolation == "fallback"
     assert run.outcome(scenario.target_test) == "failed" and "disabled in the TRACE scenario sandbox" in run.output_tail
     assert not connected(listener)
@@ -166,15 +166,19 @@ def test_fallback_blocks_sockets_and_cleans_the_environment(listener, monkeypatc
 
 def test_missing_namespaces_are_refused_or_announced(monkeypatch, capsys):
     monkeypatch.setattr(sandbox, "namespace_support", lambda: (False, "no unshare in this test"))
-    with pytest.raises(SandboxUnavailable, match="no unshare in this test.*isolation='fallback'"):
+    monkeypatch.delenv(sandbox.UNSAFE_ENV, raising=False)
+    with pytest.raises(SandboxUnavailable, match="no unshare in this test.*never falls back"):
         sandbox.resolve_isolation("namespace")
+    for requested in ("auto", "fallback"):  # no opt-in: refused, saying what is missing and the flag
+        with pytest.raises(SandboxUnavailable, match="unshare.*--unsafe-no-isolation"):
+            sandbox.resolve_isolation(requested)
     monkeypatch.setattr(sandbox, "_warned", type(sandbox._warned)())
-    with pytest.warns(SandboxWarning, match="SANDBOX FALLBACK: no unshare"):
-        assert sandbox.resolve_isolation("auto") == "fallback"
+    with pytest.warns(SandboxWarning, match="SANDBOX FALLBACK.*no unshare"):
+        assert sandbox.resolve_isolation("auto", allow_unisolated=True) == "fallback"
     assert "WITHOUT mount/network namespaces" in capsys.readouterr().err
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once, not on every run
-        assert sandbox.resolve_isolation("auto") == "fallback"
+        assert sandbox.resolve_isolation("auto", allow_unisolated=True) == "fallback"
 
 
 def test_sandbox_config_validates():

@@ -378,7 +378,7 @@ class MemorizingAgent:
         return path, old, new
 
     def __call__(self, scenarios_file: Path, count: int, round_index: int) -> list[float]:
-        spec = make_spec(self.capability)
+        spec = make_spec(self.capability, interface="tools")  # it plays with tool calls
         scenarios = load_scenarios(scenarios_file)
         rates = []
         for index, scenario in enumerate(scenarios):

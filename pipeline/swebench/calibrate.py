@@ -3,7 +3,7 @@
     python -m pipeline.swebench.calibrate --capability NAME --model M [--adapter DIR]
         [--target 10] [--candidates 20] [--seed 0] [--samples 10] [--temperature 1.0] [--threshold 0.5]
         [--rounds 5] [--max-episode-tokens 16384] [--workers 2] [--isolation auto|namespace|fallback]
-        [--work-dir runs/swebench/calibrate/NAME] [--out pipeline/swebench/NAME/scenarios_parsed.json]
+        [--unsafe-no-isolation] [--work-dir runs/swebench/calibrate/NAME] [--out pipeline/swebench/NAME/scenarios_parsed.json]
 
 1. Generate --candidates scenarios (seeds --seed ...) and self-test them (failures are dropped).
 2. Round r = 0, 1, ...: play --samples smoke rollouts per pending scenario at --temperature with the model,
@@ -19,6 +19,9 @@
 
 Resumable: state.json and each round's rollouts (round_<r>_rollouts.json) are kept in --work-dir; running
 the same command again continues where it stopped (a finished round is never re-sampled).
+
+Scenario code runs only in the namespace sandbox (pipeline/swebench/sandbox.py); where namespaces are
+missing, --unsafe-no-isolation accepts running it without them (otherwise exit 2 with what is missing).
 
 Exit codes: 0 --target scenarios accepted, 1 fewer, 2 bad input (flags, an unloadable model, vLLM settings;
 checked before any rollout).
@@ -36,7 +39,7 @@ from common.io import (InputError, atomic_write_json, atomic_write_text, check_i
                        check_number, check_output_path, load_json)
 from pipeline.swebench.generators import GENERATORS, generate_one
 from pipeline.swebench.mutations import ROUND_ORDER, SCHEDULES, mutate_round
-from pipeline.swebench.sandbox import SandboxConfig, SandboxUnavailable
+from pipeline.swebench.sandbox import UNSAFE_FLAG, SandboxConfig, SandboxUnavailable, resolve_isolation
 from pipeline.swebench.scenario import Scenario, default_scenarios_path, save_scenarios
 from pipeline.swebench.selftest import self_test_many
 
@@ -167,7 +170,8 @@ def _write_reports(config: CalibrationConfig, state: dict[str, Any], work_dir: P
 # Rollouts through the trainer's collection code
 # --------------------------------------------------------------------------------------------------
 def trainer_rollouts(capability: str, model: str, adapter: str | None, samples: int, temperature: float,
-                     max_episode_tokens: int, work_dir: Path, sampling_seed: int = 0) -> Rollouts:
+                     max_episode_tokens: int, work_dir: Path, sampling_seed: int = 0,
+                     sandbox: SandboxConfig | None = None) -> Rollouts:
     """Success rates from `train.collect_rollouts.collect` on the scenario game (model loaded once)."""
     import torch
 
@@ -191,6 +195,8 @@ def trainer_rollouts(capability: str, model: str, adapter: str | None, samples: 
     elif adapter:
         backend.served_model = adapter
     chat = ChatTokenizer(tokenizer)
+    sandbox = sandbox or SandboxConfig()
+    overrides = {"isolation": sandbox.isolation, "allow_unisolated": sandbox.allow_unisolated}
 
     def run(scenarios_file: Path, count: int, round_index: int) -> list[float]:
         out = work_dir / f"round_{round_index}_rollouts.json"
@@ -199,7 +205,7 @@ def trainer_rollouts(capability: str, model: str, adapter: str | None, samples: 
         else:
             simulations = collect(spec, backend, chat, seeds=list(range(count)), samples=samples,
                                   temperature=temperature, max_episode_tokens=max_episode_tokens,
-                                  game_overrides={"scenarios_path": str(scenarios_file)})
+                                  game_overrides={"scenarios_path": str(scenarios_file), **overrides})
             from benchmarks.results import write_results
 
             write_results(out, simulations, info={"capability": capability, "model": model, "round": round_index,
@@ -227,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-episode-tokens", type=int, default=16384)
     parser.add_argument("--workers", type=int, default=2, help="parallel self-tests")
     parser.add_argument("--isolation", choices=("auto", "namespace", "fallback"), default="auto")
+    parser.add_argument(UNSAFE_FLAG, dest="unsafe_no_isolation", action="store_true",
+                        help="run the scenario code without namespace isolation where namespaces are missing "
+                             "(unsafe: see pipeline/swebench/sandbox.py)")
     parser.add_argument("--work-dir", type=Path, default=None, help="default runs/swebench/calibrate/<capability>")
     parser.add_argument("--out", type=Path, default=None,
                         help="default pipeline/swebench/<capability>/scenarios_parsed.json")
@@ -235,7 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or default_scenarios_path(args.capability)
     try:
         config = CalibrationConfig(args.capability, args.target, args.candidates, args.seed, args.samples,
-                                   args.threshold, args.rounds, args.workers, SandboxConfig(isolation=args.isolation))
+                                   args.threshold, args.rounds, args.workers,
+                                   SandboxConfig(isolation=args.isolation,
+                                                 allow_unisolated=args.unsafe_no_isolation))
+        resolve_isolation(config.sandbox.isolation, config.sandbox.allow_unisolated)  # before any model loads
         check_number(args.temperature, "--temperature", 0.0)  # NaN included: it would crash in the sampler
         check_int(args.max_episode_tokens, "--max-episode-tokens", 256)
         check_output_path(out, "--out")
@@ -243,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         if Path(args.model).exists():  # a local folder (else a hub id or a served name)
             check_model_folder(args.model, "--model")
         rollouts = trainer_rollouts(args.capability, args.model, args.adapter, args.samples, args.temperature,
-                                    args.max_episode_tokens, work_dir)
+                                    args.max_episode_tokens, work_dir, sandbox=config.sandbox)
         state = calibrate(config, rollouts, work_dir)
     except (InputError, ValueError, SandboxUnavailable) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -10,15 +10,27 @@ Each run writes `files` into a fresh temporary folder and starts pytest in a sub
   - a clean environment (PATH, HOME and TMPDIR pointing into the folder, no proxy or credential
     variables, no third-party pytest plugins),
   - isolation "namespace" (root with `unshare`, the default where it works): new mount, network, PID, IPC
-    and UTS namespaces; private tmpfs over /tmp, /var/tmp and /dev/shm; the root file system remounted
-    read-only; only the scenario folder writable; a network with no interface up; then the test process
-    drops to the unprivileged `nobody` user with no-new-privileges. Nothing the tests write survives
-    outside the scenario folder, and that folder is deleted after the run.
-  - isolation "fallback" (no `unshare`, not root, or namespaces refused by the container): the same
-    limits, the clean environment and, as root, the `nobody` user, plus a pytest plugin that makes every
-    socket connect fail. Writes to world-writable places such as /tmp are NOT prevented. `auto` picks
-    namespace when a probe run works and otherwise warns loudly (SandboxWarning + stderr) and falls back;
-    `namespace` refuses to run without it (SandboxUnavailable).
+    and UTS namespaces; private tmpfs over /tmp, /var/tmp and /dev/shm; every mount read-only and nosuid
+    except the scenario folder and those tmpfs (the root file system and the Python installation, venv and
+    plugin folders bound into the sandbox, /dev, /sys, /proc and the host's other mounts included); every
+    top-level folder outside SYSTEM_DIRS (the repository with its scenario files and generators, /root,
+    /home, /mnt, ...) hidden under an empty tmpfs but for the exposed paths; a network with no interface up; then the test process drops to the unprivileged `nobody` user with
+    no-new-privileges. Nothing the tests write survives outside the scenario folder, and that folder is
+    deleted after the run.
+  - isolation "fallback" (no namespaces): ONLY with the explicit opt-in `allow_unisolated=True` (the CLIs'
+    `--unsafe-no-isolation`, the games' `allow_unisolated` setting, or TRACE_UNSAFE_NO_ISOLATION=1 in the
+    environment for tools that start others). The same limits and clean environment, as root the `nobody`
+    user when it can reach the interpreter, and a pytest plugin that makes socket connects fail. This is
+    NOT a sandbox against hostile code: the socket block is bypassed through `_socket` or a child process;
+    the tests run as the current user (root included) when `nobody` cannot reach the interpreter; they can
+    read whatever that user can (a 0600 host file when root) and write world-writable places such as /tmp.
+    Without namespaces and without the opt-in, every run raises SandboxUnavailable saying what is missing
+    and how to accept the risk; with it, a SandboxWarning (and a stderr line) says what is left open.
+    `auto` (the default) picks namespace when a probe run works; `namespace` never falls back.
+
+`run_command(files, command, config)` runs one `bash -c` command the same way on a folder holding `files`
+and returns its output, exit status and the folder's text files afterwards (the scenario game's bash
+interface).
 
 Two kinds of results (see `pipeline/swebench/grading.py` for the threat model):
   - `outcomes`, per test, from a small reporting plugin writing one JSON line per test phase inside the
@@ -41,6 +53,7 @@ import pwd
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -58,6 +71,8 @@ BOOT_SCRIPT = Path(__file__).resolve().parent / "_sandbox_boot.py"
 RUNNER_SCRIPT = Path(__file__).resolve().parent / "_sandbox_runner.py"
 UNSHARE_FLAGS = ("--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc")
 Isolation = Literal["auto", "namespace", "fallback"]
+UNSAFE_FLAG = "--unsafe-no-isolation"
+UNSAFE_ENV = "TRACE_UNSAFE_NO_ISOLATION"  # "1": the same opt-in, for tools that start other tools
 # pytest's own plugins that scenario tests never need (less start-up per tree)
 UNUSED_PLUGINS = tuple(arg for name in ("cacheprovider", "doctest", "junitxml", "pastebin", "legacypath", "setuponly",
                                         "setupplan", "stepwise", "nose", "unittest", "logging", "faulthandler",
@@ -65,7 +80,8 @@ UNUSED_PLUGINS = tuple(arg for name in ("cacheprovider", "doctest", "junitxml", 
 
 
 class SandboxUnavailable(RuntimeError):
-    """isolation="namespace" was asked for and namespaces cannot be used here; the message says why."""
+    """Namespace isolation cannot be used here and the run may not fall back (isolation="namespace", or no
+    opt-in to run unisolated); the message says what is missing and how to accept the risk."""
 
 
 class SandboxWarning(UserWarning):
@@ -84,6 +100,7 @@ class SandboxConfig:
     tmpfs_mb: int = 64
     isolation: Isolation = "auto"
     output_chars: int = 4000  # tail of stdout+stderr kept in the result
+    allow_unisolated: bool = False  # run without namespaces when they are missing (--unsafe-no-isolation)
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "cpu_s", "memory_mb", "file_mb", "open_files", "tmpfs_mb", "output_chars"):
@@ -94,6 +111,8 @@ class SandboxConfig:
         if self.isolation not in ("auto", "namespace", "fallback"):
             raise ValueError(f"SandboxConfig.isolation must be 'auto', 'namespace' or 'fallback', got "
                              f"{self.isolation!r}")
+        if not isinstance(self.allow_unisolated, bool):
+            raise ValueError(f"SandboxConfig.allow_unisolated must be true or false, got {self.allow_unisolated!r}")
         if self.memory_mb < 128:
             raise ValueError(f"SandboxConfig.memory_mb must be >= 128 (Python and pytest need it), got {self.memory_mb}")
 
@@ -169,6 +188,22 @@ def _reachable(path: str, uid: int, gid: int) -> bool:
     return True
 
 
+# Top-level folders the sandbox keeps visible (read-only): what an interpreter and a shell need. Every other
+# folder of / (the repository with its scenario files and generators, /root, /home, /mnt, /opt, ...) is hidden
+# under an empty tmpfs; the exposed paths (the Python installation, the venv, the plugins) are bound back.
+SYSTEM_DIRS = frozenset({"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "sys", "tmp",
+                         "var"})
+
+
+def _hidden_paths() -> list[str]:
+    hidden = []
+    for name in sorted(os.listdir("/")):
+        path = os.path.join("/", name)
+        if name not in SYSTEM_DIRS and os.path.isdir(path) and not os.path.islink(path):
+            hidden.append(path)
+    return hidden
+
+
 def _boot_command(uid: int, gid: int, workdir: Path | None, tmpfs_mb: int, command: list[str]) -> list[str]:
     boot = [shutil.which("unshare") or "unshare", *UNSHARE_FLAGS, sys.executable, "-I", "-S", str(BOOT_SCRIPT),
             "--uid", str(uid), "--gid", str(gid), "--tmpfs-mb", str(tmpfs_mb)]
@@ -176,6 +211,8 @@ def _boot_command(uid: int, gid: int, workdir: Path | None, tmpfs_mb: int, comma
         boot += ["--workdir", str(workdir)]
     for path in _exposed_paths():
         boot += ["--expose", path]
+    for path in _hidden_paths():
+        boot += ["--hide", path]
     return [*boot, "--", *command]
 
 
@@ -204,25 +241,57 @@ def namespace_support() -> tuple[bool, str]:
 _warned = threading.Event()
 
 
-def resolve_isolation(requested: Isolation) -> str:
-    """The isolation a run will use: "namespace" or "fallback" (warns once, loudly, when falling back)."""
+def unisolated_allowed(config_allows: bool = False) -> bool:
+    """True when the user opted in to running untrusted code without namespaces: the config's
+    `allow_unisolated` (--unsafe-no-isolation) or TRACE_UNSAFE_NO_ISOLATION=1 in the environment."""
+    return bool(config_allows) or os.environ.get(UNSAFE_ENV, "").strip() == "1"
+
+
+def _refusal(why: str, requested: str) -> str:
+    asked = ("isolation='fallback' was asked for" if requested == "fallback" else
+             f"namespace isolation is not available: {why}")
+    return (f"{asked}. Scenario code is untrusted and runs only with namespace isolation: root on Linux with "
+            "util-linux `unshare` able to create mount, network and PID namespaces (a container needs "
+            "CAP_SYS_ADMIN, or user namespaces allowed: check `unshare --user --map-root-user true`, and as root "
+            "`unshare -m -n -p -f true`). To run it WITHOUT isolation anyway (leaky network block, as the current "
+            f"user, host files readable), pass {UNSAFE_FLAG} (SandboxConfig(allow_unisolated=True); the games' "
+            f"`allow_unisolated=true` override; or {UNSAFE_ENV}=1 in the environment).")
+
+
+def resolve_isolation(requested: Isolation, allow_unisolated: bool = False) -> str:
+    """The isolation a run will use: "namespace", or "fallback" only with the opt-in (`allow_unisolated` or
+    TRACE_UNSAFE_NO_ISOLATION=1; warns once, loudly). Raises SandboxUnavailable otherwise."""
+    if requested not in ("auto", "namespace", "fallback"):
+        raise ValueError(f"isolation must be 'auto', 'namespace' or 'fallback', got {requested!r}")
+    allowed = unisolated_allowed(allow_unisolated)
     if requested == "fallback":
+        if not allowed:
+            raise SandboxUnavailable(_refusal("", "fallback"))
+        _warn_unisolated("isolation='fallback' was asked for")
         return "fallback"
     ok, why = namespace_support()
     if ok:
         return "namespace"
     if requested == "namespace":
-        raise SandboxUnavailable(f"namespace isolation is not available: {why}. Run as root on Linux with "
-                                 "util-linux `unshare`, or pass isolation='fallback' (--isolation fallback) to accept "
-                                 "the weaker sandbox.")
-    if not _warned.is_set():
-        _warned.set()
-        message = (f"SANDBOX FALLBACK: {why}. Scenario tests run with limits, a clean environment and blocked "
-                   "sockets, but WITHOUT mount/network namespaces: they can write to world-writable places such "
-                   "as /tmp. Use a root Linux machine with `unshare` for untrusted patches.")
-        warnings.warn(message, SandboxWarning, stacklevel=3)
-        print(f"WARNING: {message}", file=sys.stderr)
+        raise SandboxUnavailable(f"namespace isolation is not available: {why}. isolation='namespace' never falls "
+                                 f"back; use 'auto' with {UNSAFE_FLAG} to accept the unisolated fallback.")
+    if not allowed:
+        raise SandboxUnavailable(_refusal(why, requested))
+    _warn_unisolated(why)
     return "fallback"
+
+
+def _warn_unisolated(why: str) -> None:
+    if _warned.is_set():
+        return
+    _warned.set()
+    message = (f"SANDBOX FALLBACK ({UNSAFE_FLAG}): {why}. Scenario tests run with limits, a clean environment and "
+               "a socket block, but WITHOUT mount/network namespaces: they can bypass the socket block (through "
+               "_socket or a child process), read what this user can, run as this user when `nobody` cannot reach "
+               "the interpreter, and write to world-writable places such as /tmp. Use a root Linux machine with "
+               "`unshare` for untrusted patches.")
+    warnings.warn(message, SandboxWarning, stacklevel=4)
+    print(f"WARNING: {message}", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -373,7 +442,7 @@ def run_pytest_batch(trees: list[dict[str, str]], config: SandboxConfig | None =
     if groups is not None and len(groups) != len(trees):
         raise ValueError(f"groups must hold one list per tree ({len(trees)}), got {len(groups)}")
     config = config or SandboxConfig()
-    isolation = resolve_isolation(config.isolation)
+    isolation = resolve_isolation(config.isolation, config.allow_unisolated)
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="trace-swe-", dir=base_dir))
     log_dir = Path(tempfile.mkdtemp(prefix="trace-swe-log-", dir=base_dir))  # outside the tree the tests can touch
@@ -503,3 +572,150 @@ def run_pytest_batch(trees: list[dict[str, str]], config: SandboxConfig | None =
     for run in runs:
         run.seconds = run.seconds or total / len(runs)
     return runs
+
+
+# --------------------------------------------------------------------------------------------------
+# One shell command on a working tree (the scenario game's bash interface)
+# --------------------------------------------------------------------------------------------------
+SKIPPED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".git", ".mypy_cache", ".ruff_cache"})
+MAX_TREE_FILES = 500
+MAX_TREE_FILE_BYTES = 800_000
+MAX_OUTPUT_BYTES = 2_000_000  # of the command's output read back (head and tail beyond it)
+
+
+@dataclass
+class CommandRun:
+    """What one sandboxed shell command did: its exit status and output, and the tree after it."""
+
+    returncode: int | None  # None when it timed out (or was killed before it ended)
+    output: str  # stdout and stderr interleaved
+    timed_out: bool
+    files: dict[str, str]  # every text file of the tree after the command (path -> text)
+    skipped: list[str] = field(default_factory=list)  # files not read back, with why
+    isolation: str = ""
+    seconds: float = 0.0
+
+
+def _command_environment(home: str, tmp: str) -> dict[str, str]:
+    venv_bin = os.path.dirname(sys.executable)  # `python`, `python3` and `pytest` are the grader's interpreter
+    return {"PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": tmp, "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+            "PAGER": "cat", "MANPAGER": "cat", "LESS": "-R", "PIP_PROGRESS_BAR": "off", "TQDM_DISABLE": "1"}
+
+
+def _read_tree(root: Path) -> tuple[dict[str, str], list[str]]:
+    """The text files under `root` (regular files only: links, fifos and devices are never opened), and what
+    was left out (binary, too large, too many, a bad path). Caches and .git are skipped silently."""
+    files: dict[str, str] = {}
+    skipped: list[str] = []
+    for folder, dirs, names in os.walk(root, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+        for name in sorted(names):
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            full = os.path.join(folder, name)
+            relative = os.path.relpath(full, root).replace(os.sep, "/")
+            info = os.lstat(full)
+            if not stat.S_ISREG(info.st_mode):
+                skipped.append(f"{relative} (not a regular file)")
+                continue
+            if check_relative_path(relative):
+                skipped.append(f"{relative} ({check_relative_path(relative)})")
+                continue
+            if len(files) >= MAX_TREE_FILES:
+                skipped.append(f"{relative} (more than {MAX_TREE_FILES} files)")
+                continue
+            if info.st_size > MAX_TREE_FILE_BYTES:
+                skipped.append(f"{relative} (larger than {MAX_TREE_FILE_BYTES} bytes)")
+                continue
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped between lstat and open
+                    skipped.append(f"{relative} (not a regular file)")
+                    continue
+                data = os.read(fd, MAX_TREE_FILE_BYTES + 1)
+            finally:
+                os.close(fd)
+            try:
+                files[relative] = data.decode("utf-8")
+            except UnicodeDecodeError:
+                skipped.append(f"{relative} (not UTF-8 text)")
+    return files, skipped
+
+
+def _read_output(path: Path) -> str:
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        if size <= MAX_OUTPUT_BYTES:
+            data = handle.read()
+        else:
+            half = MAX_OUTPUT_BYTES // 2
+            head = handle.read(half)
+            handle.seek(size - half)
+            data = head + f"\n[{size - 2 * half} bytes not read]\n".encode() + handle.read()
+    return data.decode("utf-8", errors="replace")
+
+
+def run_command(files: dict[str, str], command: str, config: SandboxConfig | None = None,
+                workdir: str | None = None) -> CommandRun:
+    """`bash -c command` in the sandbox, in a folder holding `files`; returns its output and the folder's text
+    files afterwards. Same isolation, limits and opt-in rule as `run_pytest`; the wall clock is
+    `config.timeout_s` (then the whole process tree is killed). `workdir`: the folder's path (it must not
+    exist; it is deleted afterwards), so that an episode's commands all see the same absolute path."""
+    if not isinstance(command, str):
+        raise ValueError(f"command must be a string, got {type(command).__name__}")
+    config = config or SandboxConfig()
+    isolation = resolve_isolation(config.isolation, config.allow_unisolated)
+    started = time.perf_counter()
+    if workdir is None:
+        tree = Path(tempfile.mkdtemp(prefix="trace-sh-"))
+    else:
+        tree = Path(workdir)
+        tree.mkdir(mode=0o700)  # refuses an existing path
+    scratch = Path(tempfile.mkdtemp(prefix="trace-sh-home-"))
+    log_dir = Path(tempfile.mkdtemp(prefix="trace-sh-log-"))
+    try:
+        _write_tree(tree, files)
+        uid, gid = _nobody()
+        drop_to = (uid, gid) if isolation == "namespace" else fallback_user()
+        if isolation == "namespace":
+            home = tmp = "/tmp"
+        else:
+            home, tmp = str(scratch / "home"), str(scratch / "tmp")
+            for folder in (home, tmp):
+                os.mkdir(folder)
+            os.chmod(scratch, 0o711)
+        if drop_to is not None:
+            _chown_tree(tree, *drop_to)
+            if isolation != "namespace":
+                for folder in (home, tmp):
+                    _chown_tree(Path(folder), *drop_to)
+        shell = [shutil.which("bash") or "/bin/bash", "-c", command]
+        if isolation == "namespace":
+            argv = _boot_command(uid, gid, tree, config.tmpfs_mb, shell)
+            preexec = functools.partial(_limits, config)
+        else:
+            argv = shell
+            preexec = functools.partial(_fallback_preexec, config, drop_to)
+        log_path = log_dir / "output.txt"
+        timed_out = False
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(argv, cwd=tree, env=_command_environment(home, tmp), stdin=subprocess.DEVNULL,
+                                       stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec,
+                                       start_new_session=True)
+            try:
+                returncode: int | None = process.wait(timeout=config.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out, returncode = True, None
+                _kill_group(process)
+                process.wait()
+            finally:
+                _kill_group(process)  # anything it left running in its group
+        output = _read_output(log_path)
+        after, skipped = _read_tree(tree)
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(log_dir, ignore_errors=True)
+    return CommandRun(returncode=returncode, output=output, timed_out=timed_out, files=after, skipped=skipped,
+                      isolation=isolation, seconds=time.perf_counter() - started)

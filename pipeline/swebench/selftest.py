@@ -1,7 +1,7 @@
 """Self-test scenarios: the target fails before the oracle patch and passes after; nothing else moves.
 
     python -m pipeline.swebench.selftest FILE [--out KEPT.json] [--report REPORT.json] [--workers 2]
-        [--timeout 30] [--isolation auto|namespace|fallback] [--min-regression 3]
+        [--timeout 30] [--isolation auto|namespace|fallback] [--unsafe-no-isolation] [--min-regression 3]
 
 For every scenario, in throw-away copies run by the sandbox (pipeline/swebench/sandbox.py):
   before the oracle patch: `target_test` and every hidden test fail; every other test passes;
@@ -11,6 +11,9 @@ For every scenario, in throw-away copies run by the sandbox (pipeline/swebench/s
   passes with it while a hidden test still fails: the hidden tests catch hard-coding.
 At least --min-regression regression tests must pass in both runs. A scenario that fails is dropped, with
 the reason printed and written to --report ({"kept": [ids], "dropped": {id: reason}, "seconds", ...}).
+
+Scenario code runs only in the namespace sandbox; where namespaces are missing, --unsafe-no-isolation
+accepts running it without them (otherwise exit 2 with what is missing; see pipeline/swebench/sandbox.py).
 
 Exit codes: 0 every scenario passed, 1 some were dropped (--out still holds the kept ones, if any),
 2 bad input (the file, a flag, an unwritable output; nothing written).
@@ -30,7 +33,8 @@ from tqdm import tqdm
 from common.io import InputError, atomic_write_json, check_distinct_paths, check_output_path
 from pipeline.swebench.grading import test_node_ids
 from pipeline.swebench.patches import PatchError, apply_patch
-from pipeline.swebench.sandbox import SandboxConfig, SandboxUnavailable, TestRun, VerdictGroup, run_pytest_batch
+from pipeline.swebench.sandbox import (UNSAFE_FLAG, SandboxConfig, SandboxUnavailable, TestRun, VerdictGroup,
+                                      resolve_isolation, run_pytest_batch)
 from pipeline.swebench.scenario import Scenario, load_scenarios, save_scenarios
 
 DEFAULT_MIN_REGRESSION = 3
@@ -154,13 +158,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=30.0, help="wall-clock seconds per pytest run")
     parser.add_argument("--isolation", choices=("auto", "namespace", "fallback"), default="auto")
+    parser.add_argument(UNSAFE_FLAG, dest="unsafe_no_isolation", action="store_true",
+                        help="run the scenario code without namespace isolation where namespaces are missing "
+                             "(unsafe: see pipeline/swebench/sandbox.py)")
     parser.add_argument("--min-regression", type=int, default=DEFAULT_MIN_REGRESSION)
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if args.workers < 1 or args.min_regression < 0:
         parser.error("--workers must be >= 1 and --min-regression >= 0")
     try:
-        config = SandboxConfig(timeout_s=args.timeout, isolation=args.isolation)
+        config = SandboxConfig(timeout_s=args.timeout, isolation=args.isolation,
+                               allow_unisolated=args.unsafe_no_isolation)
+        resolve_isolation(config.isolation, config.allow_unisolated)  # refuse before anything is written
         for path, flag in ((args.out, "--out"), (args.report, "--report")):
             if path is not None:
                 check_output_path(path, flag)

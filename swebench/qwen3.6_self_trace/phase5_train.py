@@ -3,7 +3,8 @@
     python swebench/qwen3.6_self_trace/phase5_train.py --capability NAME --model MODEL [--nproc 4]
         [--scenarios pipeline/swebench/NAME/scenarios_parsed.json]
         [--config swebench/qwen3.6_self_trace/configs/grpo_swebench.yaml] [--output-dir pipeline/adapters/NAME]
-        [--master-port 29501] [--allow-cpu] [--dry-run] [-- TRAIN_ARGS ...]
+        [--master-port 29501] [--interface bash|tools] [--unsafe-no-isolation] [--allow-cpu] [--dry-run]
+        [-- TRAIN_ARGS ...]
 
 Inputs:  the calibrated scenarios of the capability (phase 3/4), the base model (a local directory or a hub
          id), --nproc CUDA GPUs for torchrun; optional: VLLM_BASE_URLS / VLLM_MODEL (with
@@ -12,6 +13,12 @@ Inputs:  the calibrated scenarios of the capability (phase 3/4), the base model 
 Outputs: <output-dir>/ (default pipeline/adapters/<capability>/): the PEFT adapter
          (adapter_model.safetensors, adapter_config.json), config.yaml, metrics.jsonl, rollouts/, checkpoints/
          (resume with -- --resume <output-dir>).
+
+The agent acts in the format phase 6 evaluates with: --interface bash (the default) is mini-swe-agent's (a
+THOUGHT and one ```bash command per turn, <returncode>/<output> observations, `echo
+COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` submits); --interface tools is the five-tool JSON interface. The
+scenario code runs in the namespace sandbox; --unsafe-no-isolation accepts running it without namespaces
+where they are missing (pipeline/swebench/sandbox.py).
 
 Checks first, and exits 2 listing what is missing: the GPUs (unless --allow-cpu, for a tiny-model smoke
 run on CPU), the scenario file, and every vLLM server named in VLLM_BASE_URLS. --dry-run prints the
@@ -29,10 +36,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import CAPABILITIES, HERE, REPO_ROOT, Missing, gpu_problem, run, server_problem  # noqa: E402
 
 
+def game_overrides(args: argparse.Namespace, scenarios: Path) -> dict:
+    overrides = {"scenarios_path": str(scenarios), "interface": args.interface}
+    if args.unsafe_no_isolation:
+        overrides["allow_unisolated"] = True
+    return overrides
+
+
 def command(args: argparse.Namespace, scenarios: Path, output_dir: Path) -> list[str]:
     train = ["-m", "train", "--game", f"capability_{args.capability}", "--model", args.model, "--config",
              str(args.config), "--output_dir", str(output_dir), "--game_overrides",
-             json.dumps({"scenarios_path": str(scenarios)}), *args.train_args]
+             json.dumps(game_overrides(args, scenarios)), *args.train_args]
     if args.nproc > 1:
         return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.nproc}",
                 f"--master-port={args.master_port}", *train]
@@ -52,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, default=HERE / "configs" / "grpo_swebench.yaml")
     parser.add_argument("--output-dir", type=Path, default=None)
     parser.add_argument("--master-port", type=int, default=29501)
+    parser.add_argument("--interface", choices=("bash", "tools"), default="bash",
+                        help="the agent's action format (default bash: mini-swe-agent's, as phase 6 evaluates)")
+    parser.add_argument("--unsafe-no-isolation", action="store_true",
+                        help="run scenario code without namespace isolation where namespaces are missing (unsafe)")
     parser.add_argument("--allow-cpu", action="store_true", help="skip the GPU check (tiny-model smoke runs)")
     parser.add_argument("--dry-run", action="store_true", help="print the command, run nothing")
     args = parser.parse_args(argv)
