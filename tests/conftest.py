@@ -8,12 +8,10 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def _own_scenarios_may_run_unisolated(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where namespaces are missing (a container without CAP_SYS_ADMIN), the SWE-bench tests, which run the
+def _own_scenarios_may_run_unisolated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where namespaces are missing (a container without CAP_SYS_ADMIN), the tests, which run only the
     repository's own scenarios, opt in to the unisolated sandbox explicitly (pipeline/swebench/sandbox.py
     refuses it otherwise); tests of the refusal itself clear the variable in their own fixtures."""
-    if not request.module.__name__.rpartition(".")[2].startswith("test_swebench_"):
-        return
     from pipeline.swebench import sandbox
 
     if not sandbox.namespace_support()[0]:
