@@ -30,7 +30,7 @@ demo-fast: $(STAMP)
 
 # Step 1 alone on the bundled real τ²-bench results (rule-based stand-in labelers).
 demo-tau2: $(STAMP)
-	$(PY) -m pipeline.demo_tau2
+	$(PY) -m pipeline.demo.tau2
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from benchmarks.storefront.demos import make_demonstrations
-    from pipeline.demo_config import load_demo_config
+    from pipeline.demo.config import load_demo_config
     from train.tiny import build_tiny_model
 
     demo = load_demo_config(DEMO_CONFIG)

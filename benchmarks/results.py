@@ -170,3 +170,10 @@ def pass_hat_k(simulations: Iterable[dict[str, Any]], k_max: int,
                 means[k], counts[k] = sum(values) / len(values), len(values)
         out[label] = {"n_tasks": len(members[label]), "pass_hat_k": means, "n_tasks_at_k": counts}
     return out
+
+
+def mean_reward(simulations: list[dict[str, Any]]) -> float:
+    """Mean episode reward over scored simulations (0.0 when none is scored). On a game whose success needs every
+    request of an episode right, pass^1 can sit at 0 while the partial reward still moves: this is that figure."""
+    rewards = [s["reward_info"]["reward"] for s in simulations if s.get("reward_info")]
+    return sum(rewards) / len(rewards) if rewards else 0.0

@@ -222,8 +222,8 @@ def test_sft_cli_report_to_tensorboard_logs_the_rows_of_sft_info(tiny_model_dir,
 def test_the_demos_grpo_runs_report_to_its_trackers(tiny_model_dir, tmp_path, monkeypatch):
     """pipeline/demo_loop.train_lora (every GRPO run of the demo) passes report_to to the trainer: output_dir/tb."""
     import game_registry
-    from pipeline.demo_config import LoopSettings
-    from pipeline.demo_loop import train_lora
+    from pipeline.demo.config import LoopSettings
+    from pipeline.demo.loop import train_lora
 
     # The test game is registered for this test only (later tests list every registered capability game). The
     # registry is discovered first: a copy taken before discovery would be restored empty, marked discovered.
@@ -241,7 +241,7 @@ def test_the_demos_grpo_runs_report_to_its_trackers(tiny_model_dir, tmp_path, mo
 
 def test_demo_report_to_comes_from_the_config_or_the_command_line_and_fingerprints_no_step(tmp_path):
     from common.io import InputError
-    from pipeline.demo_config import load_demo_config
+    from pipeline.demo.config import load_demo_config
 
     path = tmp_path / "demo.yaml"
     path.write_text((REPO / "configs" / "demo_fast.yaml").read_text() + "report_to: [tensorboard]\n")
@@ -258,8 +258,8 @@ def test_step1_on_a_flawed_expert_selects_the_planted_capability(tmp_path, demo_
     from benchmarks.results import write_results
     from benchmarks.storefront.flaws import FlawedExpertAgent
     from benchmarks.storefront.run import run_benchmark
-    from pipeline.demo_config import SelectSettings
-    from pipeline.demo_select import select_on_results
+    from pipeline.demo.config import SelectSettings
+    from pipeline.demo.selection import select_on_results
 
     simulations, tasks = run_benchmark(FlawedExpertAgent("skip_status_check"), 80, 7, config=demo_config,
                                        progress=False)
@@ -275,8 +275,8 @@ def test_step1_refuses_to_contrast_without_passed_trajectories(tmp_path, demo_co
     from benchmarks.results import write_results
     from benchmarks.storefront.flaws import FlawedExpertAgent
     from benchmarks.storefront.run import run_benchmark
-    from pipeline.demo_config import SelectSettings
-    from pipeline.demo_select import select_on_results
+    from pipeline.demo.config import SelectSettings
+    from pipeline.demo.selection import select_on_results
 
     simulations, tasks = run_benchmark(FlawedExpertAgent("skip_status_check"), 30, 7, config=demo_config,
                                        progress=False)
@@ -314,7 +314,7 @@ def test_game_mix_applies_each_games_overrides():
 
 def test_demo_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
     from common.io import InputError
-    from pipeline.demo_config import load_demo_config
+    from pipeline.demo.config import load_demo_config
 
     for name in ("demo.yaml", "demo_fast.yaml"):
         config = load_demo_config(REPO / "configs" / name)
@@ -398,8 +398,8 @@ def test_step1_with_llm_labelers_goes_through_label_trajectories(tmp_path, demo_
     from benchmarks.results import write_results
     from benchmarks.storefront.flaws import FlawedExpertAgent
     from benchmarks.storefront.run import run_benchmark
-    from pipeline.demo_config import SelectSettings
-    from pipeline.demo_select import select_on_results
+    from pipeline.demo.config import SelectSettings
+    from pipeline.demo.selection import select_on_results
 
     simulations, tasks = run_benchmark(FlawedExpertAgent("skip_status_check"), 12, 7, config=demo_config,
                                        progress=False)
@@ -422,7 +422,7 @@ def test_step1_with_llm_labelers_goes_through_label_trajectories(tmp_path, demo_
 def test_a_record_without_spread_figures_is_judged_by_its_success_rate():
     """Environments written before calibration measured reward spread hold 0/1 success rates only: their
     spread is that of 0/1 rewards at that rate, so the old records keep their old verdicts."""
-    from pipeline.demo_loop import binary_spread_share, not_trained_because
+    from pipeline.demo.trainable import binary_spread_share, not_trained_because
 
     assert abs(binary_spread_share(0.0830, 8) - 0.5) < 1e-3  # (1 - p)^8 = 1/2: half the groups of 8 hold no success
     env = {"status": "in_band", "knob": "k", "value": 1, "success_rate": 0.3}
@@ -454,7 +454,7 @@ def test_the_skip_rule_reads_the_reward_spread_not_the_success_rate():
     """GRPO learns from any reward difference within a group: a game with partial rewards that vary and no
     success is trained; one whose rewards are all equal, or whose tasks each always pass or always fail (in
     the band or not), is skipped, and the message gives each value's figures."""
-    from pipeline.demo_loop import MIN_SPREAD_SHARE, not_trained_because
+    from pipeline.demo.trainable import MIN_SPREAD_SHARE, not_trained_because
 
     partial = {"status": "out_of_range", "knob": "k", "value": 1, "success_rate": 0.0, "mean_reward": 0.3,
                "spread_share": 0.99, "group_size": 8,
@@ -499,7 +499,7 @@ def partial_reward_game(monkeypatch):
                         for t in range(n_tasks) for i, r in enumerate(rewards_of(overrides)[:n_samples])]
             return collect
 
-        monkeypatch.setattr("pipeline.demo_loop.model_collector", collector)
+        monkeypatch.setattr("pipeline.demo.loop.model_collector", collector)
 
     return script
 
@@ -507,8 +507,9 @@ def partial_reward_game(monkeypatch):
 def test_calibration_records_mean_reward_and_spread_and_trains_a_partial_reward_game(partial_reward_game):
     import dataclasses
 
-    from pipeline.demo_config import LoopSettings
-    from pipeline.demo_loop import calibrate_capability, not_trained_because
+    from pipeline.demo.config import LoopSettings
+    from pipeline.demo.loop import calibrate_capability
+    from pipeline.demo.trainable import not_trained_because
 
     settings = dataclasses.replace(LoopSettings(), calibration_tasks=6, calibration_samples=2, group_size=8)
     partial_reward_game(lambda overrides: [0.0, 0.6])  # no success at any knob value, rewards that differ
@@ -532,8 +533,8 @@ def test_step2_validates_the_game_with_the_overrides_it_calibrates(partial_rewar
     import dataclasses
 
     import pipeline.validate_game
-    from pipeline.demo_config import LoopSettings
-    from pipeline.demo_loop import calibrate_capability
+    from pipeline.demo.config import LoopSettings
+    from pipeline.demo.loop import calibrate_capability
 
     validated = []
     monkeypatch.setattr(pipeline.validate_game, "validate", lambda spec, **kw: (
@@ -545,8 +546,8 @@ def test_step2_validates_the_game_with_the_overrides_it_calibrates(partial_rewar
 
 
 def test_step2_report_and_progress_lines_show_each_values_figures():
-    from pipeline.demo_config import DemoConfig
-    from pipeline.demo_report import _environment_tables, environment_lines
+    from pipeline.demo.config import DemoConfig
+    from pipeline.demo.report import _environment_tables, environment_lines
 
     env = {"game": "capability_x", "validated": True, "status": "out_of_range", "knob": "k", "value": 1,
            "success_rate": 0.0, "mean_reward": 0.3, "spread_share": 0.99, "group_size": 8, "settings": {"k": 1},
@@ -572,8 +573,8 @@ def test_evaluate_max_steps_limits_the_episodes_the_demo_plays_but_not_the_demon
     from benchmarks.storefront.config import StorefrontConfig
     from benchmarks.storefront.game import StorefrontGame
     from game_registry import parse_hermes_action
-    from pipeline.demo import Demo
-    from pipeline.demo_config import load_demo_config
+    from pipeline.demo.run import Demo
+    from pipeline.demo.config import load_demo_config
 
     config = load_demo_config(REPO / "configs/demo.yaml")
     demo = Demo(config, tmp_path, fresh=False, profile="default")
@@ -592,7 +593,7 @@ def test_evaluate_max_steps_limits_the_episodes_the_demo_plays_but_not_the_demon
 
 
 def test_training_curves_end_at_the_episodes_each_run_used():
-    from pipeline.demo_report import curve_episodes
+    from pipeline.demo.report import curve_episodes
 
     metrics = [{"iteration": i, "success_rate": 0.1 * i} for i in range(1, 9)]  # as train.grpo logs them
     assert curve_episodes(metrics, 64) == [64 * i for i in range(1, 9)]  # 8 iterations x 64 = 512, not 576
@@ -600,9 +601,9 @@ def test_training_curves_end_at_the_episodes_each_run_used():
 
 def test_own_game_report_puts_each_adapter_beside_the_base_agent_on_its_game(tmp_path):
     from benchmarks.results import write_results
-    from pipeline.demo import summarize_runs
-    from pipeline.demo_config import DemoConfig
-    from pipeline.demo_report import _own_game_section
+    from pipeline.demo.run import summarize_runs
+    from pipeline.demo.config import DemoConfig
+    from pipeline.demo.report import _own_game_section
 
     def runs(greedy: float, sampled: float, reward: float | None) -> dict:
         out = {}

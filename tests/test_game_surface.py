@@ -23,7 +23,7 @@ from benchmarks.storefront.tools import StorefrontTools
 from benchmarks.storefront.user_sim import REQUEST_KINDS
 from game_registry import get_game, parse_hermes_action, render_tool_call
 from games._storefront_game_kit import AUTH_QUESTION, surface_fields
-from pipeline.demo_config import load_demo_config
+from pipeline.demo.config import load_demo_config
 from pipeline.validate_game import validate
 from test_difficulty_knobs import (forgets_some_requests, guesses_items, guesses_payment_method, mutate_calls,
                                    trusts_eligibility_claims, zip_as_number)

@@ -51,3 +51,19 @@ def test_no_other_step_imports_a_private_pipeline_module():
         if "pipeline._" in path.read_text(encoding="utf-8"):
             offenders.append(path.name)
     assert not offenders, f"these import a private pipeline module: {offenders}"
+
+
+def test_the_demo_is_its_own_package_and_its_loop_and_report_do_not_import_each_other():
+    """The demo lives in pipeline/demo/ (apart from the benchmark-agnostic Step 1-2 tools), and its loop (which
+    runs models) and its report (which only renders records) share trainable.py and plotting.py instead of
+    reaching into each other, at import time or inside a function."""
+    assert not list((REPO / "pipeline").glob("demo_*.py")) and not (REPO / "pipeline" / "rule_labeler.py").exists()
+    import ast
+
+    for module, other in (("loop", "report"), ("report", "loop")):
+        tree = ast.parse((REPO / "pipeline" / "demo" / f"{module}.py").read_text(encoding="utf-8"))
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {f"{node.module}.{alias.name}" if node.module == "pipeline.demo" else node.module
+                     for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+        assert f"pipeline.demo.{other}" not in imported, module
+        assert f"pipeline.demo.{other}" not in imported_after(f"import pipeline.demo.{module}"), module

@@ -17,7 +17,7 @@ same settings (its own config section and the steps it reads from), so an interr
   evaluate  the base agent on held-out storefront tasks: every evaluation seed, greedy and temperature 1
             (pass^k over samples), τ²-bench-format results
   select    Step 1 on the base agent's results on separate analysis tasks: compacted trajectories, a
-            FIXED candidate list (`pipeline/rule_labeler.CANDIDATES`, which holds capabilities that were
+            FIXED candidate list (`pipeline/demo/rule_labeler.CANDIDATES`, which holds capabilities that were
             not planted), N rule-based labelers that see only the trajectory and the results' evaluation
             details (never the planted flaws or a task's hidden capability record), aggregation with
             rho, delta, K; precision and recall of the selection against the planted deficits
@@ -58,7 +58,7 @@ from typing import Any, Callable
 from common.io import InputError, atomic_write_json, atomic_write_jsonl, load_json
 from common.run_folder import Interrupted, check_output_dir, exit_code, follow_umask
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PROFILES = {"default": "configs/demo.yaml", "fast": "configs/demo_fast.yaml"}
 STEP_FILE = "step.json"
 
@@ -74,7 +74,7 @@ class Demo:
 
     def __init__(self, config: Any, run_dir: Path, fresh: bool, profile: str, rebuild_base: bool = False,
                  shipped_dir: Path | None = None):
-        from pipeline.demo_base import SHIPPED_DIR
+        from pipeline.demo.base_agent import SHIPPED_DIR
 
         self.config = config
         self.run_dir = run_dir
@@ -129,7 +129,7 @@ class Demo:
         for the shipped agent); otherwise the shipped agent is used when its manifest matches these settings,
         and the agent is built here when it does not or with --rebuild-base. A build's settings carry no
         "source" key, so runs made before the agent was shipped stay up to date."""
-        from pipeline.demo_base import shipped_status
+        from pipeline.demo.base_agent import shipped_status
 
         settings = base_settings(self.config, self.storefront)
         if self.rebuild_base:
@@ -153,7 +153,7 @@ class Demo:
         return {**settings, "source": "shipped"}
 
     def base(self, folder: Path) -> dict[str, Any]:
-        from pipeline.demo_base import install_shipped
+        from pipeline.demo.base_agent import install_shipped
 
         if self.shipped_manifest is not None:
             built = self.shipped_manifest["built"]
@@ -169,7 +169,7 @@ class Demo:
         """Demonstrations -> tokenizer + tiny model -> openings curriculum -> SFT; the model in folder/model."""
         import torch
 
-        from pipeline.demo_base import build_environment
+        from pipeline.demo.base_agent import build_environment
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from benchmarks.storefront.demos import make_demonstrations, make_openings
@@ -227,7 +227,7 @@ class Demo:
                   ) -> dict[str, Any]:
         """`model_dir` (+ `adapter`) on `game` (the storefront as the demo plays it unless given), every seed:
         greedy (unless `greedy` is False) and `samples` samples at evaluate.temperature; results files in `folder`."""
-        from benchmarks.results import write_results
+        from benchmarks.results import mean_reward, write_results
         from train.evaluate import evaluate_model, load_policy_model
 
         if game == "storefront" and game_overrides is None:
@@ -261,7 +261,7 @@ class Demo:
                                        "base")}
 
     def select(self, folder: Path) -> dict[str, Any]:
-        from pipeline.demo_select import select_on_results
+        from pipeline.demo.selection import select_on_results
 
         s = self.config.select
         runs = self._evaluate(self.run_dir / "base" / "model", None, folder, [s.seed], s.tasks, s.samples,
@@ -276,8 +276,9 @@ class Demo:
         return model.to(_device()), tokenizer
 
     def environments(self, folder: Path) -> dict[str, Any]:
-        from pipeline.demo_loop import calibrate_capability, not_trained_because
-        from pipeline.demo_report import environment_lines
+        from pipeline.demo.loop import calibrate_capability
+        from pipeline.demo.trainable import not_trained_because
+        from pipeline.demo.report import environment_lines
 
         selected = self.records["select"]["figures"]["selected"]
         forced = self.config.loop.capabilities
@@ -309,14 +310,14 @@ class Demo:
     def trainable(self) -> dict[str, dict[str, Any]]:
         """Capabilities with a valid game that gives GRPO a learning signal (`not_trained_because`), and the game
         overrides calibration chose."""
-        from pipeline.demo_loop import not_trained_because
+        from pipeline.demo.trainable import not_trained_because
 
         figures = self.records["environments"]["figures"]
         return {c: e["game_overrides"] for c, e in figures["capabilities"].items()
                 if not_trained_because(e, self.config.loop.group_size, forced=figures["forced"]) is None}
 
     def train(self, folder: Path) -> dict[str, Any]:
-        from pipeline.demo_loop import game_for, train_lora
+        from pipeline.demo.loop import game_for, train_lora
 
         loop = self.config.loop
         runs = {}
@@ -329,7 +330,7 @@ class Demo:
         return {"adapters": runs}
 
     def own_game(self, folder: Path) -> dict[str, Any]:
-        from pipeline.demo_loop import game_for
+        from pipeline.demo.loop import game_for
 
         g, loop = self.config.own_game, self.config.loop
         overrides = self.trainable()
@@ -347,7 +348,7 @@ class Demo:
         return out
 
     def gate(self, folder: Path) -> dict[str, Any]:
-        from pipeline.demo_loop import train_gate
+        from pipeline.demo.loop import train_gate
 
         adapters = {c: run["adapter"] for c, run in self.records["train"]["figures"]["adapters"].items()}
         if not adapters:
@@ -362,7 +363,7 @@ class Demo:
 
     def baselines(self, folder: Path) -> dict[str, Any]:
         from game_registry import get_game
-        from pipeline.demo_loop import checkpoint_plan, game_for, train_lora
+        from pipeline.demo.loop import checkpoint_plan, game_for, train_lora
         from train.game_mix import mixed_spec
 
         loop = self.config.loop
@@ -417,7 +418,7 @@ class Demo:
         routing: dict[str, Any] = {}
         if "TRACE" in out:
             from benchmarks.results import load_results
-            from pipeline.demo_loop import plot_routing, routing_by_kind
+            from pipeline.demo.loop import plot_routing, routing_by_kind
 
             routing["by_kind"] = routing_by_kind(self.run_dir / "base" / "model", models["TRACE"],
                                                  [self.run_dir / r["path"] for r in out["TRACE"].values()])
@@ -466,13 +467,6 @@ def base_settings(config: Any, storefront: Any) -> dict[str, Any]:
     return json.loads(json.dumps(settings, default=str))  # as step.json stores it (lists, not tuples)
 
 
-def mean_reward(simulations: list[dict[str, Any]]) -> float:
-    """Mean episode reward over scored simulations (0.0 when none is scored). On a game whose success needs every
-    request of an episode right, pass^1 can sit at 0 while the partial reward still moves: this is that figure."""
-    rewards = [s["reward_info"]["reward"] for s in simulations if s.get("reward_info")]
-    return statistics.fmean(rewards) if rewards else 0.0
-
-
 def summarize_runs(runs: dict[str, Any], mode: str) -> dict[str, Any]:
     """mean ± std over evaluation seeds of pass^1 (and pass^k) per group, for one mode (greedy / sampled)."""
     chosen = [run for key, run in runs.items() if key.endswith("/" + mode)]
@@ -491,16 +485,19 @@ def summarize_runs(runs: dict[str, Any], mode: str) -> dict[str, Any]:
 
 def write_report(demo: Demo) -> str:
     """report.md + results.json under the run folder; returns the printed table."""
-    from pipeline.demo_report import render_report
+    from pipeline.demo.report import render_report
 
-    text, results, table = render_report(demo.run_dir, demo.records, demo.config, summarize_runs, demo.profile)
+    from pipeline.demo.loop import routing_by_kind
+
+    text, results, table = render_report(demo.run_dir, demo.records, demo.config, summarize_runs, demo.profile,
+                                         measure_routing=routing_by_kind)
     (demo.run_dir / "report.md").write_text(text, encoding="utf-8")
     atomic_write_json(demo.run_dir / "results.json", results)
     return table
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.demo_config import load_demo_config
+    from pipeline.demo.config import load_demo_config
     from train.tracking import check_report_to, require_trackers
 
     parser = argparse.ArgumentParser(prog="python -m pipeline.demo", description=__doc__.split("\n\n")[0])
@@ -555,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_steps(demo: Demo, config: Any, config_path: Path, run_dir: Path, profile: str) -> int:
-    from pipeline.demo_config import SECTIONS
+    from pipeline.demo.config import SECTIONS
 
     run_dir.mkdir(parents=True, exist_ok=True)
     print(f"TRACE CPU demo ({profile} profile, {config_path.relative_to(REPO_ROOT) if config_path.is_relative_to(REPO_ROOT) else config_path}) "

@@ -1,6 +1,6 @@
 """Settings of the closed-loop CPU demo (`configs/demo.yaml`, `configs/demo_fast.yaml`).
 
-Each section configures one step of `pipeline/demo.py`; a step is re-run only when its own section, or a
+Each section configures one step of `pipeline/demo/run.py`; a step is re-run only when its own section, or a
 step it reads from, changed. Unknown keys and invalid values raise with the fix spelled out.
 """
 from __future__ import annotations
@@ -182,7 +182,7 @@ class LoopSettings:
         _number("loop", "hint_fraction", self.hint_fraction, 0.0, 1.0)
         if not isinstance(self.baselines, bool):
             raise ValueError(f"loop.baselines must be true or false, got {self.baselines!r}")
-        from pipeline.rule_labeler import candidate_names
+        from pipeline.demo.rule_labeler import candidate_names
 
         known = list(candidate_names())
         if not isinstance(self.capabilities, list) or any(c not in known for c in self.capabilities):

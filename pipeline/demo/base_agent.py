@@ -1,7 +1,7 @@
 """The demo's base agent, shipped: the weights `make demo` starts from, so that every machine runs one experiment.
 
-    python -m pipeline.demo_base ship [--run-dir runs/demo] [--to assets/demo_base_agent]
-    python -m pipeline.demo_base check [--config configs/demo.yaml]
+    python -m pipeline.demo.base_agent ship [--run-dir runs/demo] [--to assets/demo_base_agent]
+    python -m pipeline.demo.base_agent check [--config configs/demo.yaml]
     python -m pipeline.demo --rebuild-base        (build the base agent here instead of using the shipped one)
 
 Why ship it: building the base agent (SFT of the tiny model on 10,000 demonstrations) is most of a first run's
@@ -24,7 +24,7 @@ evaluation figures are the build's own) and `manifest.json`:
 
 `tests/test_demo_base.py` fails when `configs/demo.yaml` (or the storefront config it names) no longer matches
 the shipped manifest: then rebuild (`python -m pipeline.demo --rebuild-base`) and ship the result
-(`python -m pipeline.demo_base ship`).
+(`python -m pipeline.demo.base_agent ship`).
 """
 from __future__ import annotations
 
@@ -42,13 +42,13 @@ from typing import Any
 from common.io import InputError, atomic_write_json, load_json
 from common.run_folder import exit_code
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_DIR = REPO_ROOT / "assets" / "demo_base_agent"
 MANIFEST = "manifest.json"
 # The model folder's files as `Demo.base` saves them (sft_info.json holds the SFT's loss curves).
 MODEL_FILES = ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                "chat_template.jinja", "sft_info.json")
-REBUILD_COMMAND = "python -m pipeline.demo --rebuild-base   (then: python -m pipeline.demo_base ship)"
+REBUILD_COMMAND = "python -m pipeline.demo --rebuild-base   (then: python -m pipeline.demo.base_agent ship)"
 
 
 def settings_fingerprint(settings: dict[str, Any]) -> str:
@@ -180,10 +180,10 @@ def ship(run_dir: Path, shipped_dir: Path = SHIPPED_DIR) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.demo import PROFILES, base_settings
-    from pipeline.demo_config import load_demo_config
+    from pipeline.demo.run import PROFILES, base_settings
+    from pipeline.demo.config import load_demo_config
 
-    parser = argparse.ArgumentParser(prog="python -m pipeline.demo_base", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m pipeline.demo.base_agent", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     ship_parser = sub.add_parser("ship", help="ship the base agent a demo run built (its runs/<name>/base)")
     ship_parser.add_argument("--run-dir", type=Path, default=REPO_ROOT / "runs" / "demo")

@@ -2,8 +2,9 @@
 
 Numbers come only from the steps' own `step.json` figures; a step that did not run has no row. One exception,
 for run folders whose final step predates them: the routing shares per request kind (`routing.by_kind`, which
-the final step records) are measured here when missing (`pipeline.demo_loop.routing_by_kind`, one forward pass
-per conversation, seconds on the demo's model) from the final step's saved TRACE conversations and the gate.
+the final step records) are measured when missing by the `measure_routing` function the caller passes
+(`pipeline.demo.run.write_report` passes `pipeline.demo.loop.routing_by_kind`: one forward pass per
+conversation, seconds on the demo's model); this module itself never runs a model.
 """
 from __future__ import annotations
 
@@ -12,25 +13,11 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+from pipeline.demo.plotting import pyplot, save_figure
+from pipeline.demo.trainable import MIN_SPREAD_SHARE, not_trained_because
 from pipeline.recalibrate import measurement_text
 
 
-def pyplot() -> Any:
-    """matplotlib.pyplot drawing to files only (no display here)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save_figure(figure: Any, path: Path) -> Path:
-    """Lay out, write as PNG and free the figure."""
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    pyplot().close(figure)
-    return path
 
 
 def _fmt(cell: dict[str, float] | None) -> str:
@@ -167,9 +154,10 @@ def results_rows(evaluate: dict[str, Any], summarize: Callable[[dict[str, Any], 
 
 
 def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any,
-                  summarize: Callable[[dict[str, Any], str], dict[str, Any]], profile: str
-                  ) -> tuple[str, dict[str, Any], str]:
-    """(report markdown, results.json object, the table printed at the end)."""
+                  summarize: Callable[[dict[str, Any], str], dict[str, Any]], profile: str,
+                  measure_routing: Callable[..., dict[str, Any]] | None = None) -> tuple[str, dict[str, Any], str]:
+    """(report markdown, results.json object, the table printed at the end). `measure_routing`: see
+    `routing_section` (None: a run whose final step did not record the routing shares shows none)."""
     lines = ["# TRACE CPU demo report", "",
              f"Profile `{profile}`; device {records.get('base', {}).get('device', '?')}. Every number below was "
              "measured by this run; steps that did not run have no numbers.", ""]
@@ -266,7 +254,7 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
                        f"(planted: {', '.join(select['planted_capabilities'])}; precision {pr(select['precision'])}, "
                        f"recall {pr(select['recall'])})")
 
-    lines += _loop_sections(run_dir, records, config, results, summarize)
+    lines += _loop_sections(run_dir, records, config, results, summarize, measure_routing)
     lines += ["## Time per step", "", "| step | seconds | device |", "|---|---|---|"]
     lines += [f"| {name} | {r['seconds']:.0f} | {r['device']} |" for name, r in records.items()]
     lines.append("")
@@ -274,7 +262,8 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
 
 
 def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: Any, results: dict[str, Any],
-                   summarize: Callable[[dict[str, Any], str], dict[str, Any]]) -> list[str]:
+                   summarize: Callable[[dict[str, Any], str], dict[str, Any]],
+                   measure_routing: Callable[..., dict[str, Any]] | None = None) -> list[str]:
     lines: list[str] = []
     envs = records.get("environments", {}).get("figures", {}).get("capabilities")
     if envs is not None:
@@ -329,7 +318,7 @@ def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: An
         png = plot_pass_vs_rollouts(points, run_dir / "pass_vs_rollouts.png")
         if png:
             lines += ["![pass rate against rollouts](pass_vs_rollouts.png)", ""]
-    return lines + routing_section(run_dir, records, results)
+    return lines + routing_section(run_dir, records, results, measure_routing)
 
 
 def routing_section(run_dir: Path, records: dict[str, dict[str, Any]], results: dict[str, Any],
@@ -337,8 +326,9 @@ def routing_section(run_dir: Path, records: dict[str, dict[str, Any]], results: 
     """The gate: what router SFT trained it on (rollouts per label), how often it picks each slot per request
     kind on the target (TRACE's evaluation conversations), and one conversation's routing (plot_routing).
 
-    `measure` (default `pipeline.demo_loop.routing_by_kind`) re-scores TRACE's saved evaluation conversations
-    when the final step did not record `routing.by_kind`. Sets results["routing"]."""
+    `measure` (e.g. `pipeline.demo.loop.routing_by_kind`) re-scores TRACE's saved evaluation conversations when
+    the final step did not record `routing.by_kind`; without it such a run shows no shares. Sets
+    results["routing"]."""
     gate = records.get("gate", {}).get("figures", {})
     final = records.get("final", {}).get("figures", {})
     routing = dict(final.get("routing") or {})
@@ -356,11 +346,9 @@ def routing_section(run_dir: Path, records: dict[str, dict[str, Any]], results: 
                      else "Labels weighted by their token counts (no balancing)")
                   + (f"; {hinted} successful hinted rollouts left out (their system prompt holds the game's hint, a "
                      "cue the target never shows)." if hinted else "."), ""]
-    if "by_kind" not in routing and gate.get("gate") and "TRACE" in final.get("models", {}):
-        from pipeline.demo_loop import routing_by_kind
-
+    if measure is not None and "by_kind" not in routing and gate.get("gate") and "TRACE" in final.get("models", {}):
         paths = [run_dir / run["path"] for run in final["models"]["TRACE"].values()]
-        routing["by_kind"] = (measure or routing_by_kind)(run_dir / "base" / "model", Path(gate["gate"]), paths)
+        routing["by_kind"] = measure(run_dir / "base" / "model", Path(gate["gate"]), paths)
     by_kind = routing.get("by_kind")
     if by_kind:
         out["by_kind"] = by_kind
@@ -392,7 +380,6 @@ def _figure(value: float | None) -> str:
 
 def _environment_tables(envs: dict[str, dict[str, Any]], config: Any, forced: bool) -> list[str]:
     """Step 2: one row per capability (figures at the kept settings), then every probed value's figures."""
-    from pipeline.demo_loop import MIN_SPREAD_SHARE, not_trained_because
 
     loop = config.loop
     lines = ["| capability | game | validated | difficulty | base success | mean reward | groups with spread | "
@@ -424,7 +411,7 @@ def _runs_mean_reward(run_dir: Path, runs: dict[str, Any], mode: str) -> float |
     """Mean episode reward over a model's runs in one mode (runs recorded before the figure existed are read
     from their results files)."""
     from benchmarks.results import load_results
-    from pipeline.demo import mean_reward
+    from benchmarks.results import mean_reward
 
     values = [run["mean_reward"] if "mean_reward" in run else
               mean_reward(load_results(run_dir / run["path"])["simulations"])
