@@ -442,8 +442,8 @@ def test_code_edit_game_file_registers_a_scenario_game(tmp_path, monkeypatch):
     game.reset(0)
     assert game.workspace.scenario.id == "boundary_handling_0001"
     assert "tests/test_hidden_pricing.py" not in game.workspace.files  # hidden tests stay hidden
-    assert {s["function"]["name"] for s in game.get_tool_schemas()} == {
-        "view_file", "search", "replace_in_file", "run_tests", "submit"}
+    # mini-swe-agent's format by default (what SWE-bench evaluation uses): no tool schemas, one bash block a turn
+    assert game.config.interface == "bash" and not game.get_tool_schemas()
 
 
 def test_unknown_environment_kind_names_the_missing_template(tmp_path, capsys):
