@@ -363,6 +363,13 @@ def test_demo_fast_runs_every_step_and_resumes(tmp_path):
                                      "baselines", "final", "efficiency"}
     assert (tmp_path / "demo" / "report.md").is_file() and (tmp_path / "demo" / "sft_curve.png").is_file()
     assert "TRACE" in results["evaluation"] and "direct GRPO" in results["evaluation"]
+    # direct GRPO's second setting: a fixed pool of 2 tasks (demo_fast.yaml), 6 groups = 3 passes, evaluated beside
+    # the fresh-task run
+    pool_run = json.loads((demo / "baselines" / "step.json").read_text())["figures"]["direct_pool"]
+    assert pool_run["tasks"] == {"pool": 2, "groups": 6, "distinct": 2, "passes": 3.0}
+    assert "direct GRPO (task pool)" in results["evaluation"] and set(results["direct_settings"]["rows"]) == {
+        "direct GRPO", "direct GRPO (task pool)"}
+    assert "baselines/direct_pool" in {str(p) for p in grpo_runs}
     # efficiency (efficiency_fractions [0.5]; direct GRPO runs 3 iterations): its checkpoint at iteration 1, evaluated
     # on the final step's tasks, beside TRACE
     direct = json.loads((demo / "baselines" / "step.json").read_text())["figures"]["direct"]

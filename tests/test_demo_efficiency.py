@@ -117,9 +117,10 @@ def loop_records() -> dict:
 
 
 def fake_train_lora(calls: list):
-    def train(spec, model_dir, output_dir, overrides, settings, iterations, report_to=None, checkpoints_at=()):
+    def train(spec, model_dir, output_dir, overrides, settings, iterations, report_to=None, checkpoints_at=(),
+              task_pool=0):
         calls.append({"game": spec.name, "folder": output_dir.name, "iterations": iterations,
-                      "checkpoints_at": list(checkpoints_at)})
+                      "checkpoints_at": list(checkpoints_at), "task_pool": task_pool})
         per_iteration = settings.groups_per_iteration * settings.group_size
         out = {"adapter": str(output_dir), "iterations": iterations, "episodes": iterations * per_iteration,
                "curve": []}
@@ -150,8 +151,13 @@ def test_the_baselines_step_keeps_direct_grpos_checkpoints_at_the_fractions(tmp_
     demo = demo_with(tmp_path)
     figures = demo.baselines(tmp_path / "baselines")
     assert figures["budget_episodes"] == 1280
-    assert calls[0] == {"game": "storefront", "folder": "direct", "iterations": 20, "checkpoints_at": [5, 10]}
-    assert calls[1]["folder"] == "mixed" and calls[1]["checkpoints_at"] == []  # only direct GRPO keeps them
+    assert calls[0] == {"game": "storefront", "folder": "direct", "iterations": 20, "checkpoints_at": [5, 10],
+                        "task_pool": 0}
+    # direct GRPO's second setting (configs/demo.yaml: a fixed pool of 40 tasks), same budget, no checkpoints
+    assert calls[1] == {"game": "storefront", "folder": "direct_pool", "iterations": 20, "checkpoints_at": [],
+                        "task_pool": 40}
+    assert calls[2]["folder"] == "mixed" and calls[2]["checkpoints_at"] == []  # only direct GRPO keeps them
+    assert calls[2]["task_pool"] == 0
     direct = figures["direct"]
     assert [(c["label"], c["iteration"], c["episodes"], c["fraction"]) for c in direct["checkpoints"]] == [
         ("direct GRPO @1/4", 5, 320, 0.25), ("direct GRPO @1/2", 10, 640, 0.5)]
@@ -224,6 +230,10 @@ def test_the_fractions_fingerprint_the_baselines_and_efficiency_steps_only(tmp_p
         assert on[name] == off[name] == other[name], name
         assert "efficiency_fractions" not in json.dumps(on[name][0]), name
     assert on["baselines"][0]["efficiency_fractions"] == [0.25, 0.5]
+    # loop.direct_task_pool is the baselines' setting only (direct GRPO's fixed-pool run): Steps 2-4 keep theirs
+    assert on["baselines"][0]["direct_task_pool"] == 40
+    for name in ("environments", "train", "gate", "own_game"):
+        assert "direct_task_pool" not in json.dumps(on[name][0]), name
     assert "efficiency_fractions" not in off["baselines"][0]  # off: the baselines' settings of before
     assert on["efficiency"][1] == ("baselines",) and on["efficiency"][0]["efficiency_fractions"] == [0.25, 0.5]
     assert on["efficiency"][0]["storefront"] == on["evaluate"][0]["storefront"]

@@ -41,6 +41,7 @@ steps_per_iteration steps); iterations without an update do not advance it.
 from __future__ import annotations
 
 import dataclasses
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,11 @@ class GRPOConfig:
     hint_fraction: float = 0.25  # share of each group sampled with the game's hint prompt
     max_episode_tokens: int = 4096
     train_seed_start: int = 1_000_000  # task seeds for training start here (evaluation uses small seeds)
+    # 0: every group plays a fresh task (seed train_seed_start + iteration x groups_per_iteration + group), an
+    # unlimited stream. N >= 1: a fixed pool of N tasks (seeds train_seed_start .. train_seed_start + N - 1) that the
+    # groups go through pass after pass, each pass in a new order drawn from `seed` (`task_seed`), as training on a
+    # finite benchmark's task set does (τ²-Bench: 50 airline + 114 retail tasks).
+    task_pool: int = 0
 
     # GRPO
     scale_advantages: bool = True
@@ -141,6 +147,9 @@ class GRPOConfig:
              f"hint_fraction must be in [0, 1) (some samples must use the base prompt), got {self.hint_fraction}")
         need(self.max_episode_tokens >= 16, f"max_episode_tokens must be >= 16, got {self.max_episode_tokens}")
         need(self.train_seed_start >= 0, "train_seed_start must be >= 0")
+        need(not isinstance(self.task_pool, bool) and isinstance(self.task_pool, int) and self.task_pool >= 0,
+             f"task_pool must be an int >= 0 (0 = a fresh task for every group; N = a fixed pool of N tasks, e.g. "
+             f"164 as τ²-Bench's airline + retail), got {self.task_pool!r}")
         need(self.std_floor > 0, f"std_floor must be > 0 (reference 1e-3), got {self.std_floor}")
         need(0 < self.clip_eps < 1, f"clip_eps must be in (0, 1) (default 0.2), got {self.clip_eps}")
         need(self.loss_agg in ("grpo", "dapo", "dr_grpo"), f"loss_agg must be grpo, dapo or dr_grpo, got {self.loss_agg!r}")
@@ -165,6 +174,16 @@ class GRPOConfig:
     def n_hinted(self) -> int:
         """Hinted samples per group: the first `n_hinted` sample indices of each group."""
         return int(self.hint_fraction * self.group_size)
+
+    def task_seed(self, iteration: int, group: int) -> int:
+        """The task seed group `group` of iteration `iteration` plays (see `task_pool`)."""
+        index = iteration * self.groups_per_iteration + group  # the run's group count so far
+        if self.task_pool == 0:
+            return self.train_seed_start + index
+        passes, position = divmod(index, self.task_pool)
+        order = list(range(self.task_pool))
+        random.Random(f"task-pool-{self.seed}-{passes}").shuffle(order)  # str seeds are stable across runs
+        return self.train_seed_start + order[position]
 
     def resolved_output_dir(self) -> Path:
         return Path(self.output_dir or f"pipeline/adapters/{self.capability}")

@@ -6,7 +6,8 @@ naming the prompt length and the budget), and a sampler that reports its own log
 temperature other than 1 must report them after temperature (`--logprobs-mode processed_logprobs`).
 
 One iteration:
-  1. Sample. `groups_per_iteration` task seeds (each rank takes every world_size-th group); `group_size`
+  1. Sample. `groups_per_iteration` task seeds (each rank takes every world_size-th group; fresh tasks, or a
+     fixed pool of `task_pool` tasks gone through pass after pass: `GRPOConfig.task_seed`); `group_size`
      episodes per seed, the first `hint_fraction * group_size` of them with the game's hint prompt. All
      episodes of the rank are played together through the rollout backend (in-process HF or vLLM).
      An episode that generated no token (its prompt filled the budget) drops its whole group; an iteration
@@ -269,9 +270,8 @@ class GRPOTrainer:
     def requests(self, iteration: int) -> list[EpisodeRequest]:
         """This rank's episodes: every world_size-th group of the iteration, `group_size` samples each."""
         c = self.config
-        first_seed = c.train_seed_start + iteration * c.groups_per_iteration
         return [
-            EpisodeRequest(seed=first_seed + group, sample_idx=k, hinted=k < c.n_hinted)
+            EpisodeRequest(seed=c.task_seed(iteration, group), sample_idx=k, hinted=k < c.n_hinted)
             for group in range(self.rank, c.groups_per_iteration, self.world_size)
             for k in range(c.group_size)
         ]

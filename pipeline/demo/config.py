@@ -163,6 +163,10 @@ class LoopSettings:
     hint_fraction: float = 0.25
     max_episode_tokens: int = 2048
     baselines: bool = True  # direct GRPO on the storefront and one adapter on the games mixed, same budget
+    # Direct GRPO's second setting: a fixed pool of this many target tasks (training seeds, disjoint from the
+    # evaluation's), gone through pass after pass, beside its run on unlimited fresh tasks; 0 leaves it out. The
+    # default is τ²-Bench's task count (50 airline + 114 retail), the finite set the paper's GRPO trains on.
+    direct_task_pool: int = 164
     # Train these capabilities whatever Step 1 selected ([] = Step 1's selection). For runs that must exercise
     # every step even when the base agent is too weak for Step 1 (the fast profile); the report says so.
     capabilities: list[str] = field(default_factory=list)
@@ -171,10 +175,12 @@ class LoopSettings:
         for name in ("validate_seeds", "calibration_tasks", "calibration_samples", "max_rounds", "iterations",
                      "groups_per_iteration", "group_size", "max_episode_tokens"):
             _positive_int("loop", name, getattr(self, name))
-        for name in ("fuzz_actions", "gate_sft_epochs", "gate_iterations"):
+        for name in ("fuzz_actions", "gate_sft_epochs", "gate_iterations", "direct_task_pool"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"loop.{name} must be an int >= 0, got {value!r}")
+                raise ValueError(f"loop.{name} must be an int >= 0, got {value!r}"
+                                 + (" (0 leaves direct GRPO's fixed-pool run out; 164 is τ²-Bench's task count)"
+                                    if name == "direct_task_pool" else ""))
         if (not isinstance(self.band, list) or len(self.band) != 2
                 or not all(isinstance(b, (int, float)) for b in self.band) or not 0 <= self.band[0] <= self.band[1] <= 1):
             raise ValueError(f"loop.band must be [low, high] with 0 <= low <= high <= 1, got {self.band!r}")

@@ -104,10 +104,12 @@ def calibrate_capability(capability: str, model: Any, tokenizer: Any, game_overr
 
 
 def grpo_config(game: str, model_dir: Path, output_dir: Path, game_overrides: dict[str, Any], settings: Any,
-                iterations: int, report_to: list[str] | None = None, checkpoints_at: Sequence[int] = ()) -> Any:
+                iterations: int, report_to: list[str] | None = None, checkpoints_at: Sequence[int] = (),
+                task_pool: int = 0) -> Any:
     """The GRPO config of one demo run: configs/grpo_tiny.yaml with the demo's budget (and trackers). It saves a
     checkpoint at the last iteration and, with `checkpoints_at`, at every multiple of their greatest common divisor
-    (the trainer saves every `save_every` iterations), so at each of them."""
+    (the trainer saves every `save_every` iterations), so at each of them. `task_pool`: the run's tasks (0: a fresh
+    one per group; N: a fixed pool of N, `GRPOConfig.task_pool`)."""
     from train.config import load_config
 
     return load_config(str(GRPO_TINY), game=game, model=str(model_dir), output_dir=str(output_dir),
@@ -116,7 +118,7 @@ def grpo_config(game: str, model_dir: Path, output_dir: Path, game_overrides: di
                        learning_rate=settings.learning_rate, max_episode_tokens=settings.max_episode_tokens,
                        hint_fraction=settings.hint_fraction,
                        save_every=math.gcd(*checkpoints_at) if checkpoints_at else max(1, iterations),
-                       micro_batch_size=8, report_to=list(report_to or []))
+                       micro_batch_size=8, report_to=list(report_to or []), task_pool=task_pool)
 
 
 def checkpoint_plan(iterations: int, fractions: Sequence[float]) -> list[dict[str, Any]]:
@@ -137,14 +139,17 @@ def checkpoint_plan(iterations: int, fractions: Sequence[float]) -> list[dict[st
 
 
 def train_lora(spec: GameSpec, model_dir: Path, output_dir: Path, game_overrides: dict[str, Any], settings: Any,
-               iterations: int, report_to: list[str] | None = None, checkpoints_at: Sequence[int] = ()
-               ) -> dict[str, Any]:
+               iterations: int, report_to: list[str] | None = None, checkpoints_at: Sequence[int] = (),
+               task_pool: int = 0) -> dict[str, Any]:
     """One GRPO LoRA run (reporting to the trackers of `report_to`, TensorBoard's in output_dir/tb); returns its
     per-iteration metrics (reward curve) and the episodes it used.
 
     With `checkpoints_at` (iterations before the last), "checkpoints" lists the adapter the run had at each of
     them, {"iteration", "episodes", "adapter"} (output_dir/checkpoints/iter_XXXXXX/adapter); the trainer saves
-    every multiple of their greatest common divisor, and those not asked for (other than the last) are removed."""
+    every multiple of their greatest common divisor, and those not asked for (other than the last) are removed.
+
+    `task_pool` N > 0 trains on a fixed pool of N tasks (`GRPOConfig.task_pool`); "tasks" then gives the pool, the
+    distinct tasks the run played and its passes over the pool (groups played / N)."""
     import torch
 
     from train.grpo import GRPOTrainer
@@ -154,7 +159,7 @@ def train_lora(spec: GameSpec, model_dir: Path, output_dir: Path, game_overrides
     if any(isinstance(i, bool) or not isinstance(i, int) or not 1 <= i < iterations for i in checkpoints_at):
         raise ValueError(f"checkpoints_at must list iterations in [1, {iterations - 1}], got {checkpoints_at!r}")
     config = grpo_config(spec.name, model_dir, output_dir, game_overrides, settings, iterations, report_to,
-                         checkpoints_at)
+                         checkpoints_at, task_pool)
     torch.manual_seed(config.seed)
     base, tokenizer = load_base_model(config.model, config.dtype, torch.device("cuda" if torch.cuda.is_available()
                                                                                   else "cpu"))
@@ -169,6 +174,9 @@ def train_lora(spec: GameSpec, model_dir: Path, output_dir: Path, game_overrides
     out = {"adapter": str(output_dir), "iterations": iterations, "episodes": iterations * per_iteration,
            "curve": [{"iteration": m["iteration"], "mean_reward": m["mean_reward_all_episodes"],
                       "success_rate": m["success_rate"]} for m in metrics]}
+    seeds = [config.task_seed(i, g) for i in range(iterations) for g in range(config.groups_per_iteration)]
+    out["tasks"] = {"pool": task_pool, "groups": len(seeds), "distinct": len(set(seeds)),
+                    "passes": len(seeds) / task_pool if task_pool else None}
     if checkpoints_at:
         out["checkpoints"] = kept_checkpoints(output_dir / "checkpoints", checkpoints_at, iterations, per_iteration)
     return out

@@ -232,6 +232,12 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
         plain += paired_plain + ["", "episodes (training / all / on the target):"] + [
             f"  {model}: {row['training']:,} / {row['all']:,} / {row['target']:,}"
             for model, row in accounting["models"].items() if model in rows]
+        settings_lines, direct_settings, settings_plain = direct_settings_section(run_dir, records, evaluate, config,
+                                                                                  summarize)
+        if direct_settings:
+            results["direct_settings"] = direct_settings
+        lines += settings_lines
+        plain += settings_plain
         efficiency_lines, efficiency, efficiency_plain = efficiency_section(run_dir, records, evaluate, accounting,
                                                                             config, summarize)
         if efficiency:
@@ -284,9 +290,9 @@ def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: An
     if gate.get("curve"):
         curves["TRACE gate"] = gate["curve"]
     baselines = records.get("baselines", {}).get("figures", {})
-    for name in ("direct", "mixed"):
+    for name, label in BASELINE_LABELS.items():
         if baselines.get(name):
-            curves[{"direct": "direct GRPO", "mixed": "single-adapter GRPO"}[name]] = baselines[name]["curve"]
+            curves[label] = baselines[name]["curve"]
     if curves:
         results["training_curves"] = curves
         png = plot_training_curves(curves, per_iteration, run_dir / "training_curves.png")
@@ -306,7 +312,7 @@ def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: An
         points = {}
         for label, runs in {"base": base_runs, **final, **(efficiency.get("models") or {})}.items():
             episodes = (0 if label == "base" else checkpoints[label]["episodes"] if label in checkpoints else
-                        budget if label in ("TRACE", "direct GRPO", "single-adapter GRPO")
+                        budget if label in ("TRACE", *BASELINE_LABELS.values())
                         else records["train"]["figures"]["adapters"][label.split(":", 1)[1]]["episodes"])
             cells = {}
             for mode in MODE_TITLES:
@@ -455,7 +461,9 @@ def _own_game_section(run_dir: Path, records: dict[str, dict[str, Any]], config:
 
 # ---- every rollout counted ------------------------------------------------------------------------------------
 
-BASELINE_LABELS = {"direct": "direct GRPO", "mixed": "single-adapter GRPO"}
+# The baselines step's runs and their model labels: direct GRPO on fresh target tasks and on a fixed pool of them,
+# and one adapter on the selected games mixed.
+BASELINE_LABELS = {"direct": "direct GRPO", "direct_pool": "direct GRPO (task pool)", "mixed": "single-adapter GRPO"}
 
 
 def _step_settings(records: dict[str, dict[str, Any]], step: str, section: Any) -> dict[str, Any]:
@@ -514,7 +522,7 @@ def episode_accounting(records: dict[str, dict[str, Any]], config: Any) -> dict[
         run = baselines.get(name)
         if not run:
             continue
-        if name == "direct":
+        if name in ("direct", "direct_pool"):
             parts = {"direct_grpo": run["episodes"]}
             target = run["episodes"]
         else:
@@ -745,6 +753,59 @@ def _sizing(base_intervals: dict[str, dict[str, Any]], own: dict[str, Any] | Non
 # ---- sample efficiency --------------------------------------------------------------------------------------------
 
 CLAIM = "with under a quarter of the rollouts, TRACE exceeded the final scores of GRPO"
+
+
+def direct_settings_section(run_dir: Path, records: dict[str, dict[str, Any]], evaluate: dict[str, dict[str, Any]],
+                            config: Any, summarize: Callable[[dict[str, Any], str], dict[str, Any]],
+                            resamples: int | None = None) -> tuple[list[str], dict[str, Any], list[str]]:
+    """Direct GRPO in its two settings side by side: on unlimited fresh target tasks and on a fixed pool of
+    target tasks (`loop.direct_task_pool`), with the same budget: the tasks each played (distinct tasks, passes
+    over the pool), pass^1 greedy and at the evaluation temperature, and pool − fresh with its paired bootstrap
+    interval (`paired_section`'s method). Returns (report lines, results["direct_settings"], printed lines);
+    nothing when the run has no fixed-pool run."""
+    from pipeline import paired_stats as ps
+
+    baselines = records.get("baselines", {}).get("figures", {})
+    fresh_label, pool_label = BASELINE_LABELS["direct"], BASELINE_LABELS["direct_pool"]
+    if not baselines.get("direct_pool") or fresh_label not in evaluate or pool_label not in evaluate:
+        return [], {}, []
+    resamples = resamples or ps.DEFAULT_RESAMPLES
+    temperature = f"T={config.evaluate.temperature:g}"
+    scores = {label: evaluation_scores(run_dir, evaluate[label]) for label in (fresh_label, pool_label)}
+    modes = [m for m in MODE_TITLES if m in scores[fresh_label] and m in scores[pool_label]]
+    difference = {mode: ps.paired_difference(scores[pool_label][mode]["scores"], scores[fresh_label][mode]["scores"],
+                                             resamples=resamples) for mode in modes}
+    rows: dict[str, Any] = {}
+    lines = ["## Direct GRPO: a fixed task pool and fresh tasks", "",
+             "The same budget and trainer in both; only the training tasks differ. *Fresh*: every group plays a new "
+             "target task (an unlimited stream from the evaluation's generator, never the evaluation's tasks). "
+             "*Task pool*: the groups go through a fixed pool of target tasks (disjoint from the evaluation's) pass "
+             "after pass, each pass in a new order, as GRPO on a finite benchmark does (the paper's τ²-Bench "
+             "target has 164 tasks).", "",
+             f"| setting | pool | groups | distinct tasks | passes | greedy pass^1 | {temperature} pass^1 |",
+             "|---|---|---|---|---|---|---|"]
+    for name, label in (("direct", fresh_label), ("direct_pool", pool_label)):
+        run = baselines[name]
+        tasks = run.get("tasks") or {"pool": 0, "groups": None, "distinct": None, "passes": None}
+        cells = {mode: _pass1(evaluate[label], mode, summarize) for mode in modes}
+        rows[label] = {"tasks": tasks, "episodes": run["episodes"],
+                       **{mode: cell for mode, cell in cells.items()}}
+        passes = "-" if tasks.get("passes") is None else f"{tasks['passes']:.2f}"
+        lines.append(f"| {label} | {tasks['pool'] or 'fresh'} | {tasks.get('groups') or '-'} | "
+                     f"{tasks.get('distinct') or '-'} | {passes} | {_fmt(cells.get('greedy'))} | "
+                     f"{_fmt(cells.get('sampled'))} |")
+    pool = rows[pool_label]["tasks"]
+    lines += ["", "Task pool − fresh, paired over the evaluation's (seed, task) pairs: "
+              + "; ".join(f"{'greedy' if mode == 'greedy' else temperature} {_ci(cell).replace('**', '')}"
+                          for mode, cell in difference.items()) + "."]
+    if pool.get("passes") is not None and pool["passes"] <= 1:
+        lines.append(f"At this budget the pool run played each of its tasks at most once ({pool['groups']} groups, "
+                     f"{pool['pool']} tasks): the two settings then differ only by chance.")
+    lines.append("")
+    printed = [f"direct GRPO, task pool ({pool['pool']} tasks) - fresh: "
+               + "; ".join(f"{'greedy' if mode == 'greedy' else temperature} {_ci(cell).replace('**', '')}"
+                           for mode, cell in difference.items())]
+    return lines, {"rows": rows, "pool_minus_fresh": difference}, printed
 
 
 def _pass1(runs: dict[str, Any], mode: str, summarize: Callable[[dict[str, Any], str], dict[str, Any]]

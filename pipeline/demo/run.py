@@ -28,8 +28,9 @@ same settings (its own config section and the steps it reads from), so an interr
   own_game  each LoRA and the base agent on the LoRA's own game, held-out tasks at the calibrated settings
             (did the adapter learn its skill, before any transfer to the target?)
   gate      Step 4: router SFT warm start on the capability rollouts, then GRPO on the gates only
-  baselines direct GRPO on the storefront itself, and one LoRA on the selected games mixed, each with the
-            episodes TRACE's Steps 3-4 used
+  baselines direct GRPO on the storefront itself, on unlimited fresh tasks and on a fixed pool of
+            `loop.direct_task_pool` tasks (τ²-Bench's 164 by default; disjoint from the evaluation's), and one LoRA
+            on the selected games mixed, each with the episodes TRACE's Steps 3-4 used
   final     every model on the evaluation tasks and seeds of `evaluate`
   efficiency  direct GRPO's checkpoints at `evaluate.efficiency_fractions` of its budget (1/4, 1/2) on the same
             tasks: the report sets them beside TRACE at its full budget and direct GRPO's final (sample efficiency)
@@ -57,6 +58,7 @@ from typing import Any, Callable
 
 from common.io import InputError, atomic_write_json, atomic_write_jsonl, load_json
 from common.run_folder import Interrupted, check_output_dir, exit_code, follow_umask
+from pipeline.demo.report import BASELINE_LABELS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROFILES = {"default": "configs/demo.yaml", "fast": "configs/demo_fast.yaml"}
@@ -385,6 +387,16 @@ class Demo:
         if plan:  # each checkpoint with the fraction of the budget it stands for and its model label
             by_iteration = {c["iteration"]: c for c in out["direct"]["checkpoints"]}
             out["direct"]["checkpoints"] = [{**p, **by_iteration[p["iteration"]]} for p in plan]
+        pool = loop.direct_task_pool
+        if pool:
+            self.check_pool_is_held_out(pool)
+            print(f"  direct GRPO on a fixed pool of {pool} storefront tasks: {iterations} iterations "
+                  f"({iterations * loop.groups_per_iteration} groups, {iterations * loop.groups_per_iteration / pool:.2f} "
+                  "passes over the pool)", flush=True)
+            out["direct_pool"] = train_lora(get_game("storefront"), self.run_dir / "base" / "model",
+                                            folder / "direct_pool", self.storefront_fields(),
+                                            dataclasses.replace(loop, hint_fraction=0.0), iterations,
+                                            report_to=self.config.report_to, task_pool=pool)
         games = self.trainable()
         specs = [game_for(c) for c in games]
         print(f"  one LoRA on the selected games mixed: {iterations} iterations", flush=True)
@@ -399,6 +411,19 @@ class Demo:
                                       iterations, report_to=self.config.report_to)
         return out
 
+    def check_pool_is_held_out(self, pool: int) -> None:
+        """Direct GRPO's fixed pool (training seeds `train_seed_start`..) holds no task the evaluation plays (its
+        seeds are hashes of the evaluation seed and task index): raise InputError naming the shared seeds."""
+        from benchmarks.storefront.run import task_seed
+        from pipeline.demo.loop import grpo_config
+
+        first = grpo_config("storefront", Path("."), Path("."), {}, self.config.loop, 1).train_seed_start
+        evaluated = {task_seed(seed, i) for seed in self.config.evaluate.seeds for i in range(self.config.evaluate.tasks)}
+        shared = sorted(s for s in evaluated if first <= s < first + pool)
+        if shared:
+            raise InputError(f"loop.direct_task_pool {pool}: the pool's task seeds {first}..{first + pool - 1} include "
+                             f"evaluation tasks {shared[:5]}; use a smaller pool or other evaluate.seeds")
+
     def final(self, folder: Path) -> dict[str, Any]:
         e = self.config.evaluate
         models: dict[str, Path] = {}
@@ -407,14 +432,14 @@ class Demo:
         gate = self.records["gate"]["figures"].get("gate")
         if gate:
             models["TRACE"] = Path(gate)
-        for name in ("direct", "mixed"):
+        for name, label in BASELINE_LABELS.items():
             run = self.records["baselines"]["figures"].get(name)
             if run:
-                models[{"direct": "direct GRPO", "mixed": "single-adapter GRPO"}[name]] = Path(run["adapter"])
+                models[label] = Path(run["adapter"])
         out: dict[str, Any] = {}
         for label, adapter in models.items():
             out[label] = self._evaluate(self.run_dir / "base" / "model", adapter, folder, e.seeds, e.tasks, e.samples,
-                                        label.replace(":", "_").replace(" ", "_"))
+                                        file_label(label))
         routing: dict[str, Any] = {}
         if "TRACE" in out:
             from benchmarks.results import load_results
@@ -458,6 +483,12 @@ class Demo:
                 self.run_dir / "base" / "model", Path(checkpoint["adapter"]), folder, e.seeds, e.tasks, e.samples,
                 label.replace(" ", "_").replace("@", "at").replace("/", "of"))
         return out
+
+
+def file_label(model: str) -> str:
+    """A model's label as its results files' name stem: "lora:x" -> "lora_x", "direct GRPO (task pool)" ->
+    "direct_GRPO_task_pool"."""
+    return model.replace(":", "_").replace(" ", "_").replace("(", "").replace(")", "")
 
 
 def base_settings(config: Any, storefront: Any) -> dict[str, Any]:
@@ -562,6 +593,8 @@ def _run_steps(demo: Demo, config: Any, config_path: Path, run_dir: Path, profil
     # not the evaluate, select or final steps' (whose fingerprints stay those of runs made before the key existed):
     # changing them re-runs the baselines and the steps after them.
     fractions = sections["evaluate"].pop("efficiency_fractions")
+    # Likewise the fixed task pool is only the baselines' (direct GRPO's second run) setting.
+    pool = sections["loop"].pop("direct_task_pool")
     storefront = {"storefront": demo.storefront_fields()}
     try:
         demo.step("base", demo.base_step_settings(), (), demo.base, force=demo.rebuild_base)
@@ -576,7 +609,8 @@ def _run_steps(demo: Demo, config: Any, config_path: Path, run_dir: Path, profil
                   demo.own_game)
         demo.step("gate", loop, ("train",), demo.gate)
         # Without efficiency fractions the baselines' settings are what they were before the step existed.
-        demo.step("baselines", {**loop, **storefront, **({"efficiency_fractions": fractions} if fractions else {})},
+        demo.step("baselines", {**loop, **storefront, **({"efficiency_fractions": fractions} if fractions else {}),
+                                **({"direct_task_pool": pool} if pool else {})},
                   ("train", "gate"), demo.baselines)
         demo.step("final", sections["evaluate"], ("evaluate", "train", "gate", "baselines"), demo.final)
         demo.step("efficiency", {**sections["evaluate"], **storefront, "efficiency_fractions": fractions},
