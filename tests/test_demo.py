@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
@@ -396,6 +397,20 @@ def test_demo_fast_runs_every_step_and_resumes(tmp_path):
     second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0
     assert second.stdout.count("up to date") == 10  # report_to is no step's setting: dropping it re-runs nothing
+    # --repeat 2: the first run's steps stay up to date; the steps from train on run again with training seed 1 in
+    # repeats/seed1/, every training run with that seed, and the report gives the spread over the two runs
+    third = subprocess.run([*command, "--repeat", "2"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert third.stdout.count("up to date") == 10
+    repeat = demo / "repeats" / "seed1"
+    assert sorted(p.parent.name for p in repeat.glob("*/step.json")) == sorted(
+        ["train", "own_game", "gate", "baselines", "final", "efficiency"])
+    for config in [*repeat.glob("train/*/config.yaml"), *repeat.glob("baselines/*/config.yaml")]:
+        assert yaml.safe_load(config.read_text())["seed"] == 1, config
+    assert yaml.safe_load((repeat / "gate" / "moe_gate.yaml").read_text())["seed"] == 1
+    results = json.loads((demo / "results.json").read_text())
+    assert results["repeats"]["training_seeds"] == [0, 1]
+    assert set(results["repeats"]["models"]) >= {"base", "TRACE", "direct GRPO", "direct GRPO (task pool)"}
 
 
 def test_step1_with_llm_labelers_goes_through_label_trajectories(tmp_path, demo_config, monkeypatch):

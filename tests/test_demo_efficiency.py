@@ -118,7 +118,7 @@ def loop_records() -> dict:
 
 def fake_train_lora(calls: list):
     def train(spec, model_dir, output_dir, overrides, settings, iterations, report_to=None, checkpoints_at=(),
-              task_pool=0):
+              task_pool=0, seed=0):
         calls.append({"game": spec.name, "folder": output_dir.name, "iterations": iterations,
                       "checkpoints_at": list(checkpoints_at), "task_pool": task_pool})
         per_iteration = settings.groups_per_iteration * settings.group_size

@@ -227,9 +227,16 @@ class DemoConfig:
     # one run per step and adapter, TensorBoard's under <run-dir>/<step>/.../tb/. Not part of any step's settings:
     # changing it re-runs nothing.
     report_to: list[str] = field(default_factory=list)
+    # Runs of Steps 3-4, the baselines and their evaluations, with training seeds 0..repeats-1 (also --repeat on the
+    # command line); the report gives their mean and spread. Not part of any step's settings: repeat r's steps
+    # carry its seed, so raising it runs only the new repeats.
+    repeats: int = 1
 
     def __post_init__(self) -> None:
         self.report_to = check_report_to(self.report_to)
+        if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
+            raise ValueError(f"repeats must be an int >= 1 (1 = one run of every step; 3 = Steps 3-4 and the "
+                             f"baselines with training seeds 0, 1, 2), got {self.repeats!r}")
 
     def storefront_config(self, root: Path) -> Any:
         """The StorefrontConfig of the demo's target (file + overrides), validated."""

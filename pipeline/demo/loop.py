@@ -105,11 +105,12 @@ def calibrate_capability(capability: str, model: Any, tokenizer: Any, game_overr
 
 def grpo_config(game: str, model_dir: Path, output_dir: Path, game_overrides: dict[str, Any], settings: Any,
                 iterations: int, report_to: list[str] | None = None, checkpoints_at: Sequence[int] = (),
-                task_pool: int = 0) -> Any:
+                task_pool: int = 0, seed: int = 0) -> Any:
     """The GRPO config of one demo run: configs/grpo_tiny.yaml with the demo's budget (and trackers). It saves a
     checkpoint at the last iteration and, with `checkpoints_at`, at every multiple of their greatest common divisor
     (the trainer saves every `save_every` iterations), so at each of them. `task_pool`: the run's tasks (0: a fresh
-    one per group; N: a fixed pool of N, `GRPOConfig.task_pool`)."""
+    one per group; N: a fixed pool of N, `GRPOConfig.task_pool`). `seed`: the run's training seed (torch, the
+    sampler, the pool's order), the demo's repeat number."""
     from train.config import load_config
 
     return load_config(str(GRPO_TINY), game=game, model=str(model_dir), output_dir=str(output_dir),
@@ -118,7 +119,7 @@ def grpo_config(game: str, model_dir: Path, output_dir: Path, game_overrides: di
                        learning_rate=settings.learning_rate, max_episode_tokens=settings.max_episode_tokens,
                        hint_fraction=settings.hint_fraction,
                        save_every=math.gcd(*checkpoints_at) if checkpoints_at else max(1, iterations),
-                       micro_batch_size=8, report_to=list(report_to or []), task_pool=task_pool)
+                       micro_batch_size=8, report_to=list(report_to or []), task_pool=task_pool, seed=seed)
 
 
 def checkpoint_plan(iterations: int, fractions: Sequence[float]) -> list[dict[str, Any]]:
@@ -140,7 +141,7 @@ def checkpoint_plan(iterations: int, fractions: Sequence[float]) -> list[dict[st
 
 def train_lora(spec: GameSpec, model_dir: Path, output_dir: Path, game_overrides: dict[str, Any], settings: Any,
                iterations: int, report_to: list[str] | None = None, checkpoints_at: Sequence[int] = (),
-               task_pool: int = 0) -> dict[str, Any]:
+               task_pool: int = 0, seed: int = 0) -> dict[str, Any]:
     """One GRPO LoRA run (reporting to the trackers of `report_to`, TensorBoard's in output_dir/tb); returns its
     per-iteration metrics (reward curve) and the episodes it used.
 
@@ -159,7 +160,7 @@ def train_lora(spec: GameSpec, model_dir: Path, output_dir: Path, game_overrides
     if any(isinstance(i, bool) or not isinstance(i, int) or not 1 <= i < iterations for i in checkpoints_at):
         raise ValueError(f"checkpoints_at must list iterations in [1, {iterations - 1}], got {checkpoints_at!r}")
     config = grpo_config(spec.name, model_dir, output_dir, game_overrides, settings, iterations, report_to,
-                         checkpoints_at, task_pool)
+                         checkpoints_at, task_pool, seed)
     torch.manual_seed(config.seed)
     base, tokenizer = load_base_model(config.model, config.dtype, torch.device("cuda" if torch.cuda.is_available()
                                                                                   else "cpu"))
@@ -238,7 +239,7 @@ def sft_data_counts(data: list[dict[str, str]], min_reward: float) -> tuple[dict
 
 def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[str, Any]], folder: Path,
                settings: Any, report_to: list[str] | None = None,
-               target_rollouts: list[Path] | None = None) -> dict[str, Any]:
+               target_rollouts: list[Path] | None = None, seed: int = 0) -> dict[str, Any]:
     """Router SFT warm start, then GRPO over the gates (both reporting to the trackers of `report_to`: folder/gate_sft
     and folder/gate); returns the gate folder, the GRPO curve and the router SFT data per label.
 
@@ -247,7 +248,7 @@ def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[
     results of the run this gate folder belongs to, `target_rollouts_of`), with labels balanced
     (`SFTConfig.balance_labels`): a label's rollout count does not decide how often the gate picks it.
     figures["sft_data"] = {label: rollouts trained on} is part of what TRACE used; figures["sft_hinted_left_out"]
-    counts the successful hinted rollouts left out."""
+    counts the successful hinted rollouts left out. `seed`: router SFT's and gate GRPO's training seed."""
     from train import grpo_gater, train_router_sft
 
     if target_rollouts is None:
@@ -258,7 +259,7 @@ def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[
     mix = len(overrides) > 1
     config = {
         "model": str(model_dir), "adapters": adapters, "mode": "token", "include_base_slot": True,
-        "output_dir": str(folder / "gate_sft"), "init_gate": "", "dtype": "float32", "seed": 0,
+        "output_dir": str(folder / "gate_sft"), "init_gate": "", "dtype": "float32", "seed": seed,
         "report_to": list(report_to or []),
         "sft": {"data": data, "min_reward": 1.0, "epochs": settings.gate_sft_epochs, "learning_rate": 1e-3,
                 "batch_size": 8, "load_balance_weight": 0.01, "max_tokens": settings.max_episode_tokens,

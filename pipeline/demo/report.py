@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from pathlib import Path
 from typing import Any, Callable
 
@@ -155,9 +156,11 @@ def results_rows(evaluate: dict[str, Any], summarize: Callable[[dict[str, Any], 
 
 def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any,
                   summarize: Callable[[dict[str, Any], str], dict[str, Any]], profile: str,
-                  measure_routing: Callable[..., dict[str, Any]] | None = None) -> tuple[str, dict[str, Any], str]:
+                  measure_routing: Callable[..., dict[str, Any]] | None = None,
+                  repeats: dict[int, dict[str, dict[str, Any]]] | None = None) -> tuple[str, dict[str, Any], str]:
     """(report markdown, results.json object, the table printed at the end). `measure_routing`: see
-    `routing_section` (None: a run whose final step did not record the routing shares shows none)."""
+    `routing_section` (None: a run whose final step did not record the routing shares shows none). `repeats`:
+    {training seed: that repeat's records} of the repeats after the first (`repeats_section`)."""
     lines = ["# TRACE CPU demo report", "",
              f"Profile `{profile}`; device {records.get('base', {}).get('device', '?')}. Every number below was "
              "measured by this run; steps that did not run have no numbers.", ""]
@@ -244,6 +247,11 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
             results["efficiency"] = efficiency
         lines += efficiency_lines
         plain += efficiency_plain
+        repeat_lines, repeat_results, repeat_plain = repeats_section(records, repeats or {}, config, summarize)
+        if repeat_results:
+            results["repeats"] = repeat_results
+        lines += repeat_lines
+        plain += repeat_plain
         table_text = "\n".join(plain)
 
     select = records.get("select", {}).get("figures", {})
@@ -263,6 +271,9 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
     lines += _loop_sections(run_dir, records, config, results, summarize, measure_routing)
     lines += ["## Time per step", "", "| step | seconds | device |", "|---|---|---|"]
     lines += [f"| {name} | {r['seconds']:.0f} | {r['device']} |" for name, r in records.items()]
+    for seed, repeat in (repeats or {}).items():  # the steps each repeat ran itself (the shared ones are above)
+        lines += [f"| {name} (training seed {seed}) | {r['seconds']:.0f} | {r['device']} |"
+                  for name, r in repeat.items() if r is not records.get(name)]
     lines.append("")
     return "\n".join(lines), results, table_text
 
@@ -806,6 +817,92 @@ def direct_settings_section(run_dir: Path, records: dict[str, dict[str, Any]], e
                + "; ".join(f"{'greedy' if mode == 'greedy' else temperature} {_ci(cell).replace('**', '')}"
                            for mode, cell in difference.items())]
     return lines, {"rows": rows, "pool_minus_fresh": difference}, printed
+
+
+# Differences whose spread over repeats the report gives: (model, reference).
+REPEAT_DIFFERENCES = (("TRACE", "base"), ("direct GRPO", "TRACE"), ("single-adapter GRPO", "TRACE"))
+
+
+def _spread(values: list[float]) -> dict[str, Any]:
+    return {"values": values, "mean": statistics.fmean(values),
+            "std": statistics.stdev(values) if len(values) > 1 else 0.0, "min": min(values), "max": max(values)}
+
+
+def _spread_text(cell: dict[str, Any] | None, signed: bool = False) -> str:
+    if cell is None:
+        return "-"
+    f = "+.3f" if signed else ".3f"
+    return f"{cell['mean']:{f}} ± {cell['std']:.3f} ({cell['min']:{f}} to {cell['max']:{f}})"
+
+
+def repeats_section(records: dict[str, dict[str, Any]], repeats: dict[int, dict[str, dict[str, Any]]], config: Any,
+                    summarize: Callable[[dict[str, Any], str], dict[str, Any]]
+                    ) -> tuple[list[str], dict[str, Any], list[str]]:
+    """Run-to-run spread (`--repeat N`): each model's pass^1 (mean over evaluation seeds) in every repeat — training
+    seed 0 is the run the rest of the report shows, `repeats` holds the others' records — with the mean, sample std
+    and range over repeats, greedy and at the evaluation temperature; the base agent (shared, not retrained) once;
+    and the differences of REPEAT_DIFFERENCES per repeat with their spread. Returns (report lines,
+    results["repeats"], printed lines); nothing with one repeat."""
+    if not repeats:
+        return [], {}, []
+    by_seed = {0: records, **repeats}
+    seeds = sorted(by_seed)
+    modes = list(MODE_TITLES)
+    means: dict[str, dict[int, dict[str, float]]] = {}  # model -> seed -> mode -> pass^1
+    base_runs = records.get("evaluate", {}).get("figures", {}).get("base")
+    for seed, recs in by_seed.items():
+        models = {**({"base": base_runs} if base_runs else {}),
+                  **recs.get("final", {}).get("figures", {}).get("models", {}),
+                  **recs.get("efficiency", {}).get("figures", {}).get("models", {})}
+        for label, runs in models.items():
+            for mode in modes:
+                cell = _pass1(runs, mode, summarize)
+                if cell is not None:
+                    means.setdefault(label, {}).setdefault(seed, {})[mode] = cell["mean"]
+    rows = {label: {mode: _spread([per_seed[s][mode] for s in seeds if mode in per_seed.get(s, {})])
+                    for mode in modes if any(mode in per_seed.get(s, {}) for s in seeds)}
+            for label, per_seed in means.items()}
+    differences: dict[str, dict[str, Any]] = {}
+    for model, reference in REPEAT_DIFFERENCES:
+        if model not in means or reference not in means:
+            continue
+        cells = {}
+        for mode in modes:
+            values = [means[model][s][mode] - means[reference][s][mode] for s in seeds
+                      if mode in means[model].get(s, {}) and mode in means[reference].get(s, {})]
+            if values:
+                cells[mode] = _spread(values)
+        differences[f"{model} − {reference}"] = cells
+    temperature = f"T={config.evaluate.temperature:g}"
+    lines = ["## Repeats: the spread between training runs", "",
+             f"Steps 3-4, the baselines and their evaluations ran {len(seeds)} times, with training seeds "
+             f"{', '.join(map(str, seeds))} (seed 0 is the run above; seed r's folders are under repeats/seed<r>/). The "
+             "base agent, Step 1 and Step 2's calibration are shared (none draws from a training seed), and every "
+             "repeat plays the same evaluation tasks. Each cell: pass^1 (mean over evaluation seeds) per repeat, then "
+             "mean ± sample std over repeats (range). This is the spread the paired intervals above do not cover.", "",
+             f"| model | greedy pass^1 per repeat | greedy over repeats | {temperature} pass^1 per repeat | "
+             f"{temperature} over repeats |", "|---|---|---|---|---|"]
+    for label, per_seed in means.items():
+        cells = []
+        for mode in modes:
+            cells += [" / ".join(f"{per_seed[s][mode]:.3f}" if mode in per_seed.get(s, {}) else "-" for s in seeds),
+                      _spread_text(rows[label].get(mode)) if label != "base" else "(not retrained)"]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "| difference | greedy: per repeat, then over repeats | "
+              f"{temperature}: per repeat, then over repeats |", "|---|---|---|"]
+    printed = ["", f"over {len(seeds)} repeats (training seeds {', '.join(map(str, seeds))}), pass^1 mean ± std "
+               f"(greedy; {temperature}):"]
+    for label, cells in differences.items():
+        lines.append(f"| {label} | " + " | ".join(
+            (" / ".join(f"{v:+.3f}" for v in cells[mode]["values"]) + "; " + _spread_text(cells[mode], signed=True))
+            if mode in cells else "-" for mode in modes) + " |")
+    for label in rows:
+        if label != "base":
+            printed.append(f"  {label}: " + "; ".join(_spread_text(rows[label].get(mode)) for mode in modes))
+    printed += [f"  {label}: " + "; ".join(_spread_text(cells.get(mode), signed=True) for mode in modes)
+                for label, cells in differences.items()]
+    lines.append("")
+    return lines, {"training_seeds": seeds, "models": rows, "differences": differences}, printed
 
 
 def _pass1(runs: dict[str, Any], mode: str, summarize: Callable[[dict[str, Any], str], dict[str, Any]]

@@ -3,6 +3,7 @@
     python -m pipeline.demo [--config configs/demo.yaml] [--run-dir runs/demo] [--fresh]
     python -m pipeline.demo --profile fast        (configs/demo_fast.yaml: every step, small budgets)
     python -m pipeline.demo --report-to tensorboard   (then: tensorboard --logdir runs/demo)
+    python -m pipeline.demo --repeat 3           (Steps 3-4 and the baselines with 3 training seeds: mean, spread)
 
 The target benchmark is the embedded storefront (`benchmarks/storefront`, sized by the config's storefront
 file). The base agent is the project's tiny model, taught the task by supervised fine-tuning on expert
@@ -36,6 +37,11 @@ same settings (its own config section and the steps it reads from), so an interr
             tasks: the report sets them beside TRACE at its full budget and direct GRPO's final (sample efficiency)
   report    runs/demo/report.md and results.json; the table is printed
 
+With `--repeat N` (the config's `repeats`) the steps from `train` on (REPEATED_STEPS) run N times, with training
+seeds 0..N-1 (seed 0 is the run above; seed r writes under <run-dir>/repeats/seed<r>/), and the report adds each
+model's pass^1 per repeat with its mean and spread: the spread between training runs, which the evaluation's
+intervals do not cover.
+
 A step with nothing to do (no capability selected, no game in band) says why and leaves its models out of
 the table; no number is ever filled in for a model that was not trained.
 
@@ -46,6 +52,7 @@ gate/gate_sft, gate/gate, baselines/direct and baselines/mixed, TensorBoard's ev
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import hashlib
 import json
@@ -63,6 +70,11 @@ from pipeline.demo.report import BASELINE_LABELS
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROFILES = {"default": "configs/demo.yaml", "fast": "configs/demo_fast.yaml"}
 STEP_FILE = "step.json"
+# The steps a repeat (`--repeat N`) runs again with its own training seed, under <run-dir>/repeats/<r>/: everything
+# that trains, and the evaluations of what it trained. The base agent, its evaluation, Step 1 and Step 2's
+# calibration are shared: none of them draws from a training seed (calibration plays the base agent with fixed
+# sampler seeds), so a repeat would reproduce them exactly.
+REPEATED_STEPS = ("train", "own_game", "gate", "baselines", "final", "efficiency")
 
 
 def _device() -> str:
@@ -88,30 +100,49 @@ class Demo:
         self.fingerprints: dict[str, str] = {}
         self.records: dict[str, dict[str, Any]] = {}
         self.storefront = config.storefront_config(REPO_ROOT)
+        self.training_seed = 0  # the seed of every training run (GRPO, router SFT, gate GRPO): the repeat number
+        self.steps_root = run_dir  # where REPEATED_STEPS write: run_dir, or run_dir/repeats/seed<r> in repeat r
+        self.repeats: list[Demo] = []  # repeats 1..N-1 once they ran (`repeat`)
+
+    def repeat(self, number: int) -> "Demo":
+        """Repeat `number` (1, 2, ...) of this demo: the same run folder, base agent, evaluation, Step 1 and Step 2
+        (their records shared), with REPEATED_STEPS run again with training seed
+        `number`, under <run-dir>/repeats/seed<number>/."""
+        other = copy.copy(self)
+        other.training_seed = number
+        other.steps_root = self.run_dir / "repeats" / f"seed{number}"
+        other.records = {k: v for k, v in self.records.items() if k not in REPEATED_STEPS}
+        other.fingerprints = {k: v for k, v in self.fingerprints.items() if k not in REPEATED_STEPS}
+        other.repeats = []
+        return other
+
+    def step_dir(self, name: str) -> Path:
+        return (self.steps_root if name in REPEATED_STEPS else self.run_dir) / name
 
     def step(self, name: str, settings: dict[str, Any], reads: tuple[str, ...],
              body: Callable[[Path], dict[str, Any]], force: bool = False) -> dict[str, Any]:
         fingerprint = hashlib.sha256(json.dumps(
             {"settings": settings, "reads": [self.fingerprints[r] for r in reads]}, sort_keys=True, default=str
         ).encode()).hexdigest()[:16]
-        folder = self.run_dir / name
+        folder = self.step_dir(name)
+        shown = str(folder.relative_to(self.run_dir))  # "train", or "repeats/seed1/train" in a repeat
         marker = folder / STEP_FILE
         if not (self.fresh or force) and marker.is_file():
             record = load_json(marker)
             if record.get("fingerprint") == fingerprint and record.get("complete"):
-                print(f"[{name}] up to date ({folder}); skipped — --fresh starts over", flush=True)
+                print(f"[{shown}] up to date ({folder}); skipped — --fresh starts over", flush=True)
                 self.fingerprints[name], self.records[name] = fingerprint, record
                 return record["figures"]
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
-        print(f"[{name}] running -> {folder}", flush=True)
+        print(f"[{shown}] running -> {folder}", flush=True)
         started = time.time()
         figures = body(folder)
         record = {"step": name, "fingerprint": fingerprint, "complete": True, "settings": settings,
                   "seconds": round(time.time() - started, 1), "device": _device(), "figures": figures}
         atomic_write_json(marker, record)  # written last: a step interrupted before this runs again
-        print(f"[{name}] done in {record['seconds']:.0f} s", flush=True)
+        print(f"[{shown}] done in {record['seconds']:.0f} s", flush=True)
         self.fingerprints[name], self.records[name] = fingerprint, record
         return figures
 
@@ -326,7 +357,8 @@ class Demo:
         for capability, overrides in self.trainable().items():
             print(f"  GRPO LoRA for {capability} ({loop.iterations} iterations)", flush=True)
             runs[capability] = train_lora(game_for(capability), self.run_dir / "base" / "model", folder / capability,
-                                          overrides, loop, loop.iterations, report_to=self.config.report_to)
+                                          overrides, loop, loop.iterations, report_to=self.config.report_to,
+                                          seed=self.training_seed)
         if not runs:
             print("  no capability has a valid game: no adapter trained", flush=True)
         return {"adapters": runs}
@@ -350,14 +382,15 @@ class Demo:
         return out
 
     def gate(self, folder: Path) -> dict[str, Any]:
-        from pipeline.demo.loop import train_gate
+        from pipeline.demo.loop import target_rollouts_of, train_gate
 
         adapters = {c: run["adapter"] for c, run in self.records["train"]["figures"]["adapters"].items()}
         if not adapters:
             print("  no adapters: no gate", flush=True)
             return {}
         return train_gate(self.run_dir / "base" / "model", adapters, self.trainable(), folder, self.config.loop,
-                          report_to=self.config.report_to)
+                          report_to=self.config.report_to, seed=self.training_seed,
+                          target_rollouts=target_rollouts_of(self.run_dir / "gate"))  # Step 1's, shared
 
     def trace_episodes(self) -> int:
         adapters = self.records["train"]["figures"]["adapters"]
@@ -383,7 +416,8 @@ class Demo:
                  f"{', '.join(str(p['iteration']) for p in plan)}" if plan else ""), flush=True)
         out["direct"] = train_lora(get_game("storefront"), self.run_dir / "base" / "model", folder / "direct",
                                    self.storefront_fields(), dataclasses.replace(loop, hint_fraction=0.0), iterations,
-                                   report_to=self.config.report_to, checkpoints_at=[p["iteration"] for p in plan])
+                                   report_to=self.config.report_to, checkpoints_at=[p["iteration"] for p in plan],
+                                   seed=self.training_seed)
         if plan:  # each checkpoint with the fraction of the budget it stands for and its model label
             by_iteration = {c["iteration"]: c for c in out["direct"]["checkpoints"]}
             out["direct"]["checkpoints"] = [{**p, **by_iteration[p["iteration"]]} for p in plan]
@@ -396,7 +430,7 @@ class Demo:
             out["direct_pool"] = train_lora(get_game("storefront"), self.run_dir / "base" / "model",
                                             folder / "direct_pool", self.storefront_fields(),
                                             dataclasses.replace(loop, hint_fraction=0.0), iterations,
-                                            report_to=self.config.report_to, task_pool=pool)
+                                            report_to=self.config.report_to, task_pool=pool, seed=self.training_seed)
         games = self.trainable()
         specs = [game_for(c) for c in games]
         print(f"  one LoRA on the selected games mixed: {iterations} iterations", flush=True)
@@ -404,11 +438,11 @@ class Demo:
             mix = mixed_spec(specs, overrides={game_for(c).name: o for c, o in games.items()})
             out["mixed"] = train_lora(mix, self.run_dir / "base" / "model", folder / "mixed", {},
                                       dataclasses.replace(loop, hint_fraction=0.0), iterations,
-                                      report_to=self.config.report_to)
+                                      report_to=self.config.report_to, seed=self.training_seed)
         else:
             (overrides,) = games.values()
             out["mixed"] = train_lora(specs[0], self.run_dir / "base" / "model", folder / "mixed", overrides, loop,
-                                      iterations, report_to=self.config.report_to)
+                                      iterations, report_to=self.config.report_to, seed=self.training_seed)
         return out
 
     def check_pool_is_held_out(self, pool: int) -> None:
@@ -449,9 +483,10 @@ class Demo:
                                                  [self.run_dir / r["path"] for r in out["TRACE"].values()])
             run = out["TRACE"][f"{e.seeds[0]}/greedy"]
             simulation = load_results(self.run_dir / run["path"])["simulations"][0]
+            png = self.steps_root / "routing.png"
             routing["caption"] = plot_routing(self.run_dir / "base" / "model", models["TRACE"],
-                                              simulation["messages"], self.run_dir / "routing.png")
-            routing["png"] = "routing.png"
+                                              simulation["messages"], png)
+            routing["png"] = str(png.relative_to(self.run_dir))  # "routing.png" in the main run
         return {"models": out, "routing": routing}
 
     def efficiency(self, folder: Path) -> dict[str, Any]:
@@ -521,7 +556,8 @@ def write_report(demo: Demo) -> str:
     from pipeline.demo.loop import routing_by_kind
 
     text, results, table = render_report(demo.run_dir, demo.records, demo.config, summarize_runs, demo.profile,
-                                         measure_routing=routing_by_kind)
+                                         measure_routing=routing_by_kind,
+                                         repeats={r.training_seed: r.records for r in demo.repeats})
     (demo.run_dir / "report.md").write_text(text, encoding="utf-8")
     atomic_write_json(demo.run_dir / "results.json", results)
     return table
@@ -537,6 +573,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="a demo config file instead of a profile's (not with --profile)")
     parser.add_argument("--run-dir", type=Path, help="where the steps write (default runs/demo, runs/demo_fast)")
     parser.add_argument("--fresh", action="store_true", help="re-run every step, even complete ones")
+    parser.add_argument("--repeat", type=int, metavar="N",
+                        help="run Steps 3-4, the baselines and their evaluations N times, with training seeds 0..N-1 "
+                             "(the config's `repeats`, default 1): the report gives each model's mean and spread over "
+                             "the repeats; the base agent, Step 1 and Step 2 are shared")
     parser.add_argument("--rebuild-base", action="store_true",
                         help="build the base agent here (SFT, about an hour on 2 cores) instead of using the shipped "
                              "one (assets/demo_base_agent, used when its manifest matches the config's base section "
@@ -564,6 +604,10 @@ def main(argv: list[str] | None = None) -> int:
                                                     labeler_model=args.labeler_model or "")
             except ValueError as err:
                 raise InputError(f"--labeler-url/--labeler-model: {err}") from None
+        if args.repeat is not None:
+            if args.repeat < 1:
+                raise InputError(f"--repeat must be >= 1 (1 = one run, the default), got {args.repeat}")
+            config.repeats = args.repeat
         if args.report_to is not None:
             try:
                 config.report_to = check_report_to(args.report_to, "--report-to")
@@ -580,6 +624,25 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         raise Interrupted(f"the steps that completed are kept in {run_dir}: run the same command again to resume "
                           "from the interrupted step") from None
+
+
+def _loop_steps(demo: Demo, config: Any, sections: dict[str, Any], storefront: dict[str, Any], fractions: list[float],
+                pool: int) -> None:
+    """The steps after Step 2 (REPEATED_STEPS), in order; a repeat's settings carry its training seed."""
+    seed = {"training_seed": demo.training_seed} if demo.training_seed else {}  # repeat 1's settings: the run's own
+    loop = {**sections["loop"], **seed}
+    demo.step("train", loop, ("environments",), demo.train)
+    demo.step("own_game", {**sections["own_game"], **seed, "temperature": config.evaluate.temperature,
+                           "max_episode_tokens": config.loop.max_episode_tokens}, ("environments", "train"),
+              demo.own_game)
+    demo.step("gate", loop, ("train",), demo.gate)
+    # Without efficiency fractions the baselines' settings are what they were before the step existed.
+    demo.step("baselines", {**loop, **storefront, **({"efficiency_fractions": fractions} if fractions else {}),
+                            **({"direct_task_pool": pool} if pool else {})},
+              ("train", "gate"), demo.baselines)
+    demo.step("final", {**sections["evaluate"], **seed}, ("evaluate", "train", "gate", "baselines"), demo.final)
+    demo.step("efficiency", {**sections["evaluate"], **seed, **storefront, "efficiency_fractions": fractions},
+              ("baselines",), demo.efficiency)
 
 
 def _run_steps(demo: Demo, config: Any, config_path: Path, run_dir: Path, profile: str) -> int:
@@ -601,20 +664,14 @@ def _run_steps(demo: Demo, config: Any, config_path: Path, run_dir: Path, profil
         demo.step("evaluate", {**sections["evaluate"], **storefront}, ("base",), demo.evaluate)
         demo.step("select", {**sections["select"], **storefront, "evaluate": sections["evaluate"]}, ("base",),
                   demo.select)
-        loop = sections["loop"]
-        demo.step("environments", loop, ("base", "select"), demo.environments)
-        demo.step("train", loop, ("environments",), demo.train)
-        demo.step("own_game", {**sections["own_game"], "temperature": config.evaluate.temperature,
-                               "max_episode_tokens": config.loop.max_episode_tokens}, ("environments", "train"),
-                  demo.own_game)
-        demo.step("gate", loop, ("train",), demo.gate)
-        # Without efficiency fractions the baselines' settings are what they were before the step existed.
-        demo.step("baselines", {**loop, **storefront, **({"efficiency_fractions": fractions} if fractions else {}),
-                                **({"direct_task_pool": pool} if pool else {})},
-                  ("train", "gate"), demo.baselines)
-        demo.step("final", sections["evaluate"], ("evaluate", "train", "gate", "baselines"), demo.final)
-        demo.step("efficiency", {**sections["evaluate"], **storefront, "efficiency_fractions": fractions},
-                  ("baselines",), demo.efficiency)
+        demo.step("environments", sections["loop"], ("base", "select"), demo.environments)
+        _loop_steps(demo, config, sections, storefront, fractions, pool)
+        for number in range(1, config.repeats):
+            repeat = demo.repeat(number)
+            print(f"repeat {number + 1} of {config.repeats}: Steps 3-4, the baselines and their evaluations with "
+                  f"training seed {number} -> {repeat.steps_root}", flush=True)
+            _loop_steps(repeat, config, sections, storefront, fractions, pool)
+            demo.repeats.append(repeat)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
