@@ -48,6 +48,7 @@ def test_env_step_bench_exits_by_its_target(target, code):
     assert ("BELOW TARGET" in result.stdout) == (code == 1)
 
 
+@pytest.mark.slow  # ~9 s; the bench's vLLM/prefix-cache test below stays in the default suite
 def test_rollout_backends_bench_compares_merged_and_unmerged_lora_sampling():
     # An unreachable target: exit 1 (the vLLM test below reaches its target, 0, and exits 0).
     result, figures = _run("bench/rollout_backends.py", "--groups", "1", "--group-size", "2", "--max-episode-tokens",
@@ -84,6 +85,7 @@ def test_rollout_backends_bench_reports_the_prefix_cache_speedup_and_puts_a_vllm
     assert figures["multi_turn_prefix_cache_speedup"] == pytest.approx(ratio, rel=0.01, abs=0.002)
 
 
+@pytest.mark.slow  # ~9 s; test_demo's shared-opening SFT test checks the same equality
 def test_sft_step_bench_reports_the_shared_prefix_speedup():
     # An unreachable target: exit 1 and a BELOW TARGET line.
     result, figures = _run("bench/sft_step.py", "--demos", "4", "--epochs", "1", "--batch-tokens", "8192",

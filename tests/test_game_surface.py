@@ -199,7 +199,9 @@ def test_a_surface_without_the_rule_neither_asks_nor_states_it(name):
 # --------------------------------------------------------------------------------------------------
 # The games stay valid and their knobs stay difficulty on the surface
 # --------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", GAMES)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow)  # ~2 s each; the other two stay
+                                  if n in ("capability_structured_data_reasoning", "capability_tool_calling_precision")
+                                  else n for n in GAMES])
 def test_surface_games_pass_the_validator(name):
     spec = get_game(name)
     on_surface = dataclasses.replace(spec, make_env=lambda: spec.make(storefront=SURFACE))
@@ -238,7 +240,12 @@ SURFACE_PARTIAL_SKILL = {
 }
 
 
-@pytest.mark.parametrize("name, knob_name", list(SURFACE_PARTIAL_SKILL))
+SLOW_SURFACE_KNOBS = {("capability_structured_data_reasoning", "n_distractor_items"),  # ~2 s; each game keeps one
+                      ("capability_tool_calling_precision", "name_zip_rate")}
+
+
+@pytest.mark.parametrize("name, knob_name", [pytest.param(*key, marks=pytest.mark.slow) if key in SLOW_SURFACE_KNOBS
+                                             else key for key in SURFACE_PARTIAL_SKILL])
 def test_knobs_stay_difficulty_on_the_surface(name, knob_name):
     """As test_difficulty_knobs.py, on the surface: a partial skill's mean reward falls as the knob rises."""
     spec = get_game(name)

@@ -28,6 +28,7 @@ def _bench_module():
     return module
 
 
+@pytest.mark.slow  # ~5 s: the bench in a subprocess; the exit-code test below runs its main in-process
 def test_gate_overhead_bench_runs_and_prints_the_ratio_of_its_speeds_last():
     result = subprocess.run([sys.executable, "bench/gate_overhead.py", *SMALL, "--target", "0"], cwd=REPO,
                             capture_output=True, text=True, timeout=300)

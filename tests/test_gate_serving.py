@@ -61,6 +61,7 @@ def test_hf_agent_plays_a_routed_model_from_its_gate_folder(tiny_model_dir, tiny
     assert plain != expected  # the routed model is not the base model
 
 
+@pytest.mark.slow  # ~5 s: a benchmark subprocess; the in-process gate-folder test above stays
 def test_storefront_runs_a_routed_model_with_the_hf_agent(tiny_model_dir, tiny_adapters, tmp_path):
     model, _ = _routed(tiny_model_dir, tiny_adapters, "token", seed=0)
     save_gate(model, tmp_path / "gate")
@@ -101,7 +102,7 @@ class FakeMultiLoRAServer:
                 self.wfile.write(payload)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -115,7 +116,7 @@ class FakeMultiLoRAServer:
 
 def _serve(front: GlobalRouterFront, upstream: str) -> tuple[ThreadingHTTPServer, str]:
     server = make_server(front, upstream)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 

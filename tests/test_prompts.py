@@ -253,7 +253,10 @@ def _key_paths(node, prefix=()):
             yield from _key_paths(value, prefix + (key,))
 
 
-@pytest.mark.parametrize("config", sorted(ALL_CONFIGS))
+# ~0.6 s each: the tau-bench configs and the swebench generation config run with `-m slow`.
+@pytest.mark.parametrize("config", [pytest.param(c, marks=pytest.mark.slow) if c.startswith("configs/tau-bench/")
+                                    or c == "configs/swebench/environment_generation.yaml" else c
+                                    for c in sorted(ALL_CONFIGS)])
 def test_every_config_key_is_required_and_named_when_missing(config, tmp_path, capsys):
     """Deleting any key the template uses stops the render with exit 2, naming that key: so no
     config carries dead keys, and a typo in a config can never leave a hole in a prompt."""

@@ -129,7 +129,7 @@ def test_the_first_prompt_ends_after_the_first_assistant_header(tokenizer):
     assert first_prompt_text("no chat here", "<|im_start|>assistant\n") == "no chat here"
 
 
-@pytest.mark.parametrize("mode", ["trajectory", "global"])
+@pytest.mark.parametrize("mode", ["trajectory", pytest.param("global", marks=pytest.mark.slow)])  # global: serve
 def test_the_hf_agent_routes_every_turn_as_its_first(tiny_model_dir, tiny_adapters, tmp_path, mode):
     """The hf: agent on a gate folder: the slot of every layer, on every turn's prefill, is turn 1's; uncached
     generation and scoring the whole episode (train.logprobs) route it the same way."""
@@ -159,7 +159,7 @@ def test_the_hf_agent_routes_every_turn_as_its_first(tiny_model_dir, tiny_adapte
     assert _whole_conversation_changes(model, tokenizer) >= 3
 
 
-@pytest.mark.parametrize("mode", ["trajectory", "global"])
+@pytest.mark.parametrize("mode", ["trajectory", pytest.param("global", marks=pytest.mark.slow)])  # global: serve
 def test_the_rollout_backend_routes_every_turn_as_its_first(tiny_model_dir, tiny_adapters, tokenizer, mode):
     """The in-process backend (train.evaluate, rollouts) prefills each turn's whole conversation in a left-padded
     batch of episodes at different turns: every row routes as its episode's first turn did."""

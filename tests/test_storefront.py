@@ -1379,7 +1379,7 @@ class _FlakyCompletions(BaseHTTPRequestHandler):
 
 def test_vllm_agent_retries_5xx_then_fails_loudly(tiny_model_dir: Path):
     server = HTTPServer(("127.0.0.1", 0), _FlakyCompletions)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         url = f"http://127.0.0.1:{server.server_port}"

@@ -133,6 +133,7 @@ def test_the_older_submit_marker_submits_too():
     assert not game.done and observation.startswith("<returncode>0</returncode>")
 
 
+@pytest.mark.slow  # ~7 s; test_swebench_game.test_validate_game_passes_on_the_semantic_game is the fast one
 def test_validate_game_passes_in_bash_mode():
     report = validate(make_spec("semantic_logic_precision"), seeds=2, fuzz_actions=20)
     checks = report["checks"]

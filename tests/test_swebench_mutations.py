@@ -77,6 +77,7 @@ def test_extend_and_wrap_move_the_bug_deeper():
     assert "class " in wrapped.fixed_files()[next(iter(before))]
 
 
+@pytest.mark.slow  # ~6 s of sandboxed pytest runs
 def test_mutated_scenarios_pass_the_self_test():
     """Every primitive alone and five A/B/C/A/B rounds: the oracle still fixes it, the target still fails."""
     scenarios = []

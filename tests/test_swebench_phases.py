@@ -119,6 +119,7 @@ def test_phase2_has_the_labeler_model_propose_the_candidates_by_default(tmp_path
     assert sorted(e["skill"] for e in report["capabilities"]) == names
 
 
+@pytest.mark.slow  # ~6 s: two phase subprocesses
 def test_phases_3_and_4_run_here_without_a_model(tmp_path):
     three = run_phase("phase3", "--run-dir", str(tmp_path), "--capability", "deep_call_graph_traversal",
                       "--candidates", "2", "--target", "2")

@@ -121,6 +121,7 @@ def test_the_sandbox_drops_privileges_and_hides_the_host():
     assert fixed_grade(scenario, NS) == 1.0
 
 
+@pytest.mark.slow  # ~8 s of waiting on the time limit; test_swebench_bash_interface kills a command past its time
 def test_an_endless_loop_is_stopped_and_scores_zero():
     scenario = scenario_with_target("    while True:\n        pass")
     for isolation in (["namespace"] if NAMESPACES else []) + ["fallback"]:

@@ -99,8 +99,14 @@ def named_internals(scenario: Scenario) -> set[str]:
     return {n for n in forbidden if _word(n).search(scenario.problem_statement)}
 
 
-def scenario_grid() -> list[tuple[str, dict]]:
-    grid = [(DEEP, {"call_depth": depth, "size": size}) for depth in (3, 4, 5) for size in ("small", "large")]
+# The default suite keeps call depth 3 small and 5 large; the rest of the deep grid runs with `-m slow`.
+SLOW_GRID = {(3, "large"), (4, "small"), (4, "large"), (5, "small")}
+
+
+def scenario_grid() -> list:
+    grid = [pytest.param(DEEP, {"call_depth": depth, "size": size},
+                         marks=[pytest.mark.slow] if (depth, size) in SLOW_GRID else [])
+            for depth in (3, 4, 5) for size in ("small", "large")]
     grid += [(SEMANTIC, {"size": size}) for size in ("small", "large")]
     return grid
 
@@ -263,8 +269,10 @@ def score(scenario: Scenario, outcomes: dict[str, str]) -> float:
     return float(all(v == "passed" for v in outcomes.values()) and scenario.target_test in outcomes)
 
 
-@pytest.mark.parametrize("seed, depth, site", [(1, 3, "measure"), (2, 4, "measure"), (3, 5, "measure"),
-                                                (4, 4, "hop"), (5, 5, "hop"), (6, 3, "measure")])
+@pytest.mark.parametrize("seed, depth, site", [(1, 3, "measure"), (2, 4, "measure"),
+                                                pytest.param(3, 5, "measure", marks=pytest.mark.slow),
+                                                (4, 4, "hop"), pytest.param(5, 5, "hop", marks=pytest.mark.slow),
+                                                pytest.param(6, 3, "measure", marks=pytest.mark.slow)])
 def test_a_fix_that_masks_the_bug_above_its_root_scores_below_one(tmp_path, seed, depth, site):
     scenario = generate_one(DEEP, seed, call_depth=depth, size="small")
     from pipeline.swebench.patches import apply_patch
@@ -307,6 +315,7 @@ def test_large_scenarios_reach_the_reference_size_with_a_small_oracle(capability
         assert len(names) >= 20
 
 
+@pytest.mark.slow  # ~3 s: the self-test CLI in a subprocess on eight large scenarios
 def test_large_scenarios_pass_the_selftest_cli(tmp_path):
     scenarios = [generate_one(DEEP, s, size="large") for s in range(200, 204)]
     scenarios += [generate_one(SEMANTIC, s, size="large") for s in range(200, 204)]

@@ -98,6 +98,7 @@ def tok(tiny_model_dir):
 # ----------------------------------------------------------------------------------------- CLI + offline
 
 
+@pytest.mark.slow  # ~9 s: two subprocesses; the session fixture builds the same model in-process
 def test_cli_builds_a_model_that_loads_offline(tiny_model_dir, tmp_path):
     """`python -m train.tiny` in a subprocess, then an offline load + forward pass in another one.
 

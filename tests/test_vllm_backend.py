@@ -385,6 +385,7 @@ def test_backend_from_env(monkeypatch, tmp_path):
 # ------------------------------------------------------------------------------------------------
 # End to end: `python -m train` with rollouts from the stub
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # ~5 s: end to end through a subprocess
 def test_grpo_iterations_through_python_m_train_sample_from_the_stub(tmp_path, tiny_model_dir):
     from transformers import AutoTokenizer
 
