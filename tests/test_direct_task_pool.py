@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from test_demo_efficiency import letter_game  # noqa: F401  (the fixture: the test game, registered for one test)
 from test_demo_stats import SEEDS, heterogeneous, write_runs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,18 +50,6 @@ def test_a_bad_pool_says_what_to_give(bad):
     with pytest.raises(ValueError, match=r"task_pool must be an int >= 0 \(0 = a fresh task for every group; N = a "
                                          r"fixed pool of N tasks, e\.g\. 164"):
         config(task_pool=bad)
-
-
-@pytest.fixture
-def letter_game(monkeypatch):
-    """The test capability game of tests/games, registered for one test."""
-    import game_registry
-
-    game_registry.discover_games()
-    monkeypatch.setattr(game_registry, "_REGISTRY", dict(game_registry._REGISTRY))
-    monkeypatch.setattr(game_registry, "_LOADED_FILES", set(game_registry._LOADED_FILES))
-    game_registry._import_game_file(REPO / "tests" / "games" / "capability_letter_density_game.py")
-    return game_registry.get_game("capability_letter_density")
 
 
 def test_the_trainer_plays_only_the_pools_tasks(tiny_model_dir, tmp_path, letter_game):

@@ -799,8 +799,7 @@ def direct_settings_section(run_dir: Path, records: dict[str, dict[str, Any]], e
         run = baselines[name]
         tasks = run.get("tasks") or {"pool": 0, "groups": None, "distinct": None, "passes": None}
         cells = {mode: _pass1(evaluate[label], mode, summarize) for mode in modes}
-        rows[label] = {"tasks": tasks, "episodes": run["episodes"],
-                       **{mode: cell for mode, cell in cells.items()}}
+        rows[label] = {"tasks": tasks, "episodes": run["episodes"], **cells}
         passes = "-" if tasks.get("passes") is None else f"{tasks['passes']:.2f}"
         lines.append(f"| {label} | {tasks['pool'] or 'fresh'} | {tasks.get('groups') or '-'} | "
                      f"{tasks.get('distinct') or '-'} | {passes} | {_fmt(cells.get('greedy'))} | "
