@@ -364,26 +364,35 @@ def test_demo_fast_runs_every_step_and_resumes(tmp_path):
                                      "baselines", "final", "efficiency"}
     assert (tmp_path / "demo" / "report.md").is_file() and (tmp_path / "demo" / "sft_curve.png").is_file()
     assert "TRACE" in results["evaluation"] and "direct GRPO" in results["evaluation"]
-    # direct GRPO's second setting: a fixed pool of 2 tasks (demo_fast.yaml), 6 groups = 3 passes, evaluated beside
+    # direct GRPO's second setting: a fixed pool of 2 tasks (demo_fast.yaml), 12 groups = 6 passes, evaluated beside
     # the fresh-task run
     pool_run = json.loads((demo / "baselines" / "step.json").read_text())["figures"]["direct_pool"]
-    assert pool_run["tasks"] == {"pool": 2, "groups": 6, "distinct": 2, "passes": 3.0}
+    assert pool_run["tasks"] == {"pool": 2, "groups": 12, "distinct": 2, "passes": 6.0}
     assert "direct GRPO (task pool)" in results["evaluation"] and set(results["direct_settings"]["rows"]) == {
         "direct GRPO", "direct GRPO (task pool)"}
     assert "baselines/direct_pool" in {str(p) for p in grpo_runs}
-    # efficiency (efficiency_fractions [0.5]; direct GRPO runs 3 iterations): its checkpoint at iteration 1, evaluated
+    # efficiency (efficiency_fractions [0.5]; direct GRPO runs 6 iterations): its checkpoint at iteration 3, evaluated
     # on the final step's tasks, beside TRACE
     direct = json.loads((demo / "baselines" / "step.json").read_text())["figures"]["direct"]
     (checkpoint,) = direct["checkpoints"]
-    assert checkpoint["iteration"] == 1 and checkpoint["label"] == "direct GRPO @1/3"
-    assert sorted(p.name for p in (demo / "baselines" / "direct" / "checkpoints").iterdir()) == ["iter_000001",
-                                                                                                 "iter_000003"]
-    evaluated = json.loads((demo / "efficiency" / "direct_GRPO_at1of3_seed1000_greedy.json").read_text())
+    assert checkpoint["iteration"] == 3 and checkpoint["label"] == "direct GRPO @1/2"
+    assert sorted(p.name for p in (demo / "baselines" / "direct" / "checkpoints").iterdir()) == ["iter_000003",
+                                                                                                 "iter_000006"]
+    evaluated = json.loads((demo / "efficiency" / "direct_GRPO_at1of2_seed1000_greedy.json").read_text())
     assert evaluated["info"]["adapter"] == checkpoint["adapter"]
     final = json.loads((demo / "final" / "direct_GRPO_seed1000_greedy.json").read_text())
     assert [s["task_id"] for s in evaluated["simulations"]] == [s["task_id"] for s in final["simulations"]]
-    assert set(results["efficiency"]["rows"]) == {"base", "direct GRPO @1/3", "direct GRPO", "TRACE"}
-    assert "direct GRPO @1/3" in results["evaluation"] and (demo / "efficiency.png").is_file()
+    # and TRACE at 1/2 of its own budget: each adapter's checkpoint at iteration 1 of 2 and a gate of 1 GRPO iteration
+    # (of 2) trained on them: 2 x 4 + 4 of TRACE's 24 episodes
+    efficiency = json.loads((demo / "efficiency" / "step.json").read_text())["figures"]
+    (half,) = efficiency["trace_checkpoints"].values()
+    assert (half["iteration"], half["gate_iterations"], half["episodes"]) == (1, 1, 12), half
+    moe = yaml.safe_load((Path(half["gate"]).parent / "moe_gate.yaml").read_text())
+    assert all(a.endswith("checkpoints/iter_000001/adapter") for a in moe["adapters"].values())
+    assert moe["grpo"]["iterations"] == 1
+    assert set(results["efficiency"]["rows"]) == {"base", "direct GRPO @1/2", "direct GRPO", "TRACE @1/2", "TRACE"}
+    assert "direct GRPO @1/2" in results["evaluation"] and "TRACE @1/2" in results["evaluation"]
+    assert (demo / "efficiency.png").is_file()
     # own_game: the base agent and each adapter played that adapter's game, at the settings calibration chose.
     trained = json.loads((tmp_path / "demo" / "train" / "step.json").read_text())["figures"]["adapters"]
     assert set(results["own_game"]) == set(trained)

@@ -206,10 +206,10 @@ def test_the_efficiency_step_evaluates_each_checkpoint_on_the_final_steps_tasks(
     assert evaluated == []
 
 
-def test_the_fractions_fingerprint_the_baselines_and_efficiency_steps_only(tmp_path, monkeypatch):
+def test_the_fractions_fingerprint_the_train_baselines_and_efficiency_steps_only(tmp_path, monkeypatch):
     """evaluate.efficiency_fractions is no setting of the evaluate, select or final steps (their fingerprints stay
-    what they were before the key existed); the baselines step carries it (it keeps the checkpoints) unless it is
-    [], and the efficiency step runs last, reading the baselines."""
+    what they were before the key existed); the train and baselines steps carry it (they keep the checkpoints)
+    unless it is [], and the efficiency step runs last, reading both."""
     import pipeline.demo.run
     from pipeline.demo.run import _run_steps
 
@@ -226,16 +226,19 @@ def test_the_fractions_fingerprint_the_baselines_and_efficiency_steps_only(tmp_p
     on, off, other = steps_of([0.25, 0.5]), steps_of([]), steps_of([0.5])
     assert list(on) == ["base", "evaluate", "select", "environments", "train", "own_game", "gate", "baselines",
                         "final", "efficiency"]
-    for name in ("evaluate", "select", "final", "environments", "train", "gate"):
+    for name in ("evaluate", "select", "final", "environments", "gate"):
         assert on[name] == off[name] == other[name], name
         assert "efficiency_fractions" not in json.dumps(on[name][0]), name
-    assert on["baselines"][0]["efficiency_fractions"] == [0.25, 0.5]
+    assert on["baselines"][0]["efficiency_fractions"] == on["train"][0]["efficiency_fractions"] == [0.25, 0.5]
+    assert other["train"][0]["efficiency_fractions"] == [0.5]
+    assert "efficiency_fractions" not in off["train"][0]  # off: Step 3's settings of before
     # loop.direct_task_pool is the baselines' setting only (direct GRPO's fixed-pool run): Steps 2-4 keep theirs
     assert on["baselines"][0]["direct_task_pool"] == 40
     for name in ("environments", "train", "gate", "own_game"):
         assert "direct_task_pool" not in json.dumps(on[name][0]), name
     assert "efficiency_fractions" not in off["baselines"][0]  # off: the baselines' settings of before
-    assert on["efficiency"][1] == ("baselines",) and on["efficiency"][0]["efficiency_fractions"] == [0.25, 0.5]
+    assert on["efficiency"][1] == ("train", "gate", "baselines")
+    assert on["efficiency"][0]["efficiency_fractions"] == [0.25, 0.5]
     assert on["efficiency"][0]["storefront"] == on["evaluate"][0]["storefront"]
     assert {k: v for k, v in on["efficiency"][0].items() if k != "efficiency_fractions"} == on["evaluate"][0]
 

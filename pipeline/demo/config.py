@@ -93,9 +93,10 @@ class EvaluateSettings:
     # max_steps. The expert demonstrations of the base step always use the storefront's own limit.
     max_steps: int | None = None
     # Sample efficiency (the `efficiency` step, after `final`): direct GRPO's checkpoints at these fractions of its
-    # budget (TRACE's Steps 3-4 training episodes) play the same evaluation tasks as the final step, against TRACE
-    # at its full budget and direct GRPO's final adapter. [] turns the step off. Not part of the evaluate, select
-    # or final steps' settings: changing it re-runs the baselines (which save the checkpoints) and the steps after.
+    # budget (TRACE's Steps 3-4 training episodes), and TRACE at these fractions of its own (its adapters'
+    # checkpoints with a gate trained on them), play the same evaluation tasks as the final step, against TRACE's and
+    # direct GRPO's finals. [] turns the step off. Not part of the evaluate, select or final steps' settings:
+    # changing it re-runs Step 3 and the baselines (which save the checkpoints) and the steps after them.
     efficiency_fractions: list[float] = field(default_factory=lambda: [0.25, 0.5])
 
     def __post_init__(self) -> None:

@@ -122,12 +122,13 @@ def grpo_config(game: str, model_dir: Path, output_dir: Path, game_overrides: di
                        micro_batch_size=8, report_to=list(report_to or []), task_pool=task_pool, seed=seed)
 
 
-def checkpoint_plan(iterations: int, fractions: Sequence[float]) -> list[dict[str, Any]]:
+def checkpoint_plan(iterations: int, fractions: Sequence[float], model: str = "direct GRPO"
+                    ) -> list[dict[str, Any]]:
     """The checkpoints of a GRPO run of `iterations` that stand for `fractions` of its budget: per fraction, the
     iteration by which the run had used at most that share of its episodes (rounded down, at least 1), and its label
     by the share it really is ("direct GRPO @1/4" for 5 of 20 iterations; 1 of 3 iterations is "@1/3", whatever
-    fraction asked for it). A fraction that lands on the last iteration (the final adapter, evaluated anyway) or on
-    an iteration an earlier fraction took is left out."""
+    fraction asked for it; `model` names the run). A fraction that lands on the last iteration (the final adapter,
+    evaluated anyway) or on an iteration an earlier fraction took is left out."""
     plan: list[dict[str, Any]] = []
     for wanted in fractions:
         iteration = max(1, math.floor(wanted * iterations + 1e-9))
@@ -135,7 +136,7 @@ def checkpoint_plan(iterations: int, fractions: Sequence[float]) -> list[dict[st
             continue
         share = Fraction(iteration, iterations)
         plan.append({"fraction": float(share), "asked": wanted, "iteration": iteration,
-                     "label": f"direct GRPO @{share.numerator}/{share.denominator}"})
+                     "label": f"{model} @{share.numerator}/{share.denominator}"})
     return plan
 
 
@@ -207,9 +208,13 @@ def target_rollouts_of(folder: Path) -> list[Path]:
     return sorted((folder.parent / where).glob(pattern))
 
 
-def sft_data(adapters: dict[str, str], target_rollouts: list[Path]) -> list[dict[str, str]]:
+def sft_data(adapters: dict[str, str], target_rollouts: list[Path], runs: dict[str, str] | None = None,
+             through: int | None = None) -> list[dict[str, str]]:
     """Router SFT's `sft.data`: every GRPO rollouts file of each capability run labeled with the capability, and
-    the base agent's rollouts on the target labeled "base".
+    the base agent's rollouts on the target labeled "base". `runs`: {capability: the GRPO run folder whose
+    rollouts/ to read} (default: the adapter folders themselves, a run's final adapter); `through`: only the
+    rollouts of iterations 1..through (a gate over the adapters' checkpoint at that iteration learns from no
+    rollout played after it).
 
     Without target rollouts no token is ever labeled "base": the base slot then wins only ties, and the gate
     sends most target tokens to some adapter even where the base agent alone does the task. The base agent's
@@ -217,7 +222,9 @@ def sft_data(adapters: dict[str, str], target_rollouts: list[Path]) -> list[dict
     played them (other tasks than the evaluation's), so they cost no new rollout."""
     data = []
     for capability, adapter in adapters.items():
-        rollouts = sorted((Path(adapter) / "rollouts").glob("iter_*.json"))
+        rollouts = sorted((Path((runs or adapters)[capability]) / "rollouts").glob("iter_*.json"))
+        if through is not None:
+            rollouts = [path for path in rollouts if int(path.stem.removeprefix("iter_")) <= through]
         data += [{"path": str(path), "label": capability, "game": f"capability_{capability}"} for path in rollouts]
     data += [{"path": str(path), "label": "base", "game": TARGET_GAME} for path in target_rollouts]
     return data
@@ -239,9 +246,11 @@ def sft_data_counts(data: list[dict[str, str]], min_reward: float) -> tuple[dict
 
 def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[str, Any]], folder: Path,
                settings: Any, report_to: list[str] | None = None,
-               target_rollouts: list[Path] | None = None, seed: int = 0) -> dict[str, Any]:
+               target_rollouts: list[Path] | None = None, seed: int = 0, runs: dict[str, str] | None = None,
+               through: int | None = None) -> dict[str, Any]:
     """Router SFT warm start, then GRPO over the gates (both reporting to the trackers of `report_to`: folder/gate_sft
-    and folder/gate); returns the gate folder, the GRPO curve and the router SFT data per label.
+    and folder/gate); returns the gate folder, the GRPO curve and the router SFT data per label. `runs`, `through`:
+    the GRPO runs and iterations whose rollouts router SFT reads (`sft_data`; a gate over adapter checkpoints).
 
     Router SFT (`sft_data`) learns each capability from its GRPO run's successful unhinted rollouts and "base"
     from the base agent's successful rollouts on the target, `target_rollouts` (None: Step 1's analysis
@@ -253,7 +262,7 @@ def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[
 
     if target_rollouts is None:
         target_rollouts = target_rollouts_of(folder)
-    data = sft_data(adapters, target_rollouts)
+    data = sft_data(adapters, target_rollouts, runs, through)
     overrides = {f"capability_{c}": games[c] for c in adapters}
     # Two or more games: gate GRPO on their mix, overrides per game; one game: it is grpo.game itself.
     mix = len(overrides) > 1
@@ -274,6 +283,7 @@ def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[
                  "micro_batch_size": 8, "save_every": max(1, settings.gate_iterations)},
     }
     path = folder / "moe_gate.yaml"
+    folder.mkdir(parents=True, exist_ok=True)
     path.write_text("# Written by pipeline/demo/run.py (Step 4 of the CPU demo).\n"
                     + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     used, hinted = sft_data_counts(data, config["sft"]["min_reward"])

@@ -319,7 +319,7 @@ def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: An
     if final and base_runs:
         budget = baselines.get("budget_episodes", 0)
         efficiency = records.get("efficiency", {}).get("figures", {})
-        checkpoints = efficiency.get("checkpoints") or {}
+        checkpoints = {**(efficiency.get("checkpoints") or {}), **(efficiency.get("trace_checkpoints") or {})}
         points = {}
         for label, runs in {"base": base_runs, **final, **(efficiency.get("models") or {})}.items():
             episodes = (0 if label == "base" else checkpoints[label]["episodes"] if label in checkpoints else
@@ -500,8 +500,9 @@ def episode_accounting(records: dict[str, dict[str, Any]], config: Any) -> dict[
     environment), "target" (those on the target storefront), "parts" ({part: episodes}) and "budget" (which
     total it was given). A LoRA's method is Step 1, its own calibration and its own run; TRACE's and the
     single-adapter baseline's are Step 1, every calibration (they train what calibration found trainable) and
-    their training; direct GRPO plays only its own run, on the target. Evaluations (`evaluate`, `own_game`,
-    `final`) measure models and are no part of any method."""
+    their training; direct GRPO plays only its own run, on the target. The efficiency step's checkpoints are rows
+    too: direct GRPO's (its episodes so far) and TRACE's (`trace_checkpoint_row`). Evaluations (`evaluate`,
+    `own_game`, `final`, `efficiency`) measure models and are no part of any method."""
     select = _step_settings(records, "select", config.select)
     loop = _step_settings(records, "environments", config.loop)
     analysis = select["tasks"] * select["samples"] if "select" in records else 0
@@ -547,6 +548,9 @@ def episode_accounting(records: dict[str, dict[str, Any]], config: Any) -> dict[
         models[label] = {"training": n, "all": n, "target": n, "parts": {"direct_grpo": n},
                          "budget": f"direct GRPO's checkpoint at iteration {checkpoint['iteration']} of "
                                    f"{baselines.get('direct', {}).get('iterations', '?')}"}
+    trace_checkpoints = records.get("efficiency", {}).get("figures", {}).get("trace_checkpoints") or {}
+    for label, checkpoint in trace_checkpoints.items():
+        models[label] = trace_checkpoint_row(checkpoint, analysis, calibration_total)
     return {"parts": {"step1_analysis": {"episodes": analysis, "game": "storefront (the target)",
                                          "tasks": select["tasks"], "samples": select["samples"]},
                       "calibration": {"episodes": calibration_total, "per_probe": loop["calibration_tasks"]
@@ -561,6 +565,21 @@ def episode_accounting(records: dict[str, dict[str, Any]], config: Any) -> dict[
             "models": models,
             "not_counted": "evaluations (evaluate, own_game, final: they measure models); game validation (scripted "
                            "policies, no model); the base agent's SFT demonstrations (expert-written, shared by all)"}
+
+
+def trace_checkpoint_row(checkpoint: dict[str, Any], analysis: int, calibration: int) -> dict[str, Any]:
+    """`episode_accounting`'s row of one of TRACE's checkpoints (the efficiency step's "trace_checkpoints": its
+    capability adapters at an earlier iteration and a gate trained for a share of the gate's GRPO iterations on
+    them). Its method is TRACE's own: Step 1's `analysis` and all `calibration` episodes (played in full whatever
+    the training budget) plus its own training, {"adapter:<c>": n} and "gate_grpo"."""
+    gate = checkpoint["gate_iterations"]
+    parts = {"step1_analysis": analysis, "calibration": calibration, "router_sft_new": 0,
+             **{f"adapter:{c}": n for c, n in checkpoint["adapter_episodes"].items()},
+             "gate_grpo": checkpoint["gate_episodes"]}
+    return {"training": checkpoint["episodes"], "all": analysis + calibration + checkpoint["episodes"],
+            "target": analysis, "parts": parts,
+            "budget": f"TRACE's adapters at iteration {checkpoint['iteration']} of {checkpoint['iterations']} and a "
+                      f"gate of {gate} GRPO iteration{'' if gate == 1 else 's'}"}
 
 
 def _parts_text(parts: dict[str, int]) -> str:
@@ -942,33 +961,146 @@ def _verdict(cell: dict[str, Any] | None) -> str:
     return f"not resolved: the interval holds 0 ({ci})"
 
 
+def _mode_name(mode: str, temperature: str) -> str:
+    return "greedy" if mode == "greedy" else temperature
+
+
+CLAIM_VERDICTS = {"supported": "supported here", "contradicted": "contradicted here",
+                  "not resolved": "cannot be resolved here"}
+
+
+def claim_verdict(cells: dict[str, dict[str, Any]]) -> str:
+    """The paper's claim from TRACE @x − direct GRPO (final), one paired difference per mode, by `resolved`'s rule:
+    "contradicted" when a mode is resolved below 0, "supported" when every mode is resolved above 0, otherwise
+    "not resolved"."""
+    if any(resolved(cell) and cell["difference"] < 0 for cell in cells.values()):
+        return "contradicted"
+    if cells and all(resolved(cell) and cell["difference"] > 0 for cell in cells.values()):
+        return "supported"
+    return "not resolved"
+
+
+def claim_at_ratio(scores: dict[str, dict[str, Any]], rows: dict[str, dict[str, Any]], trace_checkpoints: list[str],
+                   modes: list[str], resamples: int) -> dict[str, dict[str, Any]]:
+    """The paper's claim at its own ratio: each of TRACE's checkpoints (`trace_checkpoints`, rows of `rows`) that
+    trained on at most 1/4 of direct GRPO's final training episodes, minus direct GRPO's final, paired per mode
+    over the same (seed, task) pairs (`paired_section`'s method). `scores`: {model: `evaluation_scores`}. Returns
+    {label: {"episodes", "share_of_direct" (of direct GRPO's training episodes), "all_episodes",
+    "direct_all_episodes", "differences": {mode: cell}, "verdict" (`claim_verdict`)}}."""
+    from pipeline import paired_stats as ps
+
+    direct = rows["direct GRPO"]
+    out: dict[str, dict[str, Any]] = {}
+    for label in trace_checkpoints:
+        row = rows[label]
+        if not direct["training"] or 4 * row["training"] > direct["training"]:
+            continue
+        cells = {mode: ps.paired_difference(scores[label][mode]["scores"], scores["direct GRPO"][mode]["scores"],
+                                            resamples=resamples)
+                 for mode in modes if mode in scores[label] and mode in scores["direct GRPO"]}
+        out[label] = {"episodes": row["training"], "share_of_direct": row["training"] / direct["training"],
+                      "all_episodes": row["all"], "direct_all_episodes": direct["all"], "differences": cells,
+                      "verdict": claim_verdict(cells)}
+    return out
+
+
+def _claim_lines(claims: dict[str, dict[str, Any]], rows: dict[str, dict[str, Any]], temperature: str) -> list[str]:
+    """The report's line per `claim_at_ratio` entry: the differences, the verdict and the all-episodes count."""
+    lines = []
+    direct = rows["direct GRPO"]
+    for label, claim in claims.items():
+        cells = ", ".join(f"{_mode_name(mode, temperature)} {_ci(cell).replace('**', '')}"
+                          for mode, cell in claim["differences"].items())
+        ratio = claim["all_episodes"] / claim["direct_all_episodes"] if claim["direct_all_episodes"] else None
+        count = ("" if ratio is None else
+                 f" Counting every episode played, {label} used {claim['all_episodes']:,} (Step 1 analysis and "
+                 f"calibration, played in full, and its training) against direct GRPO's "
+                 f"{claim['direct_all_episodes']:,} (only its own training): {ratio:.2f}× direct GRPO's, "
+                 + ("within the claim's 1/4 on that count too." if ratio <= 0.25 else
+                    "more than the claim's 1/4 on that count (the ratio holds for training episodes)."))
+        lines += [f"**The paper's claim at its own ratio**: {label} ({claim['episodes']:,} training episodes, "
+                  f"{_fraction_text(claim['episodes'], direct['training'])} of direct GRPO's {direct['training']:,}) "
+                  f"against direct GRPO's final: {cells}: **{CLAIM_VERDICTS[claim['verdict']]}**.{count}", ""]
+    return lines
+
+
+def _efficiency_intro(budget: int, direct_shares: str, schedule: str, claims: list[str], trace_checkpoints: list[str]
+                      ) -> str:
+    """The section's opening paragraph: the paper's claim and which rows measure it. With a TRACE checkpoint at
+    at most 1/4 of direct GRPO's episodes (`claims`) the claim is measured; without, it is not available at
+    equal cost (and `trace_checkpoints`, all above 1/4, are said not to measure it either)."""
+    opening = (f"The paper's headline efficiency claim: \"{CLAIM}\" — TRACE with at most 1/4 of GRPO's budget "
+               "against GRPO's final. ")
+    equal = (f"direct GRPO's checkpoints at {direct_shares} and all of that budget (one run: the checkpoints are its "
+             f"adapter after that many iterations; {schedule}) against TRACE at its full budget, on the final step's "
+             "evaluation tasks and seeds. TRACE above direct GRPO at 1/4 is not the paper's claim (that gives GRPO "
+             "less, not TRACE less); TRACE against direct GRPO's final at equal budget is the paper's comparison at a "
+             "ratio of 1 instead of 4 or more: if direct GRPO is already above TRACE there, its claim fails here "
+             "unless GRPO's score would fall with more training (see the curve of its checkpoints).")
+    if claims:
+        return (opening + "Here it is measured by TRACE's own checkpoint with at most 1/4 of direct GRPO's "
+                f"training episodes ({', '.join(claims)}: TRACE's capability adapters at an earlier iteration of their "
+                "runs and a gate trained for that share of its GRPO iterations on them) against direct GRPO's final "
+                f"({budget:,} episodes): the claim line below the table. Direct GRPO was given TRACE's own training "
+                "budget (the baselines step), so the other rows also show what equal budget shows: " + equal)
+    above = (f" TRACE's own checkpoints ({', '.join(trace_checkpoints)}) each trained on more than 1/4 of direct "
+             "GRPO's episodes, so none of them measures it either." if trace_checkpoints else "")
+    return (opening + f"Here direct GRPO was given TRACE's own training budget ({budget:,} episodes: the baselines "
+            "step), so that comparison is **not available at equal cost**: it needs a direct GRPO run of at least 4× "
+            f"TRACE's episodes, which this demo does not train.{above} The rows below are what equal cost allows: "
+            + equal)
+
+
+def _trace_headline(rows: dict[str, dict[str, Any]], trace_checkpoints: list[str], modes: list[str],
+                    temperature: str) -> str:
+    """TRACE's checkpoints and TRACE against direct GRPO's final, pass^1 means, in one bold-led sentence."""
+    if not trace_checkpoints or "TRACE" not in rows:
+        return ""
+    names = [*trace_checkpoints, "TRACE"]
+    full = rows["TRACE"]["training"]
+    return (f"**TRACE at {', '.join(_fraction_text(rows[m]['training'], full) for m in names)} of its budget "
+            f"({', '.join(format(rows[m]['training'], ',') for m in names)} training episodes) vs direct GRPO's final "
+            f"({rows['direct GRPO']['training']:,}):** "
+            + "; ".join(f"{_mode_name(mode, temperature)} pass^1 "
+                        f"{' / '.join(_mean_text(rows[m][mode]) for m in names)} vs "
+                        f"{_mean_text(rows['direct GRPO'][mode])}" for mode in modes) + ".")
+
+
 def efficiency_section(run_dir: Path, records: dict[str, dict[str, Any]], evaluate: dict[str, dict[str, Any]],
                        accounting: dict[str, Any], config: Any,
                        summarize: Callable[[dict[str, Any], str], dict[str, Any]], resamples: int | None = None
                        ) -> tuple[list[str], dict[str, Any], list[str]]:
-    """Sample efficiency as the paper measures it: TRACE at its full training budget against direct GRPO's
-    checkpoints at fractions of that budget (the efficiency step) and at all of it (the final step), on the same
-    evaluation tasks: pass^1 greedy and at the evaluation temperature (mean ± std over seeds), TRACE minus each with
-    its paired bootstrap interval (`paired_section`'s method), which of them is the paper's claim, and a plot
-    against training episodes and against all episodes played (`episode_accounting`). Returns (report lines,
-    results["efficiency"], printed lines); nothing when the run has no efficiency step."""
+    """Sample efficiency as the paper measures it, on the same evaluation tasks: TRACE at its full training budget
+    against direct GRPO's checkpoints at fractions of that budget (the efficiency step's "checkpoints") and at all
+    of it (the final step); TRACE's own checkpoints at fractions of its budget (the efficiency step's
+    "trace_checkpoints") where the run has them, and each of those with at most 1/4 of direct GRPO's training
+    episodes against direct GRPO's final: the paper's claim at its own ratio (`claim_at_ratio`). Rows: pass^1
+    greedy and at the evaluation temperature (mean ± std over seeds), TRACE minus each with its paired bootstrap
+    interval (`paired_section`'s method), and a plot against training episodes and against all episodes played
+    (`episode_accounting`). Returns (report lines, results["efficiency"], printed lines); nothing when the run has
+    no efficiency step."""
     from pipeline import paired_stats as ps
 
     figures = records.get("efficiency", {}).get("figures")
     if figures is None:
         return [], {}, []
     lines = ["## Sample efficiency", ""]
+    trace_why = figures.get("trace_why")
+    not_measured = [f"TRACE's own checkpoints: not measured ({trace_why}).", ""] if trace_why else []
     if figures.get("why") or "direct GRPO" not in evaluate:
         why = figures.get("why") or "direct GRPO was not evaluated"
-        return lines + [f"Not measured: {why}.", ""], {"why": why}, ["", f"sample efficiency: not measured ({why})"]
+        return (lines + [f"Not measured: {why}.", ""] + not_measured,
+                {"why": why, **({"trace_why": trace_why} if trace_why else {})},
+                ["", f"sample efficiency: not measured ({why})"])
     resamples = resamples or ps.DEFAULT_RESAMPLES
     e = config.evaluate
     temperature = f"T={e.temperature:g}"
     models = accounting["models"]
     checkpoints = figures["checkpoints"]
+    trace_checkpoints = figures.get("trace_checkpoints") or {}
     direct = records["baselines"]["figures"]["direct"]
     budget = direct["episodes"]
-    order = [m for m in ("base", *checkpoints, "direct GRPO", "TRACE") if m in evaluate]
+    order = [m for m in ("base", *checkpoints, "direct GRPO", *trace_checkpoints, "TRACE") if m in evaluate]
     modes = [mode for mode in MODE_TITLES if any(_pass1(evaluate[m], mode, summarize) for m in order)]
     rows: dict[str, dict[str, Any]] = {}
     for model in order:
@@ -976,10 +1108,12 @@ def efficiency_section(run_dir: Path, records: dict[str, dict[str, Any]], evalua
         rows[model] = {"training": row.get("training", 0), "all": row.get("all", 0),
                        **{mode: _pass1(evaluate[model], mode, summarize) for mode in modes}}
     has_trace = "TRACE" in evaluate
+    trace_names = [m for m in trace_checkpoints if m in rows]
+    scores = ({model: evaluation_scores(run_dir, evaluate[model]) for model in order}
+              if has_trace or trace_names else {})
     differences: dict[str, dict[str, Any]] = {}
     same: dict[str, bool] = {}
     if has_trace:
-        scores = {model: evaluation_scores(run_dir, evaluate[model]) for model in order}
         for model in order:
             if model == "TRACE":
                 continue
@@ -987,8 +1121,10 @@ def efficiency_section(run_dir: Path, records: dict[str, dict[str, Any]], evalua
             differences[model] = {mode: ps.paired_difference(scores["TRACE"][mode]["scores"],
                                                              scores[model][mode]["scores"], resamples=resamples)
                                   for mode in modes if mode in scores[model] and mode in scores["TRACE"]}
+    claims = claim_at_ratio(scores, rows, trace_names, modes, resamples) if trace_names else {}
     trace = rows.get("TRACE")
-    grpo_points = [m for m in order if m != "TRACE"]  # the base agent is direct GRPO's episode 0
+    # direct GRPO's own points only (the base agent is its episode 0), never TRACE's checkpoints
+    grpo_points = [m for m in ("base", *checkpoints, "direct GRPO") if m in rows]
     matched = {}
     if trace:
         for mode in modes:
@@ -1011,20 +1147,13 @@ def efficiency_section(run_dir: Path, records: dict[str, dict[str, Any]], evalua
                     f"({', '.join(episodes(m) for m in [*checkpoint_names, 'direct GRPO'])} episodes):** "
                     + "; ".join(f"{'greedy' if mode == 'greedy' else temperature} pass^1 TRACE "
                                 f"{_mean_text(trace[mode])} vs {cells[mode]}" for mode in modes) + ".")
-    lines += [
-        f"The paper's headline efficiency claim: \"{CLAIM}\" — TRACE with at most 1/4 of GRPO's budget against "
-        f"GRPO's final. Here direct GRPO was given TRACE's own training budget ({budget:,} episodes: the baselines step), "
-        "so that comparison is **not available at equal cost**: it needs a direct GRPO run of at least 4× TRACE's "
-        "episodes, which this demo does not train. The rows below are what equal cost allows: direct GRPO's "
-        f"checkpoints at {', '.join(_fraction_text(rows[m]['training'], budget) for m in checkpoint_names)} and all "
-        "of that budget (one run: the checkpoints are its adapter after that many iterations; "
-        f"{schedule_text(Path(direct['adapter']))}) against TRACE at its full "
-        "budget, on the final step's evaluation tasks and seeds. TRACE above direct GRPO at 1/4 is not the paper's "
-        "claim (that gives GRPO less, not TRACE less); TRACE against direct GRPO's final at equal budget is the "
-        "paper's comparison at a ratio of 1 instead of 4 or more: if direct GRPO is already above TRACE there, its "
-        "claim fails here unless GRPO's score would fall with more training (see the curve of its checkpoints).", ""]
-    if headline:
-        lines += [headline, ""]
+    lines += [_efficiency_intro(budget, ", ".join(_fraction_text(rows[m]["training"], budget)
+                                                  for m in checkpoint_names),
+                                schedule_text(Path(direct["adapter"])), list(claims), trace_names), ""]
+    lines += not_measured
+    for text in (headline, _trace_headline(rows, trace_names, modes, temperature)):
+        if text:
+            lines += [text, ""]
     header = f"| model | training episodes | share of TRACE's | all episodes | " + " | ".join(
         f"{'greedy' if m == 'greedy' else temperature} pass^1" for m in modes) + " |"
     if has_trace:
@@ -1046,34 +1175,46 @@ def efficiency_section(run_dir: Path, records: dict[str, dict[str, Any]], evalua
                      "NOT the same tasks as TRACE: " + ", ".join(m for m, ok in same.items() if not ok) + "."), ""]
         lines += ["The paper's comparison at equal budget (TRACE − direct GRPO's final): "
                   + "; ".join(f"{'greedy' if mode == 'greedy' else temperature}: {verdicts[mode]}" for mode in modes)
-                  + ". " + _claim_text(verdicts, differences.get("direct GRPO", {}), rows, checkpoint_names)
+                  + ". " + _claim_text(verdicts, differences.get("direct GRPO", {}), rows, checkpoint_names,
+                                       measured=bool(claims))
                   + " Direct GRPO's first point at or above TRACE's mean pass^1: "
                   + "; ".join(f"{'greedy' if mode == 'greedy' else temperature} "
                               + (f"{matched[mode]} ({episodes(matched[mode])} episodes, "
                                  f"{_fraction_text(rows[matched[mode]]['training'], trace['training'])} of TRACE's)"
                                  if matched[mode] else "none of its points (TRACE above all, in mean)")
                               for mode in modes) + ".", ""]
-        if trace["all"]:
-            lines += [f"Counting every episode played (\"Every rollout counted\"): TRACE {trace['all']:,} (Step 1 "
-                      f"analysis, calibration and training), direct GRPO {rows['direct GRPO']['all']:,} (only its own "
-                      f"training), so on that count direct GRPO's final used "
-                      f"{rows['direct GRPO']['all'] / trace['all']:.2f}× TRACE's episodes.", ""]
+    lines += _claim_lines(claims, rows, temperature)
+    if has_trace and trace["all"]:
+        lines += [f"Counting every episode played (\"Every rollout counted\"): TRACE {trace['all']:,} (Step 1 "
+                  f"analysis, calibration and training), direct GRPO {rows['direct GRPO']['all']:,} (only its own "
+                  f"training), so on that count direct GRPO's final used "
+                  f"{rows['direct GRPO']['all'] / trace['all']:.2f}× TRACE's episodes.", ""]
     png = plot_efficiency(rows, modes, run_dir / "efficiency.png", temperature)
     if png:
         lines += ["![pass rate against episodes](efficiency.png)", ""]
+    note = ("the paper's comparison (TRACE at <= 1/4 of GRPO's rollouts vs GRPO's final) is measured by TRACE's "
+            f"checkpoint(s) {', '.join(claims)} against direct GRPO's final (claim_at_ratio); the other rows are "
+            "direct GRPO at fractions of TRACE's budget vs TRACE at its full budget (equal budget)" if claims else
+            "the paper's comparison (TRACE at <= 1/4 of GRPO's rollouts vs GRPO's final) needs direct GRPO at >= 4x "
+            "TRACE's training episodes: not available; rows are direct GRPO at fractions of TRACE's budget vs TRACE "
+            "at its full budget")
     results = {"claim": CLAIM, "budget_episodes": budget, "fractions": figures.get("fractions"),
-               "checkpoints": checkpoints, "rows": rows, "trace_minus": differences, "same_tasks_as_trace": same,
-               "equal_budget": verdicts, "first_direct_point_at_or_above_trace": matched,
-               "png": "efficiency.png" if png else None,
-               "note": "the paper's comparison (TRACE at <= 1/4 of GRPO's rollouts vs GRPO's final) needs direct GRPO "
-                       "at >= 4x TRACE's training episodes: not available; rows are direct GRPO at fractions of "
-                       "TRACE's budget vs TRACE at its full budget"}
+               "checkpoints": checkpoints, "trace_checkpoints": dict(trace_checkpoints), "rows": rows,
+               "trace_minus": differences, "same_tasks_as_trace": same, "equal_budget": verdicts,
+               "first_direct_point_at_or_above_trace": matched, "claim_at_ratio": claims,
+               "png": "efficiency.png" if png else None, "note": note,
+               **({"trace_why": trace_why} if trace_why else {})}
     printed = ["", "sample efficiency, pass^1 " + " / ".join("greedy" if m == "greedy" else temperature for m in modes)
                + " (training episodes):"]
     printed += [f"  {model}: " + " / ".join("-" if rows[model][m] is None else f"{rows[model][m]['mean']:.3f}"
                                             for m in modes) + f" ({episodes(model)})" for model in order]
     printed += [f"  TRACE − {model}: " + "; ".join(_ci(cell).replace("**", "") for cell in cells.values())
                 for model, cells in differences.items() if model != "base"]
+    printed += [f"  {label} − direct GRPO (final): "
+                + "; ".join(_ci(cell).replace("**", "") for cell in claim["differences"].values())
+                + f" (paper's claim: {claim['verdict']})" for label, claim in claims.items()]
+    if trace_why:
+        printed.append(f"  TRACE's own checkpoints: not measured ({trace_why})")
     return lines, results, printed
 
 
@@ -1097,14 +1238,22 @@ def schedule_text(run_folder: Path) -> str:
 
 
 def _claim_text(verdicts: dict[str, str], cells: dict[str, Any], rows: dict[str, dict[str, Any]],
-                checkpoints: list[str]) -> str:
-    """What the equal-budget row says about the paper's claim."""
+                checkpoints: list[str], measured: bool = False) -> str:
+    """What the equal-budget row says about the paper's claim. `measured`: a TRACE checkpoint measures the claim
+    at its own ratio (`claim_at_ratio`), so the equal-budget row is said for what it is and the claim is left to
+    that line."""
     if not cells:
         return "Direct GRPO's final was not compared with TRACE."
     curve = " → ".join(f"{rows[m]['greedy']['mean']:.3f}" for m in ["base", *checkpoints, "direct GRPO"]
                        if m in rows and rows[m].get("greedy"))
     below = [mode for mode, cell in cells.items() if resolved(cell) and cell["difference"] < 0]
     above = [mode for mode, cell in cells.items() if resolved(cell) and cell["difference"] > 0]
+    if measured:
+        shows = ("direct GRPO is above TRACE" if below else
+                 "TRACE is above direct GRPO, the paper's direction" if above and len(above) == len(cells) else
+                 "the difference is not resolved in every mode")
+        return (f"At equal budget {shows} (direct GRPO's greedy pass^1 from episode 0 over its checkpoints: {curve}); "
+                "the paper's claim at its own ratio is the line below.")
     if below:
         return ("So the paper's claim is **contradicted here**: direct GRPO with TRACE's own budget, not 4× it, "
                 "already scores above TRACE, and more GRPO training would have to lower its score for the claim to "
@@ -1118,11 +1267,28 @@ def _claim_text(verdicts: dict[str, str], cells: dict[str, Any], rows: dict[str,
             f"mode (direct GRPO's greedy pass^1 over its checkpoints: {curve}).")
 
 
+def _efficiency_series(axis: Any, rows: dict[str, dict[str, Any]], names: list[str], count: str, mode: str,
+                       style: tuple[str, str, str], label: str, color: str, markersize: float) -> None:
+    """One line of `plot_efficiency`: the rows `names` in order, pass^1 (mean ± std) against `count` episodes."""
+    line, marker, name = style
+    points = [(rows[m][count], rows[m][mode]) for m in names if rows[m].get(mode)]
+    if not points:
+        return
+    axis.errorbar([x for x, _ in points], [c["mean"] for _, c in points], yerr=[c["std"] for _, c in points],
+                  fmt=marker + line, color=color, capsize=3, markersize=markersize,
+                  markerfacecolor=color if mode == "greedy" else "white", label=f"{label}, {name}")
+    for x, cell in points:
+        axis.annotate(f"{cell['mean']:.2f}", (x, cell["mean"]), textcoords="offset points", xytext=(4, 4), fontsize=6)
+
+
 def plot_efficiency(rows: dict[str, dict[str, Any]], modes: list[str], path: Path, temperature: str
                     ) -> Path | None:
     """Held-out pass^1 (mean ± std over seeds) against training episodes (left) and all episodes played (right):
-    direct GRPO from the base agent (episode 0) over its checkpoints to its final, and TRACE's point (PNG)."""
-    grpo = [m for m in rows if m != "TRACE"]
+    direct GRPO from the base agent (episode 0) over its checkpoints to its final (C1, circles and squares), and
+    TRACE over its own checkpoints to its full budget (C0, stars; rows whose label starts "TRACE", in `rows`'
+    order) (PNG)."""
+    grpo = [m for m in rows if not m.startswith("TRACE")]
+    trace = [m for m in rows if m.startswith("TRACE")]
     if len(rows) < 2:
         return None
     plt = pyplot()
@@ -1132,26 +1298,13 @@ def plot_efficiency(rows: dict[str, dict[str, Any]], modes: list[str], path: Pat
               "all episodes played (Step 1, calibration, training)")
     for axis, count, title in zip(axes, ("training", "all"), titles):
         for mode in modes:
-            line, marker, name = styles[mode]
-            points = [(rows[m][count], rows[m][mode]) for m in grpo if rows[m].get(mode)]
-            if points:
-                axis.errorbar([x for x, _ in points], [c["mean"] for _, c in points],
-                              yerr=[c["std"] for _, c in points], fmt=marker + line, color="C1", capsize=3,
-                              markerfacecolor="C1" if mode == "greedy" else "white", label=f"direct GRPO, {name}")
-                for x, cell in points:
-                    axis.annotate(f"{cell['mean']:.2f}", (x, cell["mean"]), textcoords="offset points",
-                                  xytext=(4, 4), fontsize=6)
-            trace = rows.get("TRACE", {}).get(mode)
-            if trace:
-                axis.errorbar([rows["TRACE"][count]], [trace["mean"]], yerr=[trace["std"]], fmt="*", markersize=11,
-                              color="C0", markerfacecolor="C0" if mode == "greedy" else "white", capsize=3,
-                              label=f"TRACE, {name}")
-                axis.annotate(f"{trace['mean']:.2f}", (rows["TRACE"][count], trace["mean"]),
-                              textcoords="offset points", xytext=(6, -10), fontsize=7)
+            _efficiency_series(axis, rows, grpo, count, mode, styles[mode], "direct GRPO", "C1", 6)
+            line, _, name = styles[mode]
+            _efficiency_series(axis, rows, trace, count, mode, (line, "*", name), "TRACE", "C0", 11)
         axis.set_xlabel(title)
         axis.set_ylim(0, 1)
         axis.grid(alpha=0.3)
     axes[0].set_ylabel("held-out storefront pass^1")
     axes[0].legend(fontsize=7, loc="upper left")
-    figure.suptitle("Sample efficiency: direct GRPO's checkpoints and TRACE (mean ± std over evaluation seeds)")
+    figure.suptitle("Sample efficiency: direct GRPO's and TRACE's checkpoints (mean ± std over evaluation seeds)")
     return save_figure(figure, path)

@@ -33,8 +33,10 @@ same settings (its own config section and the steps it reads from), so an interr
             `loop.direct_task_pool` tasks (τ²-Bench's 164 by default; disjoint from the evaluation's), and one LoRA
             on the selected games mixed, each with the episodes TRACE's Steps 3-4 used
   final     every model on the evaluation tasks and seeds of `evaluate`
-  efficiency  direct GRPO's checkpoints at `evaluate.efficiency_fractions` of its budget (1/4, 1/2) on the same
-            tasks: the report sets them beside TRACE at its full budget and direct GRPO's final (sample efficiency)
+  efficiency  direct GRPO's checkpoints at `evaluate.efficiency_fractions` of its budget (1/4, 1/2), and TRACE at
+            those shares of its own (the adapters' checkpoints the train step kept, with a gate trained on them for
+            the same share of Step 4), on the final step's tasks: the report sets them beside TRACE's and direct
+            GRPO's finals, TRACE @1/4 against direct GRPO's final being the paper's claim at its own ratio
   report    runs/demo/report.md and results.json; the table is printed
 
 With `--repeat N` (the config's `repeats`) the steps from `train` on (REPEATED_STEPS) run N times, with training
@@ -56,10 +58,12 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 import shutil
 import statistics
 import sys
 import time
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
 
@@ -350,15 +354,25 @@ class Demo:
                 if not_trained_because(e, self.config.loop.group_size, forced=figures["forced"]) is None}
 
     def train(self, folder: Path) -> dict[str, Any]:
-        from pipeline.demo.loop import game_for, train_lora
+        """Step 3. Each adapter also keeps its checkpoints at `evaluate.efficiency_fractions` of its run: the
+        efficiency step composes them into TRACE at those shares of its budget."""
+        from pipeline.demo.loop import checkpoint_plan, game_for, train_lora
 
         loop = self.config.loop
+        plan = checkpoint_plan(loop.iterations, self.config.evaluate.efficiency_fractions, "TRACE")
         runs = {}
         for capability, overrides in self.trainable().items():
-            print(f"  GRPO LoRA for {capability} ({loop.iterations} iterations)", flush=True)
-            runs[capability] = train_lora(game_for(capability), self.run_dir / "base" / "model", folder / capability,
-                                          overrides, loop, loop.iterations, report_to=self.config.report_to,
-                                          seed=self.training_seed)
+            print(f"  GRPO LoRA for {capability} ({loop.iterations} iterations"
+                  + (f"; checkpoints kept for the efficiency step at iterations "
+                     f"{', '.join(str(p['iteration']) for p in plan)}" if plan else "") + ")", flush=True)
+            run = train_lora(game_for(capability), self.run_dir / "base" / "model", folder / capability,
+                             overrides, loop, loop.iterations, report_to=self.config.report_to,
+                             checkpoints_at=[p["iteration"] for p in plan], seed=self.training_seed)
+            if plan:  # each checkpoint with the share of the run it stands for
+                by_iteration = {c["iteration"]: c for c in run["checkpoints"]}
+                run["checkpoints"] = [{"fraction": p["fraction"], "asked": p["asked"], **by_iteration[p["iteration"]]}
+                                      for p in plan]
+            runs[capability] = run
         if not runs:
             print("  no capability has a valid game: no adapter trained", flush=True)
         return {"adapters": runs}
@@ -496,7 +510,8 @@ class Demo:
         report puts them side by side. figures: {"fractions", "checkpoints": {label: {fraction, asked, iteration,
         episodes, adapter}}, "models": {label: evaluation runs}, "why" (when nothing was evaluated)}."""
         e = self.config.evaluate
-        out: dict[str, Any] = {"fractions": list(e.efficiency_fractions), "checkpoints": {}, "models": {}}
+        out: dict[str, Any] = {"fractions": list(e.efficiency_fractions), "checkpoints": {}, "models": {},
+                               "trace_checkpoints": {}}
         direct = self.records["baselines"]["figures"].get("direct")
         if not e.efficiency_fractions:
             out["why"] = "evaluate.efficiency_fractions is []: the efficiency step is off"
@@ -516,14 +531,67 @@ class Demo:
                   f"({checkpoint['episodes']} episodes)", flush=True)
             out["models"][label] = self._evaluate(
                 self.run_dir / "base" / "model", Path(checkpoint["adapter"]), folder, e.seeds, e.tasks, e.samples,
-                label.replace(" ", "_").replace("@", "at").replace("/", "of"))
+                file_label(label))
+        why = self.trace_checkpoints(folder, out)
+        if why:
+            out["trace_why"] = why
+            print(f"  TRACE's own checkpoints: not measured ({why})", flush=True)
         return out
+
+    def trace_checkpoints(self, folder: Path, out: dict[str, Any]) -> str | None:
+        """TRACE at shares of its own training budget, into `out` ("trace_checkpoints", "models"): per checkpoint
+        the train step kept (iteration i of each adapter's run), a gate trained as Step 4 trains it, on those
+        adapters, with floor(share x loop.gate_iterations) GRPO iterations and router SFT on the rollouts of
+        iterations 1..i only, then evaluated as the final step evaluates. Its label is the share of TRACE's full
+        training episodes it used ("TRACE @1/4" for 2 x 128 adapter + 64 gate episodes of 1,280): with it set
+        against direct GRPO's final, the paper's claim is measured at its own ratio. Returns why nothing was
+        measured, or None."""
+        from pipeline.demo.loop import target_rollouts_of, train_gate
+
+        e, loop = self.config.evaluate, self.config.loop
+        adapters = self.records["train"]["figures"]["adapters"]
+        if not adapters or not self.records["gate"]["figures"].get("gate"):
+            return "no TRACE model: no adapter or no gate"
+        kept = [run.get("checkpoints") or [] for run in adapters.values()]
+        if not all(kept):
+            return (f"the adapters ran {loop.iterations} iteration(s): no checkpoint before the last stands for "
+                    f"{', '.join(map(str, e.efficiency_fractions))} of their runs")
+        full = self.trace_episodes()
+        whys = []
+        for point in kept[0]:
+            i = point["iteration"]
+            at = {c: next(k for k in run["checkpoints"] if k["iteration"] == i) for c, run in adapters.items()}
+            gate_iterations = math.floor(point["fraction"] * loop.gate_iterations + 1e-9)
+            print(f"  TRACE at iteration {i} of {loop.iterations}: a gate of {gate_iterations} GRPO iteration(s) on "
+                  "the adapters' checkpoints", flush=True)
+            gate = train_gate(self.run_dir / "base" / "model", {c: k["adapter"] for c, k in at.items()},
+                              self.trainable(), folder / f"trace_iter{i:06d}",
+                              dataclasses.replace(loop, gate_iterations=gate_iterations),
+                              report_to=self.config.report_to, seed=self.training_seed,
+                              target_rollouts=target_rollouts_of(self.run_dir / "gate"),  # Step 1's, as Step 4
+                              runs={c: run["adapter"] for c, run in adapters.items()}, through=i)
+            if not gate.get("gate"):
+                whys.append(f"iteration {i}: no gate (no router SFT data and 0 gate GRPO iterations)")
+                continue
+            episodes = sum(k["episodes"] for k in at.values()) + gate["episodes"]
+            share = Fraction(episodes, full)
+            label = f"TRACE @{share.numerator}/{share.denominator}"
+            out["trace_checkpoints"][label] = {
+                "fraction": float(share), "asked": point["asked"], "iteration": i, "iterations": loop.iterations,
+                "adapter_episodes": {c: k["episodes"] for c, k in at.items()}, "gate_iterations": gate_iterations,
+                "gate_episodes": gate["episodes"], "episodes": episodes, "gate": gate["gate"],
+                "sft_data": gate["sft_data"]}
+            print(f"  {label}: {episodes} of TRACE's {full} training episodes", flush=True)
+            out["models"][label] = self._evaluate(self.run_dir / "base" / "model", Path(gate["gate"]), folder,
+                                                  e.seeds, e.tasks, e.samples, file_label(label))
+        return "; ".join(whys) if whys and not out["trace_checkpoints"] else None
 
 
 def file_label(model: str) -> str:
     """A model's label as its results files' name stem: "lora:x" -> "lora_x", "direct GRPO (task pool)" ->
-    "direct_GRPO_task_pool"."""
-    return model.replace(":", "_").replace(" ", "_").replace("(", "").replace(")", "")
+    "direct_GRPO_task_pool", "TRACE @1/4" -> "TRACE_at1of4"."""
+    return (model.replace(":", "_").replace(" ", "_").replace("(", "").replace(")", "").replace("@", "at")
+            .replace("/", "of"))
 
 
 def base_settings(config: Any, storefront: Any) -> dict[str, Any]:
@@ -631,7 +699,10 @@ def _loop_steps(demo: Demo, config: Any, sections: dict[str, Any], storefront: d
     """The steps after Step 2 (REPEATED_STEPS), in order; a repeat's settings carry its training seed."""
     seed = {"training_seed": demo.training_seed} if demo.training_seed else {}  # repeat 1's settings: the run's own
     loop = {**sections["loop"], **seed}
-    demo.step("train", loop, ("environments",), demo.train)
+    # The fractions are also Step 3's setting (its adapters keep checkpoints for TRACE at those shares); [] keeps
+    # the settings of runs made before.
+    fractions_setting = {"efficiency_fractions": fractions} if fractions else {}
+    demo.step("train", {**loop, **fractions_setting}, ("environments",), demo.train)
     demo.step("own_game", {**sections["own_game"], **seed, "temperature": config.evaluate.temperature,
                            "max_episode_tokens": config.loop.max_episode_tokens}, ("environments", "train"),
               demo.own_game)
@@ -642,7 +713,7 @@ def _loop_steps(demo: Demo, config: Any, sections: dict[str, Any], storefront: d
               ("train", "gate"), demo.baselines)
     demo.step("final", {**sections["evaluate"], **seed}, ("evaluate", "train", "gate", "baselines"), demo.final)
     demo.step("efficiency", {**sections["evaluate"], **seed, **storefront, "efficiency_fractions": fractions},
-              ("baselines",), demo.efficiency)
+              ("train", "gate", "baselines"), demo.efficiency)
 
 
 def _run_steps(demo: Demo, config: Any, config_path: Path, run_dir: Path, profile: str) -> int:
