@@ -115,6 +115,7 @@ def test_openings_end_at_the_first_order_look_up_and_plant_nothing(demo_config):
 # ---- SFT ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # ~16 s of SFT; test_sft_runs_the_shared_opening_once_... keeps SFT in the default suite
 def test_sft_trains_only_assistant_tokens_and_lowers_the_loss(tiny_model_dir, demo_config):
     import random
 

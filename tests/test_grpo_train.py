@@ -308,6 +308,7 @@ def test_bad_game_or_model_exits_2(tiny_model_dir, letter_game, tmp_path, capsys
     assert code == 2 and "model folder not found" in err, err
 
 
+@pytest.mark.slow  # ~8 s, two training runs
 def test_a_runs_saved_config_reruns_it_as_its_header_says(tiny_model_dir, letter_game, tmp_path, capsys):
     """config.yaml's header says `python -m train --config <it>`: that command must run without --game/--model."""
     code, err = _cli_in_process(train_main, ["--game", GAME, "--model", str(tiny_model_dir), *FAST, "--iterations",
@@ -779,6 +780,7 @@ def half_constant_ddp_run(tiny_model_dir, tmp_path_factory):
     return result, out
 
 
+@pytest.mark.slow  # its fixture runs two processes (~9 s)
 def test_ddp_rank_with_only_constant_groups_takes_part_in_the_update(half_constant_ddp_run):
     result, out = half_constant_ddp_run
     assert result.returncode == 0, result.stderr[-3000:]
@@ -787,6 +789,7 @@ def test_ddp_rank_with_only_constant_groups_takes_part_in_the_update(half_consta
     assert metrics["frac_constant_groups"] == 0.5 and metrics["skipped_update"] == 0.0 and metrics["grad_norm"] > 0
 
 
+@pytest.mark.slow  # shares half_constant_ddp_run with the test above
 def test_resuming_with_another_number_of_processes_says_what_to_do(half_constant_ddp_run, tiny_model_dir, tmp_path):
     result, out = half_constant_ddp_run
     assert result.returncode == 0, result.stderr[-3000:]
@@ -864,6 +867,7 @@ exit_worker(0)  # as `python -m train` ends: gloo's teardown at interpreter exit
 '''
 
 
+@pytest.mark.slow  # ~12 s, two processes; test_two_process_gloo_torchrun_completes_... stays in the default suite
 def test_fsdp_with_kl_and_unequal_micro_batches_per_rank_finishes(tiny_model_dir, tmp_path):
     script = tmp_path / "fsdp_uneven.py"
     script.write_text(_FSDP_UNEVEN_SCRIPT)

@@ -48,7 +48,7 @@ def _same_completions(got, expected):
         assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("game, peft", [("storefront", False),
+@pytest.mark.parametrize("game, peft", [pytest.param("storefront", False, marks=pytest.mark.slow),  # ~8 s
                                         pytest.param("vault", False, marks=pytest.mark.slow),  # ~3 s; vault-True stays
                                         ("vault", True)])
 def test_multi_turn_episodes_with_the_prefix_cache_equal_those_without(tiny_model_dir, game, peft):
