@@ -122,13 +122,14 @@ def grpo_config(game: str, model_dir: Path, output_dir: Path, game_overrides: di
                        micro_batch_size=8, report_to=list(report_to or []), task_pool=task_pool, seed=seed)
 
 
-def checkpoint_plan(iterations: int, fractions: Sequence[float], model: str = "direct GRPO"
+def checkpoint_plan(iterations: int, fractions: Sequence[float], model: str | None = "direct GRPO"
                     ) -> list[dict[str, Any]]:
     """The checkpoints of a GRPO run of `iterations` that stand for `fractions` of its budget: per fraction, the
     iteration by which the run had used at most that share of its episodes (rounded down, at least 1), and its label
     by the share it really is ("direct GRPO @1/4" for 5 of 20 iterations; 1 of 3 iterations is "@1/3", whatever
-    fraction asked for it; `model` names the run). A fraction that lands on the last iteration (the final adapter,
-    evaluated anyway) or on an iteration an earlier fraction took is left out."""
+    fraction asked for it; `model` names the run; None: no label, for a run that is no model of its own). A
+    fraction that lands on the last iteration (the final adapter, evaluated anyway) or on an iteration an earlier
+    fraction took is left out."""
     plan: list[dict[str, Any]] = []
     for wanted in fractions:
         iteration = max(1, math.floor(wanted * iterations + 1e-9))
@@ -136,8 +137,15 @@ def checkpoint_plan(iterations: int, fractions: Sequence[float], model: str = "d
             continue
         share = Fraction(iteration, iterations)
         plan.append({"fraction": float(share), "asked": wanted, "iteration": iteration,
-                     "label": f"{model} @{share.numerator}/{share.denominator}"})
+                     **({"label": f"{model} @{share.numerator}/{share.denominator}"} if model else {})})
     return plan
+
+
+def planned_checkpoints(plan: list[dict[str, Any]], run: dict[str, Any]) -> list[dict[str, Any]]:
+    """A `train_lora` run's kept "checkpoints", each with its `checkpoint_plan` entry (fraction, asked, label), in
+    the plan's order."""
+    by_iteration = {c["iteration"]: c for c in run["checkpoints"]}
+    return [{**p, **by_iteration[p["iteration"]]} for p in plan]
 
 
 def train_lora(spec: GameSpec, model_dir: Path, output_dir: Path, game_overrides: dict[str, Any], settings: Any,

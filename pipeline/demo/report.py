@@ -702,7 +702,7 @@ def paired_section(run_dir: Path, evaluate: dict[str, dict[str, Any]], config: A
             lines.append(f"| {model} | {reference} | {_ci(cells.get('greedy'))} | {_ci(cells.get('sampled'))} |")
             printed.append(f"  {model} - {reference}: {_ci(cells.get('greedy')).replace('**', '')}; "
                            f"{_ci(cells.get('sampled')).replace('**', '')}")
-            excluding += [f"{model} vs {reference} ({'greedy' if mode == 'greedy' else temperature}: "
+            excluding += [f"{model} vs {reference} ({_mode_name(mode, temperature)}: "
                           f"{cell['difference']:+.3f}"
                           + (f"; untied tasks {cell['better']}↑ {cell['worse']}↓, sign test p = "
                              f"{cell['sign_test_p']:.3f}"
@@ -825,14 +825,14 @@ def direct_settings_section(run_dir: Path, records: dict[str, dict[str, Any]], e
                      f"{_fmt(cells.get('sampled'))} |")
     pool = rows[pool_label]["tasks"]
     lines += ["", "Task pool − fresh, paired over the evaluation's (seed, task) pairs: "
-              + "; ".join(f"{'greedy' if mode == 'greedy' else temperature} {_ci(cell).replace('**', '')}"
+              + "; ".join(f"{_mode_name(mode, temperature)} {_ci(cell).replace('**', '')}"
                           for mode, cell in difference.items()) + "."]
     if pool.get("passes") is not None and pool["passes"] <= 1:
         lines.append(f"At this budget the pool run played each of its tasks at most once ({pool['groups']} groups, "
                      f"{pool['pool']} tasks): the two settings then differ only by chance.")
     lines.append("")
     printed = [f"direct GRPO, task pool ({pool['pool']} tasks) - fresh: "
-               + "; ".join(f"{'greedy' if mode == 'greedy' else temperature} {_ci(cell).replace('**', '')}"
+               + "; ".join(f"{_mode_name(mode, temperature)} {_ci(cell).replace('**', '')}"
                            for mode, cell in difference.items())]
     return lines, {"rows": rows, "pool_minus_fresh": difference}, printed
 
@@ -1145,7 +1145,7 @@ def efficiency_section(run_dir: Path, records: dict[str, dict[str, Any]], evalua
                            for m in [*checkpoint_names, "direct GRPO"])
         headline = (f"**TRACE (its {trace['training']:,} training episodes) vs direct GRPO at {shares} of that budget "
                     f"({', '.join(episodes(m) for m in [*checkpoint_names, 'direct GRPO'])} episodes):** "
-                    + "; ".join(f"{'greedy' if mode == 'greedy' else temperature} pass^1 TRACE "
+                    + "; ".join(f"{_mode_name(mode, temperature)} pass^1 TRACE "
                                 f"{_mean_text(trace[mode])} vs {cells[mode]}" for mode in modes) + ".")
     lines += [_efficiency_intro(budget, ", ".join(_fraction_text(rows[m]["training"], budget)
                                                   for m in checkpoint_names),
@@ -1155,9 +1155,9 @@ def efficiency_section(run_dir: Path, records: dict[str, dict[str, Any]], evalua
         if text:
             lines += [text, ""]
     header = f"| model | training episodes | share of TRACE's | all episodes | " + " | ".join(
-        f"{'greedy' if m == 'greedy' else temperature} pass^1" for m in modes) + " |"
+        f"{_mode_name(m, temperature)} pass^1" for m in modes) + " |"
     if has_trace:
-        header += "".join(f" TRACE − model, {'greedy' if m == 'greedy' else temperature} [95% CI] |" for m in modes)
+        header += "".join(f" TRACE − model, {_mode_name(m, temperature)} [95% CI] |" for m in modes)
     lines += [header, "|---" * (header.count("|") - 1) + "|"]
     for model in order:
         row = rows[model]
@@ -1174,11 +1174,11 @@ def efficiency_section(run_dir: Path, records: dict[str, dict[str, Any]], evalua
                   + ("Every model played TRACE's tasks (checked in the results files)." if all(same.values()) else
                      "NOT the same tasks as TRACE: " + ", ".join(m for m, ok in same.items() if not ok) + "."), ""]
         lines += ["The paper's comparison at equal budget (TRACE − direct GRPO's final): "
-                  + "; ".join(f"{'greedy' if mode == 'greedy' else temperature}: {verdicts[mode]}" for mode in modes)
+                  + "; ".join(f"{_mode_name(mode, temperature)}: {verdicts[mode]}" for mode in modes)
                   + ". " + _claim_text(verdicts, differences.get("direct GRPO", {}), rows, checkpoint_names,
                                        measured=bool(claims))
                   + " Direct GRPO's first point at or above TRACE's mean pass^1: "
-                  + "; ".join(f"{'greedy' if mode == 'greedy' else temperature} "
+                  + "; ".join(f"{_mode_name(mode, temperature)} "
                               + (f"{matched[mode]} ({episodes(matched[mode])} episodes, "
                                  f"{_fraction_text(rows[matched[mode]]['training'], trace['training'])} of TRACE's)"
                                  if matched[mode] else "none of its points (TRACE above all, in mean)")
@@ -1204,7 +1204,7 @@ def efficiency_section(run_dir: Path, records: dict[str, dict[str, Any]], evalua
                "first_direct_point_at_or_above_trace": matched, "claim_at_ratio": claims,
                "png": "efficiency.png" if png else None, "note": note,
                **({"trace_why": trace_why} if trace_why else {})}
-    printed = ["", "sample efficiency, pass^1 " + " / ".join("greedy" if m == "greedy" else temperature for m in modes)
+    printed = ["", "sample efficiency, pass^1 " + " / ".join(_mode_name(m, temperature) for m in modes)
                + " (training episodes):"]
     printed += [f"  {model}: " + " / ".join("-" if rows[model][m] is None else f"{rows[model][m]['mean']:.3f}"
                                             for m in modes) + f" ({episodes(model)})" for model in order]

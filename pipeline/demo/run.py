@@ -356,10 +356,11 @@ class Demo:
     def train(self, folder: Path) -> dict[str, Any]:
         """Step 3. Each adapter also keeps its checkpoints at `evaluate.efficiency_fractions` of its run: the
         efficiency step composes them into TRACE at those shares of its budget."""
-        from pipeline.demo.loop import checkpoint_plan, game_for, train_lora
+        from pipeline.demo.loop import checkpoint_plan, game_for, planned_checkpoints, train_lora
 
         loop = self.config.loop
-        plan = checkpoint_plan(loop.iterations, self.config.evaluate.efficiency_fractions, "TRACE")
+        # No label: an adapter's checkpoint is no model of its own (the efficiency step labels TRACE's).
+        plan = checkpoint_plan(loop.iterations, self.config.evaluate.efficiency_fractions, model=None)
         runs = {}
         for capability, overrides in self.trainable().items():
             print(f"  GRPO LoRA for {capability} ({loop.iterations} iterations"
@@ -369,9 +370,7 @@ class Demo:
                              overrides, loop, loop.iterations, report_to=self.config.report_to,
                              checkpoints_at=[p["iteration"] for p in plan], seed=self.training_seed)
             if plan:  # each checkpoint with the share of the run it stands for
-                by_iteration = {c["iteration"]: c for c in run["checkpoints"]}
-                run["checkpoints"] = [{"fraction": p["fraction"], "asked": p["asked"], **by_iteration[p["iteration"]]}
-                                      for p in plan]
+                run["checkpoints"] = planned_checkpoints(plan, run)
             runs[capability] = run
         if not runs:
             print("  no capability has a valid game: no adapter trained", flush=True)
@@ -412,7 +411,7 @@ class Demo:
 
     def baselines(self, folder: Path) -> dict[str, Any]:
         from game_registry import get_game
-        from pipeline.demo.loop import checkpoint_plan, game_for, train_lora
+        from pipeline.demo.loop import checkpoint_plan, game_for, planned_checkpoints, train_lora
         from train.game_mix import mixed_spec
 
         loop = self.config.loop
@@ -433,8 +432,7 @@ class Demo:
                                    report_to=self.config.report_to, checkpoints_at=[p["iteration"] for p in plan],
                                    seed=self.training_seed)
         if plan:  # each checkpoint with the fraction of the budget it stands for and its model label
-            by_iteration = {c["iteration"]: c for c in out["direct"]["checkpoints"]}
-            out["direct"]["checkpoints"] = [{**p, **by_iteration[p["iteration"]]} for p in plan]
+            out["direct"]["checkpoints"] = planned_checkpoints(plan, out["direct"])
         pool = loop.direct_task_pool
         if pool:
             self.check_pool_is_held_out(pool)
