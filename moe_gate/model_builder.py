@@ -53,7 +53,9 @@ MODES = ("token", "trajectory", "global")
 GATE_WEIGHTS = "gate.safetensors"
 GATE_CONFIG = "gate_config.json"
 GATE_FORMAT = "trace-moe-gate/1"
-MASKED_MAX_TOKENS = 64  # tokens per pass up to which the masked hard path is used (decoding steps)
+# A gated module takes the masked hard path while its extra low-rank multiply-adds for the pass, tokens x sum of
+# its adapters' ranks x (in + out), stay at or under this; the grouped path above it (multi_lora.py says why).
+MASKED_MAX_MACS = 2**21
 BASE_SLOT = "base"
 
 
@@ -245,9 +247,9 @@ class CapabilityModel(nn.Module):
         device = next(base.parameters()).device
         self.gate.to(device)
 
-        # Passes of at most this many tokens (decoding steps) take the masked hard path, larger ones the
-        # grouped path, which computes only each token's own adapter (see multi_lora.py).
-        self.masked_max_tokens = MASKED_MAX_TOKENS
+        # Where the masked hard path stops and the grouped one (each token's own adapter only) starts, per module:
+        # 0 = always grouped, math.inf = always masked (see multi_lora.py).
+        self.masked_max_macs: float = MASKED_MAX_MACS
         self._hooks: dict[int, Callable[[RoutingEvent], None]] = {}
         self._next_hook = 0
         self._prompt_len: int | None = None
@@ -445,13 +447,7 @@ class CapabilityModel(nn.Module):
                 hook(event)
         if weights is not None and (weights.requires_grad or self.soft):
             return Route(weights=weights.reshape(batch * length, -1))  # dense: gradient reaches every slot
-        flat = slots.reshape(-1)  # [M]
-        if flat.numel() <= self.masked_max_tokens:
-            return Route(slots=flat)
-        order = torch.argsort(flat, stable=True)  # [M] token indices grouped by slot
-        counts = torch.bincount(flat, minlength=self.n_slots).tolist()  # one host sync per layer
-        groups = {slot: part for slot, part in enumerate(torch.split(order, counts)) if counts[slot]}
-        return Route(groups=groups)
+        return Route(slots=slots.reshape(-1), masked_max_macs=self.masked_max_macs)  # each module picks its path
 
 
 # ----------------------------------------------------------------------------------------------------

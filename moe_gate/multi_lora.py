@@ -14,19 +14,22 @@ decoder layer by the model, see `model_builder.py`) says per token which slot to
   group runs only its own adapter (gather, two small matmuls, scatter-add), so the cost stays near one
   LoRA's, not N.
 - masked hard path (inference on small passes: decoding steps): one matmul of the tokens with every
-  adapter's A concatenated, the rank columns of the other slots zeroed, one addmm with the concatenated
-  s * B^T. Why not the grouped path there: a decoding step has a handful of tokens, so its cost is the
-  number of kernels and the bytes of weights read, not FLOPs; the masked path runs 4 kernels whatever N is
-  and reads each adapter's factors once per step (gathering per token reads M copies, grouping runs ~4
-  kernels per slot present). Its cost is N low-rank products per token instead of one: N r (in + out)
-  multiply-adds (2 N r (in + out) FLOPs, r each adapter's rank) against the base layer's in * out (2 in out
-  FLOPs), so N r (in + out) / (in out) of the base: about 3% for 4 adapters of rank 16 on a 4096-wide square
-  layer, 25% for 8 adapters of rank 64. Columns of the other slots are selected away (torch.where, not x0),
-  and a module with a non-finite adapter weight takes the grouped path, so an unchosen adapter cannot turn a
-  token's output into NaN.
-  On the CPU bench (bench/gate_overhead.py) it lifted routed/single-LoRA decoding from ~0.82 (per-token
-  gather + batched matmuls) to ~0.95, measured with the bench's former random gate (a random bias sent most
-  of a layer's tokens to one slot; the bench now spreads them).
+  adapter's A concatenated, the rank columns of the other slots selected away, one addmm with the
+  concatenated s * B^T. Why: a decoding step has a handful of tokens, so its cost is the number of kernels
+  and the bytes of weights read, not FLOPs; the masked path runs 4 kernels whatever N is (grouping runs ~4
+  per slot present, plus a sort and a host sync per layer). Its price is every adapter's low-rank product
+  for every token: M * sum_r * (in + out) multiply-adds for M tokens (sum_r = the ranks of this module's
+  adapters added up), against M * r * (in + out) for the token's own adapter, and reading all N adapters'
+  factors where grouping reads only the slots present. So the choice is made per module and per pass
+  from that count: the masked path while M * sum_r * (in + out) <= `Route.masked_max_macs` (the model's
+  `masked_max_macs`, default `MASKED_MAX_MACS` in model_builder.py), the grouped path above it. With the
+  default (2^21), a 4096-wide square layer takes the masked path for up to 16 tokens at 2 adapters of rank
+  8, 2 tokens at 2 of rank 64 and never at 8 of rank 64, where the extra products are 25% of the base
+  layer's own (N r (in + out) / (in out)); the CPU demo's 192-wide model (2 adapters of rank 8) for up to
+  ~170 tokens, so its decoding steps stay masked and its prompts are grouped. Measured per shape with
+  bench/gate_overhead.py (`--shapes`, `--path`; figures in moe_gate/README.md). Columns of the other slots are selected away (torch.where, not x0), and a module with a
+  non-finite adapter weight takes the grouped path, so an unchosen adapter cannot turn a token's output
+  into NaN.
 - dense path (training with gradients, or soft routing): every adapter runs on every token and is scaled
   by the gate value; with a straight-through gate the values are exactly 0/1 in the forward pass (so the
   output equals the hard path) while the gradient reaches every slot's gate logit.
@@ -138,14 +141,27 @@ def read_peft_adapter(name: str, path: str | Path) -> AdapterFile:
 class Route:
     """The routing decision a decoder layer's gated modules apply to the current forward pass.
 
-    `weights` [M, S] (M = tokens of the pass, flattened) are used by the dense path; `groups` (slot -> token
-    indices [m]) by the grouped hard path; `slots` [M] by the masked hard path (see the module docstring).
-    Exactly one of them is set.
+    Either `weights` [M, S] (M = tokens of the pass, flattened), used by the dense path, or a hard top-1
+    choice: `slots` [M] (one slot per token) or `groups` (slot -> token indices [m]). With `slots`, each
+    module takes the masked path when its extra multiply-adds, M * sum_r * (in + out), are at most
+    `masked_max_macs`, and the grouped path otherwise (groups made from `slots` once per layer, on the first
+    module that needs them); see the module docstring.
     """
 
     weights: torch.Tensor | None = None  # [M, S] gate values (straight-through 0/1, Gumbel one-hot or soft)
     groups: dict[int, torch.Tensor] | None = None  # slot -> [m] flat token indices routed to it
-    slots: torch.Tensor | None = None  # [M] slot per token, for the masked path (few tokens: decoding)
+    slots: torch.Tensor | None = None  # [M] slot per token
+    masked_max_macs: float = math.inf  # a hand-made Route(slots=...) always takes the masked path
+
+    def slot_groups(self) -> dict[int, torch.Tensor]:
+        """slot -> [m] flat token indices routed to it, from `slots` (computed once, shared by the layer's modules)."""
+        if self.groups is None:
+            if self.slots is None:
+                raise RuntimeError("a dense Route (weights) has no groups")
+            order = torch.argsort(self.slots, stable=True)  # [M] token indices grouped by slot
+            counts = torch.bincount(self.slots).tolist()  # one host sync per layer
+            self.groups = {slot: part for slot, part in enumerate(torch.split(order, counts)) if counts[slot]}
+        return self.groups
 
 
 class LayerRoute:
@@ -197,6 +213,8 @@ class MultiLoRAGatedLinear(nn.Module):
         # The masked path reads every slot's B: a non-finite B (or A) of an unchosen slot would reach the output
         # as 0 * inf = NaN, so a module holding one takes the grouped path instead (checked once: frozen weights).
         self.finite = bool(torch.isfinite(self.cat_a).all() and torch.isfinite(self.cat_b).all())
+        # Multiply-adds per token of every adapter's low-rank product here: what the masked path pays.
+        self.masked_macs_per_token = cat_a.shape[0] * (base.in_features + base.out_features)
 
     def extra_repr(self) -> str:
         return f"in={self.base.in_features}, out={self.base.out_features}, lora_slots={self.slots}/{self.n_slots}"
@@ -219,14 +237,13 @@ class MultiLoRAGatedLinear(nn.Module):
             for slot, span in zip(self.slots, self.spans):
                 flat_y = flat_y + route.weights[:, slot : slot + 1].to(flat_y.dtype) * self._delta(span, flat_x)
             return flat_y.view(y.shape)
-        if route.slots is not None and self.finite:  # masked: all adapters' factors, other slots' columns zeroed
+        masked = route.slots is not None and self.finite and (
+            flat_x.shape[0] * self.masked_macs_per_token <= route.masked_max_macs)
+        if masked:  # all adapters' factors, other slots' columns selected away
             keep = self.col_mask.index_select(0, route.slots)  # [M, sum r] the token's own slot's columns
             low = torch.where(keep, flat_x @ self.cat_a.T, 0.0)  # [M, sum r]; select, not x0: an overflow stays out
             return torch.addmm(flat_y, low, self.cat_b).view(y.shape)  # y + s B A x of each token's slot
-        if route.slots is not None:  # a non-finite adapter here: compute only each token's own slot
-            groups = {slot: (route.slots == slot).nonzero().squeeze(1) for slot in self.slots}
-        else:
-            groups = route.groups or {}
+        groups = route.slot_groups()  # grouped: each token's own adapter only (also where one is non-finite)
         for slot, span in zip(self.slots, self.spans):
             index = groups.get(slot)
             if index is None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -94,6 +95,29 @@ def test_gated_linear_hard_path_equals_dense_path_masked_to_the_chosen_slot():
     assert len(groups) > 2  # several slots were really exercised
 
 
+def test_each_module_takes_the_masked_path_exactly_while_its_extra_multiply_adds_fit_the_budget():
+    """Masked while M x sum_r x (in + out) <= masked_max_macs, grouped above (the grouped path leaves its groups on
+    the Route, the masked path never makes them); both give each token its own slot's LoRA."""
+    torch.manual_seed(0)
+    base = torch.nn.Linear(12, 10)
+    loras = [None] + [LoRAWeights(torch.randn(r, 12), torch.randn(10, r), 1.5) for r in (2, 4, 3)]
+    route = LayerRoute(0)
+    module = MultiLoRAGatedLinear(base, loras, route)
+    assert module.masked_macs_per_token == (2 + 4 + 3) * (12 + 10)
+    x = torch.randn(3, 7, 12)  # [B, T, in]: M = 21
+    slots = torch.randint(0, 4, (21,))  # [M]
+    flat = x.reshape(-1, 12)
+    expected = base(flat) + torch.stack([loras[s].scaling * loras[s].B @ loras[s].A @ flat[m] if loras[s] else
+                                         torch.zeros(10) for m, s in enumerate(slots.tolist())])
+    cost = 21 * module.masked_macs_per_token
+    for budget, grouped in ((cost, False), (cost - 1, True), (0, True), (math.inf, False)):
+        route.current = Route(slots=slots, masked_max_macs=budget)
+        with torch.no_grad():
+            out = module(x).reshape(-1, 10)
+        assert (route.current.groups is not None) == grouped, budget
+        assert torch.allclose(out, expected, atol=1e-5)
+
+
 @pytest.mark.parametrize("factor, bad", [("A", float("inf")), ("B", float("inf")), ("B", float("nan"))])
 def test_a_non_finite_adapter_that_no_token_chose_leaves_the_output_finite(factor, bad):
     """The masked and grouped hard paths compute only what each token's own slot gives: an inf/NaN weight in
@@ -121,10 +145,12 @@ def test_a_non_finite_adapter_that_no_token_chose_leaves_the_output_finite(facto
         assert not torch.isfinite(module(x)).all()
 
 
-@pytest.mark.parametrize("masked_max_tokens", [0, 64])  # grouped path, masked path (20 tokens per pass)
-def test_routed_model_hard_top1_equals_the_training_straight_through_dense_path(adapters, masked_max_tokens):
+# grouped path everywhere, masked path everywhere, and a budget that splits the modules (20 tokens x rank x
+# (in + out): 5,120 for q/v_proj, 7,680 for down_proj, 10,240 to 15,360 for beta's modules): both paths in one pass
+@pytest.mark.parametrize("masked_max_macs", [0, math.inf, 7_680])
+def test_routed_model_hard_top1_equals_the_training_straight_through_dense_path(adapters, masked_max_macs):
     model = build_capability_model(make_tiny_base(), adapters)
-    model.masked_max_tokens = masked_max_tokens
+    model.masked_max_macs = masked_max_macs
     randomise_gate(model, seed=11)
     with torch.no_grad(), model.record_routing() as record:
         hard = _logits(model.eval())
