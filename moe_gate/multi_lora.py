@@ -27,9 +27,9 @@ decoder layer by the model, see `model_builder.py`) says per token which slot to
   8, 2 tokens at 2 of rank 64 and never at 8 of rank 64, where the extra products are 25% of the base
   layer's own (N r (in + out) / (in out)); the CPU demo's 192-wide model (2 adapters of rank 8) for up to
   ~170 tokens, so its decoding steps stay masked and its prompts are grouped. Measured per shape with
-  bench/gate_overhead.py (`--shapes`, `--path`; figures in moe_gate/README.md). Columns of the other slots are selected away (torch.where, not x0), and a module with a
-  non-finite adapter weight takes the grouped path, so an unchosen adapter cannot turn a token's output
-  into NaN.
+  bench/gate_overhead.py (`--shapes`, `--path`; figures in moe_gate/README.md). Columns of the other slots
+  are selected away (torch.where, not x0), and a module with a non-finite adapter weight takes the grouped
+  path, so an unchosen adapter cannot turn a token's output into NaN.
 - dense path (training with gradients, or soft routing): every adapter runs on every token and is scaled
   by the gate value; with a straight-through gate the values are exactly 0/1 in the forward pass (so the
   output equals the hard path) while the gradient reaches every slot's gate logit.
