@@ -1,4 +1,4 @@
-"""Scenarios self-tested per minute (generation excluded): the throughput of `pipeline.swebench.selftest`.
+"""Scenarios self-tested per minute (generation excluded): the throughput of `swebench.selftest`.
 
 Usage (from the repo root):
     python bench/scenario_selftest.py [--n 40] [--workers 2] [--target 60] [--isolation auto|namespace|fallback]
@@ -22,11 +22,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # run as a script: make pipeline importable
     sys.path.insert(0, str(REPO_ROOT))
 
-from pipeline.swebench.generators import GENERATORS, generate_one  # noqa: E402
-from pipeline.swebench.mutations import mutate_rounds  # noqa: E402
-from pipeline.swebench.sandbox import (UNSAFE_FLAG, SandboxConfig, SandboxUnavailable,  # noqa: E402
+from swebench.generators import GENERATORS, generate_one  # noqa: E402
+from swebench.mutations import mutate_rounds  # noqa: E402
+from swebench.sandbox import (UNSAFE_FLAG, SandboxConfig, SandboxUnavailable,  # noqa: E402
                                       resolve_isolation)
-from pipeline.swebench.selftest import self_test_many  # noqa: E402
+from swebench.selftest import self_test_many  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -339,9 +339,9 @@ def validate_game_file(game_file: Path, game: str, seeds: int, log_path: Path) -
 
 
 def check_scenarios(path: Path, name: str, snapshot: Snapshot) -> int:
-    """The code_edit artifact: a fresh, valid scenarios file for `name` (pipeline/swebench/scenario.py's
+    """The code_edit artifact: a fresh, valid scenarios file for `name` (swebench/scenario.py's
     format, checked by its loader); returns how many scenarios it holds."""
-    from pipeline.swebench.scenario import load_scenarios
+    from swebench.scenario import load_scenarios
 
     if not snapshot.changed(path):
         raise AgentRunError(f"{path} was not written (the code_edit prompt's Step 4 self-test writes it)")

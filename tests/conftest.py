@@ -10,9 +10,9 @@ import pytest
 @pytest.fixture(autouse=True)
 def _own_scenarios_may_run_unisolated(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where namespaces are missing (a container without CAP_SYS_ADMIN), the tests, which run only the
-    repository's own scenarios, opt in to the unisolated sandbox explicitly (pipeline/swebench/sandbox.py
+    repository's own scenarios, opt in to the unisolated sandbox explicitly (swebench/sandbox.py
     refuses it otherwise); tests of the refusal itself clear the variable in their own fixtures."""
-    from pipeline.swebench import sandbox
+    from swebench import sandbox
 
     if not sandbox.namespace_support()[0]:
         monkeypatch.setenv(sandbox.UNSAFE_ENV, "1")

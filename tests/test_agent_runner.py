@@ -219,7 +219,7 @@ def test_shipped_agents_file_parses_and_fills_placeholders():
 
 def test_code_edit_scenarios_check(tmp_path):
     """The artifact is checked with the scenario loader (the format the code-edit prompt asks for)."""
-    from pipeline.swebench.generators import generate_many
+    from swebench.generators import generate_many
 
     name = "semantic_logic_precision"
     path = tmp_path / "pipeline" / "swebench" / name / "scenarios_parsed.json"

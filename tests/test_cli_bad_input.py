@@ -588,7 +588,7 @@ def test_model_folder_without_weights_exits_2(tiny_model_dir, no_model_load, tmp
 
 
 # --------------------------------------------------------------------------------------------------
-# The SWE-bench path: pipeline.swebench.calibrate, phase3_synthesize.py, phase4_validate.py (issue 28)
+# The SWE-bench path: swebench.calibrate, phase3_synthesize.py, phase4_validate.py (issue 28)
 # --------------------------------------------------------------------------------------------------
 def _script(path: str, name: str):
     """A script of the repository as a module (its folder is not a package)."""
@@ -605,7 +605,7 @@ def _script(path: str, name: str):
 ])
 def test_swebench_calibrate_checks_numbers_before_any_rollout(flags, message, monkeypatch, tmp_path, capsys):
     # Before: --temperature nan wrote state.json, then crashed in the sampler.
-    from pipeline.swebench import calibrate
+    from swebench import calibrate
 
     rollouts = Recorder()
     monkeypatch.setattr(calibrate, "trainer_rollouts", rollouts)
@@ -624,7 +624,7 @@ def test_swebench_calibrate_checks_numbers_before_any_rollout(flags, message, mo
 ])
 def test_phase3_checks_flags_before_generating(flags, message, monkeypatch, tmp_path, capsys):
     # Before: --threshold nan generated and self-tested 20 scenarios, then exited 2.
-    from pipeline.swebench import generate
+    from swebench import generate
 
     phase3 = _script("swebench/qwen3.6_self_trace/phase3_synthesize.py", "phase3_under_test")
     generated = Recorder(result=0)
@@ -635,7 +635,7 @@ def test_phase3_checks_flags_before_generating(flags, message, monkeypatch, tmp_
 
 
 def test_phase3_refuses_a_run_dir_under_a_file(monkeypatch, tmp_path, capsys):
-    from pipeline.swebench import generate
+    from swebench import generate
 
     phase3 = _script("swebench/qwen3.6_self_trace/phase3_synthesize.py", "phase3_under_test")
     generated = Recorder(result=0)
@@ -652,7 +652,7 @@ def test_phase3_refuses_a_run_dir_under_a_file(monkeypatch, tmp_path, capsys):
 ])
 def test_phase4_checks_flags_before_self_testing(flags, message, monkeypatch, tmp_path, capsys):
     # Before: --fuzz-actions -1 self-tested every scenario, then a traceback in validate_game.
-    from pipeline.swebench import selftest
+    from swebench import selftest
 
     phase4 = _script("swebench/qwen3.6_self_trace/phase4_validate.py", "phase4_under_test")
     tested = Recorder(result=[])
@@ -803,9 +803,9 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
     """{name: (main, {kind: argv}, (module, attribute) of the work that must not start)}."""
     from pipeline import label_trajectories
     from pipeline.demo import tau2 as demo_tau2
-    from pipeline.swebench import calibrate as swe_calibrate
-    from pipeline.swebench import generate as swe_generate
-    from pipeline.swebench import selftest as swe_selftest
+    from swebench import calibrate as swe_calibrate
+    from swebench import generate as swe_generate
+    from swebench import selftest as swe_selftest
     from train import collect_rollouts, evaluate, models, tiny
 
     import render_pipeline
@@ -932,7 +932,7 @@ def test_ctrl_c_ends_a_storefront_run_with_one_line_and_writes_nothing(tmp_path)
 
 
 def test_selftest_refuses_an_output_that_would_replace_the_input_or_the_other_output(tmp_path, capsys):
-    from pipeline.swebench.selftest import main
+    from swebench.selftest import main
 
     scenarios = tmp_path / "s.json"
     scenarios.write_text("[]\n")

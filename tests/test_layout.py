@@ -15,7 +15,7 @@ ENVIRONMENT_MODULES = sorted(
     [f"benchmarks.{p.stem}" for p in (REPO / "benchmarks").glob("*.py") if p.stem != "__init__"]
     + [f"benchmarks.storefront.{p.stem}" for p in (REPO / "benchmarks" / "storefront").glob("*.py")
        if p.stem != "__init__"]
-    + ["game_registry", "pipeline.swebench.game"])
+    + ["game_registry", "swebench.game"])
 
 
 def imported_after(statement: str) -> set[str]:

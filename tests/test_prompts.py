@@ -74,6 +74,9 @@ PRODUCED = re.compile(
 OUTPUT_PREFIXES = ("prompts/rendered/",)
 REPO_PACKAGES = ({p.name for p in REPO.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
                  | {p.stem for p in REPO.glob("*.py")})
+# The installed SWE-bench harness (`pip install swebench`, on the user's GPU machine) shares the top-level name
+# with this repository's swebench/ package, which extends its path to it (swebench/__init__.py).
+HARNESS_MODULES = ("swebench.harness.", "swebench.collect.", "swebench.inference.")
 MISSING_INPUTS = re.compile(r"^### If the inputs are missing\n(.*?)(?=^#{2,3} )", re.S | re.M)
 
 
@@ -122,6 +125,8 @@ def missing_reference(kind: str, target: str) -> str | None:
     """None when the reference resolves, else a description of what is missing."""
     if kind == "module":
         top = target.split(".")[0]
+        if target.startswith(HARNESS_MODULES):
+            return None
         if top in REPO_PACKAGES:  # a repository module: its file or package must exist
             base = REPO.joinpath(*target.split("."))
             if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
@@ -319,19 +324,19 @@ def test_code_edit_prompt_uses_the_scenario_tools_and_tool_use_prompt_the_game_t
     tau = (REPO / "prompts/tau-bench/environment_generation.md").read_text(encoding="utf-8")
     game_tools = ("validate_game", "collect_rollouts", "calibrate_environment", "game_registry", "_game.py")
     assert [t for t in game_tools if t not in tau] == []
-    for needed in ("python -m pipeline.swebench.selftest runs/swebench/envs/<name>/scenarios_draft.json "
+    for needed in ("python -m swebench.selftest runs/swebench/envs/<name>/scenarios_draft.json "
                    "--out pipeline/swebench/<name>/scenarios_parsed.json",
-                   "python -m pipeline.swebench.calibrate --capability <name>",
+                   "python -m swebench.calibrate --capability <name>",
                    "TRACE_GAMES_DIRS=swebench/games python -m pipeline.validate_game capability_<name>",
                    "TRACE_GAMES_DIRS=swebench/games python -m train.collect_rollouts --game capability_<name>",
-                   "swebench/games/capability_<name>_game.py", "python -m pipeline.swebench.generate",
+                   "swebench/games/capability_<name>_game.py", "python -m swebench.generate",
                    "VLLM_BASE_URLS=http://localhost:8000/v1 VLLM_MODEL=Qwen/Qwen3-30B-A3B-Instruct-2507"):
         assert needed in swe, needed
     assert "calibrate_environment" not in swe  # the tool-use band checker does not see per-scenario rates
 
 
 # ---------------------------------------------------------------------------------------------
-# The code-edit prompt's scenario format is the loader's (pipeline/swebench/scenario.py)
+# The code-edit prompt's scenario format is the loader's (swebench/scenario.py)
 # ---------------------------------------------------------------------------------------------
 SWE_PROMPT = "prompts/swebench/environment_generation.md"
 
@@ -349,9 +354,9 @@ def _example_scenarios() -> list:
 
 
 def test_code_edit_example_scenario_has_the_loaders_fields_and_loads(tmp_path):
-    from pipeline.swebench.generators.common import shortcut_patch
-    from pipeline.swebench.patches import apply_patch
-    from pipeline.swebench.scenario import REQUIRED_FIELDS, load_scenarios
+    from swebench.generators.common import shortcut_patch
+    from swebench.patches import apply_patch
+    from swebench.scenario import REQUIRED_FIELDS, load_scenarios
 
     example = _example_scenarios()
     assert isinstance(example, list) and len(example) == 1
@@ -394,7 +399,7 @@ def _heredocs(step: str) -> list[tuple[str, str]]:
 
 def test_code_edit_calibration_snippets_run(tmp_path):
     """Step 5's scripts for a new capability (per-scenario success rates, mutations) work on the example."""
-    from pipeline.swebench.scenario import load_scenarios
+    from swebench.scenario import load_scenarios
 
     scenarios = tmp_path / "round_0_scenarios.json"
     scenarios.write_text(json.dumps(_example_scenarios()), encoding="utf-8")

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from game_registry import REPO_ROOT
-from pipeline.swebench.game import (SUBMIT_COMMAND, ScenarioGame, ScenarioGameConfig, SemanticLogicGameConfig,
+from swebench.game import (SUBMIT_COMMAND, ScenarioGame, ScenarioGameConfig, SemanticLogicGameConfig,
                                     DeepCallGraphGameConfig, bash_turn, make_spec)
 from pipeline.validate_game import validate
 

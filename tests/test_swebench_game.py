@@ -9,10 +9,10 @@ import sys
 import pytest
 
 from game_registry import REPO_ROOT, parse_hermes_action
-from pipeline.swebench import game as game_module
-from pipeline.swebench.game import ScenarioGameConfig, SemanticLogicGameConfig
-from pipeline.swebench.generators import generate_one
-from pipeline.swebench.scenario import Scenario, save_scenarios
+from swebench import game as game_module
+from swebench.game import ScenarioGameConfig, SemanticLogicGameConfig
+from swebench.generators import generate_one
+from swebench.scenario import Scenario, save_scenarios
 from pipeline.validate_game import probe_check, validate
 from game_registry import render_tool_call
 

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from game_registry import REPO_ROOT
-from pipeline.swebench import sandbox
-from pipeline.swebench.calibrate import main as calibrate_main
-from pipeline.swebench.game import ScenarioGame, SemanticLogicGameConfig
-from pipeline.swebench.generators import generate_one
-from pipeline.swebench.sandbox import PLUGIN_DIR, SandboxConfig, SandboxUnavailable, SandboxWarning, run_pytest
-from pipeline.swebench.scenario import save_scenarios
-from pipeline.swebench.selftest import main as selftest_main
+from swebench import sandbox
+from swebench.calibrate import main as calibrate_main
+from swebench.game import ScenarioGame, SemanticLogicGameConfig
+from swebench.generators import generate_one
+from swebench.sandbox import PLUGIN_DIR, SandboxConfig, SandboxUnavailable, SandboxWarning, run_pytest
+from swebench.scenario import save_scenarios
+from swebench.selftest import main as selftest_main
 
 NAMESPACES, WHY_NOT = sandbox.namespace_support()
 needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason=f"namespace sandbox unavailable here: {WHY_NOT}")
@@ -154,9 +154,9 @@ def test_the_opt_in_is_a_bool():
 def test_the_repository_is_hidden_from_sandboxed_code():
     """The scenario files (with their oracle patches and hidden tests) and the generators are out of sight: of
     the repository only the venv and the sandbox plugins are visible inside."""
-    from pipeline.swebench.sandbox import run_command
+    from swebench.sandbox import run_command
 
-    run = run_command({}, f"ls {REPO_ROOT}/pipeline/swebench; cat {REPO_ROOT}/README.md",
+    run = run_command({}, f"ls {REPO_ROOT}/swebench; cat {REPO_ROOT}/README.md",
                       SandboxConfig(timeout_s=20, isolation="namespace"))
     assert run.output.split("\n")[0] == "_sandbox_plugins", run.output
     assert "No such file or directory" in run.output and run.returncode != 0

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from game_registry import REPO_ROOT
-from pipeline.swebench.calibrate import CalibrationConfig, calibrate
-from pipeline.swebench.generators import generate_one
-from pipeline.swebench.game import make_spec
-from pipeline.swebench.mutations import PRIMITIVES, ROUND_ORDER, SCHEDULES, apply_primitives, buggy_functions, \
+from swebench.calibrate import CalibrationConfig, calibrate
+from swebench.generators import generate_one
+from swebench.game import make_spec
+from swebench.mutations import PRIMITIVES, ROUND_ORDER, SCHEDULES, apply_primitives, buggy_functions, \
     mutate_round, mutate_rounds, _pair_of
-from pipeline.swebench.sandbox import SandboxConfig
-from pipeline.swebench.scenario import Scenario, load_scenarios
-from pipeline.swebench.selftest import self_test_many
+from swebench.sandbox import SandboxConfig
+from swebench.scenario import Scenario, load_scenarios
+from swebench.selftest import self_test_many
 
 SANDBOX = SandboxConfig(timeout_s=20)
 ISSUE_TEXT_PRIMITIVES = ("misleading_symptom",)
@@ -174,7 +174,7 @@ def test_calibration_config_validates():
 @pytest.mark.slow
 def test_calibrate_cli_with_the_tiny_model(tiny_model_dir, tmp_path):
     out = tmp_path / "accepted.json"
-    done = subprocess.run([sys.executable, "-m", "pipeline.swebench.calibrate", "--capability",
+    done = subprocess.run([sys.executable, "-m", "swebench.calibrate", "--capability",
                            "semantic_logic_precision", "--model", str(tiny_model_dir), "--target", "2", "--candidates",
                            "2", "--samples", "2", "--max-episode-tokens", "3000", "--work-dir", str(tmp_path / "work"),
                            "--out", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
@@ -182,7 +182,7 @@ def test_calibrate_cli_with_the_tiny_model(tiny_model_dir, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(load_scenarios(out)) == 2  # a random tiny model solves nothing: accepted at round 0
     assert (tmp_path / "work" / "round_0_rollouts.json").is_file()
-    bad = subprocess.run([sys.executable, "-m", "pipeline.swebench.calibrate", "--capability",
+    bad = subprocess.run([sys.executable, "-m", "swebench.calibrate", "--capability",
                           "semantic_logic_precision", "--model", str(tmp_path / "missing"), "--work-dir",
                           str(tmp_path / "w2"), "--out", str(tmp_path / "o.json")], cwd=REPO_ROOT, capture_output=True,
                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})

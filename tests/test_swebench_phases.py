@@ -137,8 +137,8 @@ def test_phases_3_and_4_run_here_without_a_model(tmp_path):
 @pytest.mark.slow
 def test_phase5_trains_a_tiny_model_on_cpu_when_allowed(tiny_model_dir, tmp_path):
     scenarios = tmp_path / "set.json"
-    from pipeline.swebench.generators import generate_many
-    from pipeline.swebench.scenario import save_scenarios
+    from swebench.generators import generate_many
+    from swebench.scenario import save_scenarios
 
     save_scenarios(scenarios, generate_many("semantic_logic_precision", 2, seed=3))
     done = run_phase("phase5", "--capability", "semantic_logic_precision", "--model", str(tiny_model_dir),

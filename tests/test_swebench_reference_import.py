@@ -1,4 +1,4 @@
-"""Scenarios in the reference implementation's format (pipeline/swebench/reference_format.py) load, convert
+"""Scenarios in the reference implementation's format (swebench/reference_format.py) load, convert
 faithfully, self-test and round-trip; broken ones are refused with the scenario and the field named."""
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.swebench.reference_format import (REFERENCE_REQUIRED, convert_reference, infer_capability,
+from swebench.reference_format import (REFERENCE_REQUIRED, convert_reference, infer_capability,
                                                 is_reference_format, load_reference)
-from pipeline.swebench.sandbox import SandboxConfig
-from pipeline.swebench.scenario import Scenario, ScenarioError, load_scenarios, main, save_scenarios
-from pipeline.swebench.selftest import self_test_many
+from swebench.sandbox import SandboxConfig
+from swebench.scenario import Scenario, ScenarioError, load_scenarios, main, save_scenarios
+from swebench.selftest import self_test_many
 
 
 FIXTURE = (Path(__file__).parent / "fixtures" / "swebench_reference" / "semantic_logic_precision"
@@ -104,7 +104,7 @@ def test_import_cli_refuses_bad_input(tmp_path, capsys):
 
 
 def test_import_cli_default_out_never_replaces_a_set(tmp_path, monkeypatch, capsys):
-    import pipeline.swebench.scenario as scenario_module
+    import swebench.scenario as scenario_module
 
     default = tmp_path / "semantic_logic_precision" / "scenarios_parsed.json"
     monkeypatch.setattr(scenario_module, "default_scenarios_path", lambda capability: tmp_path / capability /

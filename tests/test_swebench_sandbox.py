@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from game_registry import REPO_ROOT
-from pipeline.swebench import sandbox
-from pipeline.swebench.generators import GENERATORS, generate_one
-from pipeline.swebench.generators.semantic_logic import TEMPLATES
-from pipeline.swebench.grading import Grader, GradeConfig, screen_patch
-from pipeline.swebench.patches import apply_patch, make_patch
-from pipeline.swebench.sandbox import SandboxConfig, SandboxUnavailable, SandboxWarning, run_pytest
-from pipeline.swebench.scenario import Scenario, save_scenarios
-from pipeline.swebench.selftest import main as selftest_main
-from pipeline.swebench.selftest import self_test, self_test_many
+from swebench import sandbox
+from swebench.generators import GENERATORS, generate_one
+from swebench.generators.semantic_logic import TEMPLATES
+from swebench.grading import Grader, GradeConfig, screen_patch
+from swebench.patches import apply_patch, make_patch
+from swebench.sandbox import SandboxConfig, SandboxUnavailable, SandboxWarning, run_pytest
+from swebench.scenario import Scenario, save_scenarios
+from swebench.selftest import main as selftest_main
+from swebench.selftest import self_test, self_test_many
 
 NAMESPACES, WHY_NOT = sandbox.namespace_support()
 needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason=f"namespace sandbox unavailable here: {WHY_NOT}")

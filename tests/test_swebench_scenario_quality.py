@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 
 from game_registry import render_tool_call
-from pipeline.swebench._inmemory import InMemoryPackages
-from pipeline.swebench.calibrate import CalibrationConfig, calibrate
-from pipeline.swebench.game import make_spec
-from pipeline.swebench.generators import generate_one
-from pipeline.swebench.generators.filler import MAX_LINES, source_lines
-from pipeline.swebench.generators.semantic_logic import TEMPLATES
-from pipeline.swebench.mutations import _pair_of, apply_primitives, buggy_functions, mutate_rounds
-from pipeline.swebench.patches import make_patch, replacements
-from pipeline.swebench.sandbox import SandboxConfig
-from pipeline.swebench.scenario import Scenario, load_scenarios, save_scenarios
+from swebench._inmemory import InMemoryPackages
+from swebench.calibrate import CalibrationConfig, calibrate
+from swebench.game import make_spec
+from swebench.generators import generate_one
+from swebench.generators.filler import MAX_LINES, source_lines
+from swebench.generators.semantic_logic import TEMPLATES
+from swebench.mutations import _pair_of, apply_primitives, buggy_functions, mutate_rounds
+from swebench.patches import make_patch, replacements
+from swebench.sandbox import SandboxConfig
+from swebench.scenario import Scenario, load_scenarios, save_scenarios
 
 DEEP, SEMANTIC = "deep_call_graph_traversal", "semantic_logic_precision"
 SEEDS = range(50)
@@ -275,7 +275,7 @@ def score(scenario: Scenario, outcomes: dict[str, str]) -> float:
                                                 pytest.param(6, 3, "measure", marks=pytest.mark.slow)])
 def test_a_fix_that_masks_the_bug_above_its_root_scores_below_one(tmp_path, seed, depth, site):
     scenario = generate_one(DEEP, seed, call_depth=depth, size="small")
-    from pipeline.swebench.patches import apply_patch
+    from swebench.patches import apply_patch
 
     masked = apply_patch(scenario.files, masking_patch(scenario, site))
     outcomes = pytest_outcomes(masked, tmp_path / "masked")
@@ -320,7 +320,7 @@ def test_large_scenarios_pass_the_selftest_cli(tmp_path):
     scenarios = [generate_one(DEEP, s, size="large") for s in range(200, 204)]
     scenarios += [generate_one(SEMANTIC, s, size="large") for s in range(200, 204)]
     save_scenarios(tmp_path / "s.json", scenarios)
-    done = subprocess.run([sys.executable, "-m", "pipeline.swebench.selftest", str(tmp_path / "s.json"),
+    done = subprocess.run([sys.executable, "-m", "swebench.selftest", str(tmp_path / "s.json"),
                            "--report", str(tmp_path / "r.json"), "--no-progress", "--timeout", "30"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from pipeline.swebench.generate import main as generate_main
-from pipeline.swebench.generators import GENERATORS, generate_many, generate_one
-from pipeline.swebench.generators.semantic_logic import TEMPLATES
-from pipeline.swebench.patches import PatchError, apply_patch, make_patch, replacements
-from pipeline.swebench.scenario import Scenario, ScenarioError, load_scenarios, save_scenarios
+from swebench.generate import main as generate_main
+from swebench.generators import GENERATORS, generate_many, generate_one
+from swebench.generators.semantic_logic import TEMPLATES
+from swebench.patches import PatchError, apply_patch, make_patch, replacements
+from swebench.scenario import Scenario, ScenarioError, load_scenarios, save_scenarios
 
 CAPABILITIES = sorted(GENERATORS)
 

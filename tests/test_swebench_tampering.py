@@ -32,7 +32,7 @@ Routes tried (all score 0 both ways):
   pytest_skip_all            pytest.skip() from value() (skips are not passes)
 Beyond these, tests below check that the runner cannot be ptraced or read (/proc/PID/mem) by the tests, and that
 the screen refuses the aliasing, coding-cookie and string-attribute tricks (`test_the_screen_refuses_*`).
-Not defended (see pipeline/swebench/grading.py): a candidate with full control of its interpreter that
+Not defended (see swebench/grading.py): a candidate with full control of its interpreter that
 emulates the whole proof protocol, and objects whose __eq__ always returns True.
 """
 from __future__ import annotations
@@ -41,11 +41,11 @@ import uuid
 
 import pytest
 
-from pipeline.swebench import grading, sandbox
-from pipeline.swebench.grading import Grader, GradeConfig, screen_patch
-from pipeline.swebench.patches import make_patch
-from pipeline.swebench.sandbox import SandboxConfig, VerdictGroup, run_verdicts
-from pipeline.swebench.scenario import Scenario
+from swebench import grading, sandbox
+from swebench.grading import Grader, GradeConfig, screen_patch
+from swebench.patches import make_patch
+from swebench.sandbox import SandboxConfig, VerdictGroup, run_verdicts
+from swebench.scenario import Scenario
 
 NAMESPACES, WHY_NOT = sandbox.namespace_support()
 needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason=f"namespace sandbox unavailable here: {WHY_NOT}")

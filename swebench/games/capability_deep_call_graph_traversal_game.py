@@ -1,5 +1,5 @@
 """Scenario game `capability_deep_call_graph_traversal` (code repair where the fix lies several calls below
-the symptom). The game itself is pipeline/swebench/game.py; this file only registers it.
+the symptom). The game itself is swebench/game.py; this file only registers it.
 
 Not in the default game folders (it runs pytest in a sandbox per graded step, and the storefront-game tests
 iterate over every default game): add this folder to TRACE_GAMES_DIRS:
@@ -9,6 +9,6 @@ iterate over every default game): add this folder to TRACE_GAMES_DIRS:
         --game_overrides '{"scenarios_path": "pipeline/swebench/deep_call_graph_traversal/scenarios_parsed.json"}'
 """
 from game_registry import register_game
-from pipeline.swebench.game import make_spec
+from swebench.game import make_spec
 
 register_game(make_spec("deep_call_graph_traversal"))

@@ -1,5 +1,5 @@
 """Scenario game `capability_semantic_logic_precision` (code repair that needs one precise logic edit). The
-game itself is pipeline/swebench/game.py; this file only registers it.
+game itself is swebench/game.py; this file only registers it.
 
 Not in the default game folders (it runs pytest in a sandbox per graded step, and the storefront-game tests
 iterate over every default game): add this folder to TRACE_GAMES_DIRS:
@@ -9,6 +9,6 @@ iterate over every default game): add this folder to TRACE_GAMES_DIRS:
         --game_overrides '{"scenarios_path": "pipeline/swebench/semantic_logic_precision/scenarios_parsed.json"}'
 """
 from game_registry import register_game
-from pipeline.swebench.game import make_spec
+from swebench.game import make_spec
 
 register_game(make_spec("semantic_logic_precision"))

@@ -103,7 +103,7 @@ def server_problem(base_url: str, model: str | None = None, need_model_list: boo
 
 def module_problem(module: str, install: str) -> str | None:
     """Why `module` cannot be imported here, or None (a dotted name checks the submodule itself: this repo's
-    own swebench/ folder must not pass for the `swebench` package)."""
+    own `swebench` package must not pass for the harness, which only its extended path can reach)."""
     try:
         found = importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):

@@ -68,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--target must be >= 1 and --candidates >= --target")
 
     from common.io import InputError, check_int, check_model_folder, check_number, check_output_folder
-    from pipeline.swebench import calibrate as calibration
-    from pipeline.swebench import generate, selftest
-    from pipeline.swebench.scenario import default_scenarios_path, load_scenarios
+    from swebench import calibrate as calibration
+    from swebench import generate, selftest
+    from swebench.scenario import default_scenarios_path, load_scenarios
 
     # Every flag the later steps read is checked here, before 20 scenarios are generated and self-tested.
     try:

@@ -26,7 +26,7 @@ from _common import CAPABILITIES, DEFAULT_RUN_DIR  # noqa: E402
 
 
 def default_files(run_dir: Path) -> list[Path]:
-    from pipeline.swebench.scenario import default_scenarios_path
+    from swebench.scenario import default_scenarios_path
 
     files = []
     for capability in CAPABILITIES:
@@ -62,10 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from common.io import InputError, atomic_write_json, check_int, check_output_path
-    from pipeline.swebench.game import CONFIG_CLASSES, ScenarioGame, make_spec
-    from pipeline.swebench.sandbox import SandboxConfig
-    from pipeline.swebench.scenario import load_scenarios
-    from pipeline.swebench.selftest import self_test_many
+    from swebench.game import CONFIG_CLASSES, ScenarioGame, make_spec
+    from swebench.sandbox import SandboxConfig
+    from swebench.scenario import load_scenarios
+    from swebench.selftest import self_test_many
     from pipeline.validate_game import validate
 
     out = args.run_dir / "phase4" / "validation.json"

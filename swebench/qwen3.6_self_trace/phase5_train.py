@@ -18,7 +18,7 @@ The agent acts in the format phase 6 evaluates with: --interface bash (the defau
 THOUGHT and one ```bash command per turn, <returncode>/<output> observations, `echo
 COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` submits); --interface tools is the five-tool JSON interface. The
 scenario code runs in the namespace sandbox; --unsafe-no-isolation accepts running it without namespaces
-where they are missing (pipeline/swebench/sandbox.py).
+where they are missing (swebench/sandbox.py).
 
 Checks first, and exits 2 listing what is missing: the GPUs (unless --allow-cpu, for a tiny-model smoke
 run on CPU), the scenario file, and every vLLM server named in VLLM_BASE_URLS. --dry-run prints the
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.nproc < 1:
         parser.error("--nproc must be >= 1")
 
-    from pipeline.swebench.scenario import default_scenarios_path, load_scenarios
+    from swebench.scenario import default_scenarios_path, load_scenarios
 
     scenarios = args.scenarios or default_scenarios_path(args.capability)
     output_dir = args.output_dir or REPO_ROOT / "pipeline" / "adapters" / args.capability

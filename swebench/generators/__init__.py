@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from pipeline.swebench.generators import deep_call_graph, semantic_logic
-from pipeline.swebench.scenario import Scenario
+from swebench.generators import deep_call_graph, semantic_logic
+from swebench.scenario import Scenario
 
 GENERATORS: dict[str, Callable[..., Scenario]] = {
     deep_call_graph.CAPABILITY: deep_call_graph.generate,

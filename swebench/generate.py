@@ -1,14 +1,14 @@
 """Generate pytest-graded code-repair scenarios for one capability.
 
-    python -m pipeline.swebench.generate --capability NAME --n N --seed S --out FILE
+    python -m swebench.generate --capability NAME --n N --seed S --out FILE
         [--call-depth 3|4|5] [--n-decoys K]      (deep_call_graph_traversal)
         [--template KEY]                        (semantic_logic_precision)
         [--size small|large]                    (both; default large: 300-600 source lines)
 
 Scenario i uses seed S+i and is the same on every run (the generators are seeded). FILE is a JSON list in
-the scenarios format (pipeline/swebench/scenario.py); the default place for a capability's set is
+the scenarios format (swebench/scenario.py); the default place for a capability's set is
 pipeline/swebench/<capability>/scenarios_parsed.json. Generation only builds and checks the scenarios
-in this process (the generator's own code, never untrusted code); run `python -m pipeline.swebench.selftest
+in this process (the generator's own code, never untrusted code); run `python -m swebench.selftest
 FILE` to prove each one under pytest in the sandbox.
 
 Exit codes: 0 written, 2 bad flags or an unwritable --out (checked before any work; nothing written).
@@ -22,14 +22,14 @@ from pathlib import Path
 from tqdm import tqdm
 
 from common.io import InputError, check_output_path
-from pipeline.swebench.generators import GENERATORS, generate_one
-from pipeline.swebench.generators.filler import SIZES
-from pipeline.swebench.generators.semantic_logic import TEMPLATES
-from pipeline.swebench.scenario import save_scenarios
+from swebench.generators import GENERATORS, generate_one
+from swebench.generators.filler import SIZES
+from swebench.generators.semantic_logic import TEMPLATES
+from swebench.scenario import save_scenarios
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.swebench.generate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m swebench.generate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--capability", required=True, choices=sorted(GENERATORS))
     parser.add_argument("--n", type=int, required=True, help="number of scenarios")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first scenario (default 0)")

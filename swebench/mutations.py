@@ -45,9 +45,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from pipeline.swebench.generators.common import shortcut_patch
-from pipeline.swebench.patches import apply_patch, make_patch
-from pipeline.swebench.scenario import Scenario
+from swebench.generators.common import shortcut_patch
+from swebench.patches import apply_patch, make_patch
+from swebench.scenario import Scenario
 
 ROUND_ORDER = ("A", "B", "C", "A", "B")
 SCHEDULES: dict[str, dict[str, tuple[str, ...]]] = {

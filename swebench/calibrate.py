@@ -1,6 +1,6 @@
 """Calibrate a capability's scenarios against the base model by mutation (Step 2 for SWE-bench targets).
 
-    python -m pipeline.swebench.calibrate --capability NAME --model M [--adapter DIR]
+    python -m swebench.calibrate --capability NAME --model M [--adapter DIR]
         [--target 10] [--candidates 20] [--seed 0] [--samples 10] [--temperature 1.0] [--threshold 0.5]
         [--rounds 5] [--max-episode-tokens 16384] [--workers 2] [--isolation auto|namespace|fallback]
         [--unsafe-no-isolation] [--work-dir runs/swebench/calibrate/NAME] [--out pipeline/swebench/NAME/scenarios_parsed.json]
@@ -9,8 +9,8 @@
 2. Round r = 0, 1, ...: play --samples smoke rollouts per pending scenario at --temperature with the model,
    through the scenario game and the rollout collection code of the trainer (train/collect_rollouts.py:
    vLLM when VLLM_BASE_URLS is set, else in process). A scenario whose success rate is <= --threshold is
-   accepted. The others are mutated with the round's strategy bundle (A/B/C/A/B, pipeline/swebench/
-   mutations.py), and every mutated scenario must pass the self-test again to stay (else it is dropped
+   accepted. The others are mutated with the round's strategy bundle (A/B/C/A/B, swebench/mutations.py),
+   and every mutated scenario must pass the self-test again to stay (else it is dropped
    with the reason). Stop when --target scenarios are accepted or after --rounds rounds; what is still too
    easy then is rejected.
 3. Write the accepted scenarios (at most --target) to --out, and to --work-dir: calibration.json
@@ -20,7 +20,7 @@
 Resumable: state.json and each round's rollouts (round_<r>_rollouts.json) are kept in --work-dir; running
 the same command again continues where it stopped (a finished round is never re-sampled).
 
-Scenario code runs only in the namespace sandbox (pipeline/swebench/sandbox.py); where namespaces are
+Scenario code runs only in the namespace sandbox (swebench/sandbox.py); where namespaces are
 missing, --unsafe-no-isolation accepts running it without them (otherwise exit 2 with what is missing).
 
 Exit codes: 0 --target scenarios accepted, 1 fewer, 2 bad input (flags, an unloadable model, vLLM settings;
@@ -37,11 +37,11 @@ from typing import Any, Callable
 
 from common.io import (InputError, atomic_write_json, atomic_write_text, check_int, check_model_folder,
                        check_number, check_output_path, load_json)
-from pipeline.swebench.generators import GENERATORS, generate_one
-from pipeline.swebench.mutations import ROUND_ORDER, SCHEDULES, mutate_round
-from pipeline.swebench.sandbox import UNSAFE_FLAG, SandboxConfig, SandboxUnavailable, resolve_isolation
-from pipeline.swebench.scenario import Scenario, default_scenarios_path, save_scenarios
-from pipeline.swebench.selftest import self_test_many
+from swebench.generators import GENERATORS, generate_one
+from swebench.mutations import ROUND_ORDER, SCHEDULES, mutate_round
+from swebench.sandbox import UNSAFE_FLAG, SandboxConfig, SandboxUnavailable, resolve_isolation
+from swebench.scenario import Scenario, default_scenarios_path, save_scenarios
+from swebench.selftest import self_test_many
 
 # (scenarios file, number of scenarios) -> success rate per scenario, in file order
 Rollouts = Callable[[Path, int, int], list[float]]
@@ -175,7 +175,7 @@ def trainer_rollouts(capability: str, model: str, adapter: str | None, samples: 
     """Success rates from `train.collect_rollouts.collect` on the scenario game (model loaded once)."""
     import torch
 
-    from pipeline.swebench.game import make_spec
+    from swebench.game import make_spec
     from train.backends import HFBackend
     from train.collect_rollouts import collect
     from train.episodes import ChatTokenizer
@@ -219,7 +219,7 @@ def trainer_rollouts(capability: str, model: str, adapter: str | None, samples: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.swebench.calibrate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m swebench.calibrate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--capability", required=True, choices=sorted(GENERATORS))
     parser.add_argument("--model", required=True, help="base model: local directory or hub id (or the served name)")
     parser.add_argument("--adapter", default=None, help="PEFT adapter (in process) or served adapter name (vLLM)")
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--isolation", choices=("auto", "namespace", "fallback"), default="auto")
     parser.add_argument(UNSAFE_FLAG, dest="unsafe_no_isolation", action="store_true",
                         help="run the scenario code without namespace isolation where namespaces are missing "
-                             "(unsafe: see pipeline/swebench/sandbox.py)")
+                             "(unsafe: see swebench/sandbox.py)")
     parser.add_argument("--work-dir", type=Path, default=None, help="default runs/swebench/calibrate/<capability>")
     parser.add_argument("--out", type=Path, default=None,
                         help="default pipeline/swebench/<capability>/scenarios_parsed.json")

@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-from pipeline.swebench._inmemory import InMemoryPackages
-from pipeline.swebench.patches import make_patch
-from pipeline.swebench.scenario import Scenario
+from swebench._inmemory import InMemoryPackages
+from swebench.patches import make_patch
+from swebench.scenario import Scenario
 
 Kind = Literal["target", "hidden", "regression"]
 

@@ -14,7 +14,7 @@ for the shipped (buggy) code; the helpers' doctests use inputs the bug does not 
 
 Difficulty (metadata.difficulty): call_depth (3-5 calls from the public entry to the helper), n_decoys
 (correct sibling helpers in the same module), size ("small": about 100 lines; "large", the default: 300-600
-lines of source, with correct everyday modules around the bug, pipeline/swebench/generators/filler.py),
+lines of source, with correct everyday modules around the bug, swebench/generators/filler.py),
 n_files, source_lines.
 """
 from __future__ import annotations
@@ -22,10 +22,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from pipeline.swebench.generators.common import Case, Draft, Outcome, evaluate, generate_with_retries
-from pipeline.swebench.generators.filler import SIZES, extend_module, pad_package, source_lines
-from pipeline.swebench.generators.helpers import HELPERS, HelperTemplate, draw_input
-from pipeline.swebench.scenario import Scenario
+from swebench.generators.common import Case, Draft, Outcome, evaluate, generate_with_retries
+from swebench.generators.filler import SIZES, extend_module, pad_package, source_lines
+from swebench.generators.helpers import HELPERS, HelperTemplate, draw_input
+from swebench.scenario import Scenario
 
 CAPABILITY = "deep_call_graph_traversal"
 DEFAULT_SIZE = "large"

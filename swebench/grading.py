@@ -24,7 +24,7 @@ else in that interpreter. Two layers stand between it and the reward:
    (`SAFE_DUNDER_ATTRIBUTES`: no __class__, __globals__, __self__, __dict__, __subclasses__, ...) and dunder
    names; a short deny-list covers frame, generator and traceback internals (f_globals, gi_frame, tb_frame).
    A file that does not parse is refused too. The screen is a first filter, not the guarantee.
-2. The verdict channel (`pipeline/swebench/sandbox.py`, `_sandbox_runner.py`): the reward never reads what
+2. The verdict channel (`swebench/sandbox.py`, `_sandbox_runner.py`): the reward never reads what
    the tested interpreter wrote. The target, the hidden and the regression tests are judged as groups, each by
    pytest in a fresh process forked from a sandbox runner that never imports the candidate, on a copy of the
    tree the tests cannot write. A group passes only when that process ran pytest to its end and said so on a
@@ -56,8 +56,8 @@ import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
-from pipeline.swebench.sandbox import SandboxConfig, TestRun, VerdictGroup, run_pytest, run_verdicts
-from pipeline.swebench.scenario import Scenario
+from swebench.sandbox import SandboxConfig, TestRun, VerdictGroup, run_pytest, run_verdicts
+from swebench.scenario import Scenario
 
 
 def _names(text: str) -> frozenset[str]:

@@ -23,16 +23,16 @@ example). Every other test is a regression test: it passes before and after.
 the bad field, with what to write instead. `Scenario.buggy_files()` / `fixed_files()` give the two trees.
 
 A file in the reference implementation's format (flat objects with module_code, test_code, oracle_search,
-oracle_replace, ...; see pipeline/swebench/reference_format.py for the mapping and its defaults) is
+oracle_replace, ...; see swebench/reference_format.py for the mapping and its defaults) is
 recognized by `load_scenarios`, converted with a note on stderr, and validated like ours. To store it in
 ours:
 
-    python -m pipeline.swebench.scenario import-reference FILE [--capability NAME] [--out PATH]
+    python -m swebench.scenario import-reference FILE [--capability NAME] [--out PATH]
 
 (--capability defaults to FILE's folder when that names one, as in pipeline/swebench/<capability>/;
 --out defaults to pipeline/swebench/<capability>/scenarios_parsed.json, which it will not replace unless
 named; --out must not be FILE. Exit codes: 0 written, 2 bad input; nothing is written then.) Then
-self-test the result with `python -m pipeline.swebench.selftest PATH`.
+self-test the result with `python -m swebench.selftest PATH`.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from common.io import InputError, atomic_write_json, check_distinct_paths, check_output_path, load_json
-from pipeline.swebench.patches import PatchError, apply_patch, parse_patch
+from swebench.patches import PatchError, apply_patch, parse_patch
 
 CAPABILITIES = ("deep_call_graph_traversal", "semantic_logic_precision")
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
@@ -180,7 +180,7 @@ class Scenario:
             apply_patch(self.files, self.oracle_patch)
         except PatchError as err:
             self._fail_unless(False, "oracle_patch", f"does not apply to files: {err}",
-                              "regenerate it with pipeline.swebench.patches.make_patch(buggy, fixed)")
+                              "regenerate it with swebench.patches.make_patch(buggy, fixed)")
             return
         touched_tests = sorted(set(paths) & set(self.all_test_files()))
         self._fail_unless(not touched_tests, "oracle_patch", f"changes test files {touched_tests}",
@@ -224,7 +224,7 @@ class Scenario:
             if any(key in data for key in ("module_code", "oracle_search", "test_code")):
                 hint = ("; it looks like the reference format (module_code, oracle_search, ...): a file holding "
                         "only such objects is converted by load_scenarios, or run `python -m "
-                        "pipeline.swebench.scenario import-reference FILE`")
+                        "swebench.scenario import-reference FILE`")
             raise ScenarioError(f"{where} ({ident!r}): missing field(s) {missing}; every scenario needs "
                                 f"{', '.join(REQUIRED_FIELDS)}{hint}")
         unknown = sorted(set(data) - set(REQUIRED_FIELDS))
@@ -239,10 +239,10 @@ class Scenario:
 def load_scenarios(path: str | Path, capability: str | None = None) -> list[Scenario]:
     """Read and validate a scenarios JSON file; ScenarioError / InputError name the file and the problem.
 
-    A file in the reference format is converted (pipeline/swebench/reference_format.py) with a note on stderr;
+    A file in the reference format is converted (swebench/reference_format.py) with a note on stderr;
     `capability` names its capability when its folder does not (ignored for files in our format)."""
     data = load_json(path)
-    from pipeline.swebench import reference_format  # imports this module: loaded here, not at the top
+    from swebench import reference_format  # imports this module: loaded here, not at the top
 
     if reference_format.is_reference_format(data):
         return reference_format.load_reference(path, data, capability)
@@ -265,18 +265,23 @@ def save_scenarios(path: str | Path, scenarios: list[Scenario]) -> Path:
     return atomic_write_json(path, [s.to_dict() for s in scenarios])
 
 
+# Where Steps 1-2 hand SWE-bench artifacts on (docs/ARTIFACTS.md, the reference's layout): the selected list and
+# each capability's calibrated scenarios stay under pipeline/swebench/ though the code lives in swebench/.
+ARTIFACTS_DIR = Path(__file__).resolve().parents[1] / "pipeline" / "swebench"
+
+
 def default_scenarios_path(capability: str) -> Path:
     """pipeline/swebench/<capability>/scenarios_parsed.json"""
-    return Path(__file__).resolve().parent / capability / "scenarios_parsed.json"
+    return ARTIFACTS_DIR / capability / "scenarios_parsed.json"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.swebench.scenario",
+    parser = argparse.ArgumentParser(prog="python -m swebench.scenario",
                                      description="Scenario files: convert the reference implementation's format.")
     commands = parser.add_subparsers(dest="command", required=True)
     imp = commands.add_parser("import-reference", help="convert a reference-format scenarios file into ours",
                               description="Convert a reference-format scenarios JSON (module_code, test_code, "
-                                          "oracle_search, ...) into our format; see pipeline/swebench/"
+                                          "oracle_search, ...) into our format; see swebench/"
                                           "reference_format.py for the mapping.")
     imp.add_argument("file", type=Path, help="the reference's scenarios JSON (a list)")
     imp.add_argument("--capability", default=None,
@@ -284,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     imp.add_argument("--out", type=Path, default=None,
                      help="where to write (default pipeline/swebench/<capability>/scenarios_parsed.json)")
     args = parser.parse_args(argv)
-    from pipeline.swebench import reference_format
+    from swebench import reference_format
 
     try:
         data = load_json(args.file)
@@ -309,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     save_scenarios(out, scenarios)
     print(f"{len(scenarios)} {capability} scenario(s) from {args.file} -> {out} (no hidden tests; self-test them: "
-          f"python -m pipeline.swebench.selftest {out})")
+          f"python -m swebench.selftest {out})")
     return 0
 
 

@@ -1,19 +1,19 @@
 """Self-test scenarios: the target fails before the oracle patch and passes after; nothing else moves.
 
-    python -m pipeline.swebench.selftest FILE [--out KEPT.json] [--report REPORT.json] [--workers 2]
+    python -m swebench.selftest FILE [--out KEPT.json] [--report REPORT.json] [--workers 2]
         [--timeout 30] [--isolation auto|namespace|fallback] [--unsafe-no-isolation] [--min-regression 3]
 
-For every scenario, in throw-away copies run by the sandbox (pipeline/swebench/sandbox.py):
+For every scenario, in throw-away copies run by the sandbox (swebench/sandbox.py):
   before the oracle patch: `target_test` and every hidden test fail; every other test passes;
   after it:                every test passes, in the per-test report and in the verdict run the grader uses
-                           (one fresh process for all tests, `pipeline/swebench/grading.py`);
+                           (one fresh process for all tests, `swebench/grading.py`);
   and, when metadata.shortcut_patch is given (a patch that hard-codes the visible expectation), the target
   passes with it while a hidden test still fails: the hidden tests catch hard-coding.
 At least --min-regression regression tests must pass in both runs. A scenario that fails is dropped, with
 the reason printed and written to --report ({"kept": [ids], "dropped": {id: reason}, "seconds", ...}).
 
 Scenario code runs only in the namespace sandbox; where namespaces are missing, --unsafe-no-isolation
-accepts running it without them (otherwise exit 2 with what is missing; see pipeline/swebench/sandbox.py).
+accepts running it without them (otherwise exit 2 with what is missing; see swebench/sandbox.py).
 
 Exit codes: 0 every scenario passed, 1 some were dropped (--out still holds the kept ones, if any),
 2 bad input (the file, a flag, an unwritable output; nothing written).
@@ -31,11 +31,11 @@ from typing import Iterable
 from tqdm import tqdm
 
 from common.io import InputError, atomic_write_json, check_distinct_paths, check_output_path
-from pipeline.swebench.grading import test_node_ids
-from pipeline.swebench.patches import PatchError, apply_patch
-from pipeline.swebench.sandbox import (UNSAFE_FLAG, SandboxConfig, SandboxUnavailable, TestRun, VerdictGroup,
+from swebench.grading import test_node_ids
+from swebench.patches import PatchError, apply_patch
+from swebench.sandbox import (UNSAFE_FLAG, SandboxConfig, SandboxUnavailable, TestRun, VerdictGroup,
                                       resolve_isolation, run_pytest_batch)
-from pipeline.swebench.scenario import Scenario, load_scenarios, save_scenarios
+from swebench.scenario import Scenario, load_scenarios, save_scenarios
 
 DEFAULT_MIN_REGRESSION = 3
 
@@ -151,7 +151,7 @@ def self_test_many(scenarios: list[Scenario], config: SandboxConfig | None = Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.swebench.selftest", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m swebench.selftest", description=__doc__.split("\n\n")[0])
     parser.add_argument("file", type=Path, help="scenarios JSON (a list in the scenarios format)")
     parser.add_argument("--out", type=Path, default=None, help="write the scenarios that pass here")
     parser.add_argument("--report", type=Path, default=None, help="write kept ids and drop reasons here (JSON)")
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--isolation", choices=("auto", "namespace", "fallback"), default="auto")
     parser.add_argument(UNSAFE_FLAG, dest="unsafe_no_isolation", action="store_true",
                         help="run the scenario code without namespace isolation where namespaces are missing "
-                             "(unsafe: see pipeline/swebench/sandbox.py)")
+                             "(unsafe: see swebench/sandbox.py)")
     parser.add_argument("--min-regression", type=int, default=DEFAULT_MIN_REGRESSION)
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Scenarios in the reference implementation's format, converted into ours (pipeline/swebench/scenario.py).
+"""Scenarios in the reference implementation's format, converted into ours (swebench/scenario.py).
 
 The reference run (GitHub ScalingIntelligence/TRACE, swebench/qwen3.6_self_trace, phases 3 and 4) writes
 `scenarios_parsed.json` as a JSON list of flat objects, one module and one test file each:
@@ -46,7 +46,7 @@ What the reference lacks that ours requires, and the defaults chosen:
   - regression tests that fail before the fix: the reference tolerated tests other than the target failing
     on the unpatched code (it only kept the pre-passing ones as regressions); our self-test and grader treat
     every visible test but the target as a regression test that must pass before, so such scenarios are
-    dropped by `python -m pipeline.swebench.selftest` ("regression_not_passing_before"). Its minimum number
+    dropped by `python -m swebench.selftest` ("regression_not_passing_before"). Its minimum number
     of regression tests (--min-regression, 3) differs from the reference's (5 in phase 4, none in phase 3).
   - seed, capability, difficulty and mutations: see above; difficulty is {} and mutations [] (the
     reference's mutation rounds rewrote the scenario in place and left no record in it).
@@ -64,8 +64,8 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from pipeline.swebench.patches import PatchError, make_patch
-from pipeline.swebench.scenario import (CAPABILITIES, Scenario, ScenarioError, _CAPABILITY, _is_test_path,
+from swebench.patches import PatchError, make_patch
+from swebench.scenario import (CAPABILITIES, Scenario, ScenarioError, _CAPABILITY, _is_test_path,
                                         check_relative_path)
 
 REFERENCE_REQUIRED = ("name", "module_filename", "module_code", "test_filename", "test_code", "target_test",
@@ -241,7 +241,7 @@ def load_reference(path: str | Path, data: Any, capability: str | None = None, n
     chosen = capability or infer_capability(path)
     if chosen is None:
         raise ScenarioError(f"{path}: is in the reference format (module_code/oracle_search) and its folder "
-                            "names no capability; fix: convert it with `python -m pipeline.swebench.scenario "
+                            "names no capability; fix: convert it with `python -m swebench.scenario "
                             f"import-reference {path} --capability NAME`, or keep it at "
                             "pipeline/swebench/<capability>/scenarios_parsed.json")
     scenarios = convert_reference(data, chosen, str(path))
@@ -250,5 +250,5 @@ def load_reference(path: str | Path, data: Any, capability: str | None = None, n
         _noted.add(key)
         print(f"note: {path} is in the reference format; converted {len(scenarios)} scenario(s) as capability "
               f"{chosen!r} (no hidden tests; every test but the target is a regression test). Store it in ours "
-              f"with: python -m pipeline.swebench.scenario import-reference {path} --out FILE", file=sys.stderr)
+              f"with: python -m swebench.scenario import-reference {path} --out FILE", file=sys.stderr)
     return scenarios

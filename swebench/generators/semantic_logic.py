@@ -12,7 +12,7 @@ pin the neighbouring boundaries and branches, so an over-broad edit fails too.
 
 Difficulty (metadata.difficulty): template, n_look_alikes (correct code with the same shape as the bug),
 size ("small": the template alone, 25-50 lines; "large", the default: 300-600 lines of source, with correct
-helpers appended to the core module and everyday modules around it, pipeline/swebench/generators/filler.py),
+helpers appended to the core module and everyday modules around it, swebench/generators/filler.py),
 n_files, source_lines.
 """
 from __future__ import annotations
@@ -22,9 +22,9 @@ import textwrap
 from dataclasses import dataclass
 from typing import Callable
 
-from pipeline.swebench.generators.common import Case, Draft, Outcome, generate_with_retries
-from pipeline.swebench.generators.filler import SIZES, extend_module, pad_package, source_lines
-from pipeline.swebench.scenario import Scenario
+from swebench.generators.common import Case, Draft, Outcome, generate_with_retries
+from swebench.generators.filler import SIZES, extend_module, pad_package, source_lines
+from swebench.scenario import Scenario
 
 CAPABILITY = "semantic_logic_precision"
 DEFAULT_SIZE = "large"
@@ -59,7 +59,7 @@ class Template:
 
 def _pad(draft: Draft, size: str, noun: str) -> Draft:
     """The draft with the size's padding: import-free helpers appended to the core module (around the bug) and
-    correct modules of everyday helpers, up to the size's line count (pipeline/swebench/generators/filler.py),
+    correct modules of everyday helpers, up to the size's line count (swebench/generators/filler.py),
     with two regression cases over them."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")

@@ -32,7 +32,7 @@ Each run writes `files` into a fresh temporary folder and starts pytest in a sub
 and returns its output, exit status and the folder's text files afterwards (the scenario game's bash
 interface).
 
-Two kinds of results (see `pipeline/swebench/grading.py` for the threat model):
+Two kinds of results (see `swebench/grading.py` for the threat model):
   - `outcomes`, per test, from a small reporting plugin writing one JSON line per test phase inside the
     folder. The code under test runs in the same interpreter and can rewrite them: they are for the agent's
     own test runs and for diagnostics, never for a reward.
@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pipeline.swebench.scenario import check_relative_path
+from swebench.scenario import check_relative_path
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "_sandbox_plugins"
 BOOT_SCRIPT = Path(__file__).resolve().parent / "_sandbox_boot.py"

@@ -2,7 +2,7 @@
 
 Only for code this project generated itself (the generators use it to compute the expected values their
 tests assert, and to check that the bug changes exactly the results it should). Untrusted code (model
-patches, scenario files read from disk) always runs in the sandbox (`pipeline.swebench.sandbox`).
+patches, scenario files read from disk) always runs in the sandbox (`swebench.sandbox`).
 
     with InMemoryPackages(files) as imp:
         api = imp.module("greenhouse.api")

@@ -16,7 +16,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Callable
 
-from pipeline.swebench.generators.common import Case
+from swebench.generators.common import Case
 
 SIZES = ("small", "large")
 LARGE_LINES = (320, 560)  # drawn target for "large"; the package never passes MAX_LINES

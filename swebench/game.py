@@ -4,7 +4,7 @@ Two interfaces (`interface` in the config):
 
 "bash" (the default; the action format of mini-swe-agent, which phase 6 evaluates with): every assistant
 turn is a THOUGHT and exactly ONE ```bash block holding one command (or commands joined with && / ||).
-The command runs in the sandbox (pipeline/swebench/sandbox.py `run_command`: namespaces, nobody, no
+The command runs in the sandbox (swebench/sandbox.py `run_command`: namespaces, nobody, no
 network, a wall-clock limit of `command_timeout_s`) in a fresh subshell, in a folder holding the
 repository's current files (the same absolute path for the whole episode); the files it leaves there
 become the repository. The observation is mini-swe-agent's:
@@ -31,7 +31,7 @@ call per turn:
     run_tests(test?)                          the visible tests, or one of them (at most max_test_runs times)
     submit()                                  end the episode; the visible and hidden tests grade the code
 
-Reward, both interfaces (pipeline/swebench/grading.py): 1.0 when the target test and every hidden test pass
+Reward, both interfaces (swebench/grading.py): 1.0 when the target test and every hidden test pass
 and no regression test broke; `partial_credit` times the share of regression tests still passing when the
 target and hidden tests pass but something broke (0 by default); 0 otherwise, and 0 without a submission.
 The tests are always the scenario's own (test files are restored before grading, and files the agent added
@@ -63,11 +63,11 @@ from typing import Any, Callable
 
 from benchmarks.tooling import Toolkit, ToolEnvGame, tool
 from game_registry import Action, DifficultyKnob, Game, GameSpec, Probe, StepResult
-from pipeline.swebench.generators import GENERATORS, generate_one
-from pipeline.swebench.grading import Grade, GradeConfig, Grader
-from pipeline.swebench.patches import apply_patch, replacements
-from pipeline.swebench.sandbox import CommandRun, SandboxConfig, resolve_isolation, run_command
-from pipeline.swebench.scenario import Scenario, default_scenarios_path, load_scenarios
+from swebench.generators import GENERATORS, generate_one
+from swebench.grading import Grade, GradeConfig, Grader
+from swebench.patches import apply_patch, replacements
+from swebench.sandbox import CommandRun, SandboxConfig, resolve_isolation, run_command
+from swebench.scenario import Scenario, default_scenarios_path, load_scenarios
 from benchmarks.tooling import EpisodeState
 from game_registry import render_tool_call
 
@@ -172,7 +172,7 @@ class ScenarioGameConfig:
     capability: str = "semantic_logic_precision"
     scenarios_path: str = ""  # a scenarios JSON; "" -> generate the scenario of each seed
     mutation_rounds: int = 0  # generated scenarios only: calibration mutation rounds applied (difficulty)
-    partial_credit: float = 0.0  # see pipeline/swebench/grading.py
+    partial_credit: float = 0.0  # see swebench/grading.py
     max_steps: int = 16  # assistant turns
     max_errors: int = 3  # malformed turns tolerated
     max_test_runs: int = 4  # run_tests calls per episode
@@ -196,7 +196,7 @@ class ScenarioGameConfig:
             raise ValueError(f"{owner}.scenarios_path must be a path string or '' (generate per seed)")
         if self.scenarios_path and not Path(self.scenarios_path).is_file():
             raise ValueError(f"{owner}.scenarios_path {self.scenarios_path!r} is not a file; generate one with "
-                             f"python -m pipeline.swebench.generate --capability {self.capability} --n 10 "
+                             f"python -m swebench.generate --capability {self.capability} --n 10 "
                              f"--out {self.scenarios_path}, or leave it empty to generate per seed")
         for name, low in (("mutation_rounds", 0), ("max_steps", 2), ("max_errors", 0), ("max_test_runs", 0),
                           ("max_observation_chars", 500), ("max_turn_chars", 500), ("command_output_chars", 200)):
@@ -208,7 +208,7 @@ class ScenarioGameConfig:
                              f"got {self.mutation_rounds}")
         if self.mutation_rounds and self.scenarios_path:
             raise ValueError(f"{owner}: mutation_rounds applies to generated scenarios; a scenarios file carries its "
-                             "own mutations (pipeline.swebench.calibrate writes them)")
+                             "own mutations (swebench.calibrate writes them)")
         GradeConfig(partial_credit=self.partial_credit)  # validates partial_credit with its message
         self.sandbox_config()  # validates the sandbox settings
         self.command_sandbox_config()
@@ -423,7 +423,7 @@ class ScenarioGame(ToolEnvGame):
             return scenarios[seed % len(scenarios)]
         scenario = generate_one(config.capability, seed)
         if config.mutation_rounds:
-            from pipeline.swebench.mutations import mutate_rounds
+            from swebench.mutations import mutate_rounds
 
             scenario = mutate_rounds(scenario, config.mutation_rounds)
         return scenario
