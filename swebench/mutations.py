@@ -16,9 +16,10 @@ Primitives:
   misleading_docstrings    the entry function's docstring blames another function; the buggy function's
                            docstring says it is verified correct (again: the same sentences are replaced, never
                            stacked)
-  misleading_symptom       the issue text gets the reporter's wrong guess at the cause (input order, rounding,
-                           parsing, caching); it names no identifier but the entry point the issue already calls,
-                           and a later round replaces the paragraph an earlier one added instead of adding a second
+  misleading_symptom       the issue text gets the reporter's wrong guess at the cause (input order, rounding
+                           where the result is numbers, parsing, caching); it names no identifier but the entry
+                           point the issue already calls, and a later round replaces the paragraph an earlier one
+                           added instead of adding a second
   extend_call_graph        the buggy function's body moves into a new module one call deeper; the original
                            keeps its signature and delegates
   wrap_in_class_hierarchy  the buggy function becomes a strategy class hierarchy (base, mixin, default and
@@ -80,6 +81,7 @@ class Pair:
     touched: set[str] = field(default_factory=set)
     problem: str = ""  # the issue text (primitives that rewrite it change this)
     issue_paragraphs: list[str] = field(default_factory=list)  # paragraphs earlier rounds added to the issue
+    expected: str = ""  # the target call's expected value, as a Python literal ("" when unknown)
 
     def paths(self) -> list[str]:
         return sorted(self.buggy)
@@ -460,16 +462,30 @@ def _with_paragraph(doc: str, marker: str, paragraph: str) -> str:
     return "\n\n".join([*kept, paragraph])
 
 
+_ROUNDING = ("It looks like a rounding or display problem to me: the numbers are only a little off, and only for "
+             "some inputs.")
 _FRAMINGS = (
     "This started after our last dependency upgrade; before it, `{entry}` gave the right answer on the same input, "
     "so I suspect something changed in how the input is ordered.",
-    "It looks like a rounding or display problem to me: the numbers are only a little off, and only for some "
-    "inputs.",
+    _ROUNDING,
     "My guess is that the input is read wrongly somewhere before `{entry}` gets it; the calculation itself looks "
     "simple enough.",
     "Maybe something is cached between calls: the wrong answer shows up on the first call of `{entry}` in a fresh "
     "interpreter already, though.",
 )
+
+
+def _numbers(literal: str) -> bool:
+    """Whether a Python literal is a number or holds only numbers (a guess about rounding fits only such a result)."""
+    try:
+        value = ast.literal_eval(literal)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple, set)):
+        return bool(value) and all(_numbers(repr(item)) for item in value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def misleading_symptom(pair: Pair, rng: random.Random, entry: str | None = None) -> dict[str, Any]:
@@ -478,7 +494,7 @@ def misleading_symptom(pair: Pair, rng: random.Random, entry: str | None = None)
         raise NotApplicable("no issue text")
     name = entry if entry and re.search(rf"(?<![A-Za-z0-9_]){re.escape(entry)}(?![A-Za-z0-9_])", pair.problem) \
         else None
-    options = [f for f in _FRAMINGS if name or "{entry}" not in f]
+    options = [f for f in _FRAMINGS if (name or "{entry}" not in f) and (f != _ROUNDING or _numbers(pair.expected))]
     paragraph = rng.choice(options).format(entry=name)
     kept = [part for part in pair.problem.strip().split("\n\n") if part.strip() not in pair.issue_paragraphs]
     pair.problem = "\n\n".join([*kept, paragraph]) + "\n"
@@ -649,6 +665,7 @@ def apply_primitives(scenario: Scenario, names: tuple[str, ...], seed: str, labe
     pair.issue_paragraphs = [applied["issue_paragraph"] for record in scenario.metadata.get("mutations", [])
                              if isinstance(record, dict) for applied in record.get("applied", [])
                              if isinstance(applied, dict) and isinstance(applied.get("issue_paragraph"), str)]
+    pair.expected = str((scenario.metadata.get("shortcut") or {}).get("expected") or "")
     entry = (scenario.metadata.get("entry") or {}).get("function")
     applied, skipped = [], {}
     for name in names:

@@ -290,6 +290,13 @@ def test_a_fix_that_masks_the_bug_above_its_root_scores_below_one(tmp_path, seed
     assert score(scenario, fixed) == 1.0
 
 
+def test_no_semantic_template_names_an_internal_identifier():
+    """Every template, 10 large seeds each (the 50-seed test above draws templates at random)."""
+    bad = {(t.key, seed): sorted(named) for t in TEMPLATES for seed in range(10)
+           if (named := named_internals(generate_one(SEMANTIC, seed, template=t.key, size="large")))}
+    assert bad == {}
+
+
 # --------------------------------------------------------------------------------------------------
 # 4. The size knob: 300-600 source lines of realistic code, a small oracle, still self-testing
 # --------------------------------------------------------------------------------------------------
@@ -365,6 +372,22 @@ def test_issue_and_docstring_mutations_do_not_stack(capability):
         record = once.metadata["mutations"][-1]["applied"]
         assert {a["name"] for a in record} == {"misleading_symptom", "misleading_docstrings"}
         assert record[0]["issue_paragraph"] in once.problem_statement
+
+
+def test_a_rounding_guess_is_added_only_where_the_result_is_numbers():
+    """The reporter's wrong guess must still be a guess a reporter could make: "the numbers are a little off"
+    for a file name or a ranking would give the guess away as planted."""
+    from swebench.mutations import _ROUNDING
+
+    guesses: dict[bool, set[str]] = {True: set(), False: set()}
+    for template in ("suffix_strip", "tiebreak_ranking", "tiered_tariff", "even_median"):
+        for seed in range(12):
+            base = generate_one(SEMANTIC, seed, template=template, size="small")
+            numeric = template in ("tiered_tariff", "even_median")
+            mutated = apply_primitives(base, ("misleading_symptom",), f"guess{seed}")
+            guesses[numeric].add(mutated.metadata["mutations"][-1]["applied"][0]["issue_paragraph"])
+    assert _ROUNDING in guesses[True] and _ROUNDING not in guesses[False]
+    assert len(guesses[False]) >= 2  # the other guesses stay available
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Generator for `semantic_logic_precision`: one precise edit in logic that looks almost right.
 
 Each template is a small package whose core module has one subtle logic bug (an inclusive bound that must
-be exclusive, an operator-precedence slip, a missing reset, the wrong base for a percentage, ...) next to
-look-alike code that is correct. The issue is a user's report through the public API: the failing call,
+be exclusive, an operator-precedence slip, a missing reset, the wrong base for a percentage, `str.rstrip`
+taking a suffix for a set of characters, `reverse=True` reversing a tie-break with the main order, ...) next
+to look-alike code that is correct. The issue is a user's report through the public API: the failing call,
 what it returns, what it should return and the expected behaviour in the user's words; it never names the
 module, the buggy function or an internal name (tests/test_swebench_scenario_quality.py checks this).
 Docstrings say what the code is for and hold for the shipped (buggy) code: the rule the fix restores is in
@@ -611,6 +612,156 @@ def even_median(rng: random.Random, seed: int) -> Draft:
     return _draft(seed, pkg, "stats", buggy, fixed, {}, cases, "median", rule, ["median"], 0, "even_median")
 
 
+# Stems whose last letter is one of the suffix's characters (str.rstrip eats into them) and stems whose last
+# letter is not, per suffix.
+SUFFIX_STEMS = {
+    ".csv": (("metrics", "orders", "invoices", "sales", "clicks", "refunds"),
+             ("inventory", "payroll", "ledger", "stock_2024", "budget")),
+    ".json": (("sessions", "regions", "campaign", "portfolio", "accounts", "returns"),
+              ("inventory", "payroll", "ledger", "batch_7", "budget")),
+    ".tsv": (("shipments", "events", "budget", "transfers", "visits", "receipt"),
+             ("inventory", "payroll", "ledger", "batch_7", "roster")),
+}
+
+
+def suffix_strip(rng: random.Random, seed: int) -> Draft:
+    """str.rstrip(suffix) strips characters, not a suffix: right for most names, wrong for a stem that ends in
+    one of the suffix's letters."""
+    pkg = rng.choice(("exportkit", "datashelf", "ingestor", "lakeindex"))
+    suffix = rng.choice(sorted(SUFFIX_STEMS))
+    eaten, kept = SUFFIX_STEMS[suffix]
+    folder = rng.choice(("exports", "incoming/2024-06", "share/reports", "dumps"))
+    template = _code(f'''
+        """Data sets found in an export folder: one file each, named after the data set."""
+
+        SUFFIX = "{suffix}"
+        TEMP_PREFIX = "~"
+
+
+        def _file_name(path):
+            return path.replace("\\\\", "/").rsplit("/", 1)[-1]
+
+
+        def is_dataset(path):
+            """Whether `path` is a finished data-set file (not a temporary copy being written)."""
+            base = _file_name(path)
+            return base.endswith(SUFFIX) and not base.startswith(TEMP_PREFIX)
+
+
+        def dataset_name(path):
+            """The data set a file holds, from its file name."""
+            base = _file_name(path)
+            return {BUG}
+
+
+        def without_temp_marker(stem):
+            return stem.removeprefix(TEMP_PREFIX)
+
+
+        def dataset_names(paths):
+            """Names of the data sets among `paths`, sorted, each once."""
+            return sorted({{dataset_name(path) for path in paths if is_dataset(path)}})
+        ''')
+    buggy, fixed = _versions(template, "base.rstrip(SUFFIX)", "base.removesuffix(SUFFIX)")
+    bad = rng.sample(eaten, 3)
+    good = rng.sample(kept, 3)
+    imp = {f"{pkg}.datasets": ["dataset_name", "dataset_names", "is_dataset", "without_temp_marker"]}
+    listing = [f"{folder}/{bad[1]}{suffix}", f"{folder}/{good[0]}{suffix}", f"{folder}/~{good[1]}{suffix}",
+               f"{folder}/{good[2]}.txt"]
+    rng.shuffle(listing)
+    cases = [
+        Case("name_of_a_file_in_a_folder", "target", "dataset_name", [repr(f"{folder}/{bad[0]}{suffix}")], imp),
+        Case("names_of_a_folder", "hidden", "dataset_names", [repr(listing)], imp),
+        Case("name_of_a_bare_file", "hidden", "dataset_name", [repr(f"{bad[2]}{suffix}")], imp),
+        Case("name_of_another_file", "regression", "dataset_name", [repr(f"{folder}/{good[0]}{suffix}")], imp),
+        Case("name_of_a_windows_path", "regression", "dataset_name", [repr(f"C:\\{good[1]}{suffix}")], imp),
+        Case("names_without_temporary_files", "regression", "dataset_names",
+             [repr([f"{good[0]}{suffix}", f"~{good[0]}{suffix}", f"{good[2]}{suffix}", f"{good[1]}.bak"])], imp),
+        Case("a_temporary_file_is_no_dataset", "regression", "is_dataset", [repr(f"~{good[2]}{suffix}")], imp),
+        Case("another_ending_is_no_dataset", "regression", "is_dataset", [repr(f"{folder}/{good[0]}.txt")], imp),
+        Case("temp_marker_removed", "regression", "without_temp_marker", [repr(f"~{good[1]}")], imp),
+    ]
+    rule = (f"That file holds the `{bad[0]}` set, so I expect `{bad[0]}`: whatever comes before `{suffix}`, "
+            f"unchanged. Other files in the folder, such as `{good[0]}{suffix}`, are handled correctly.")
+    return _draft(seed, pkg, "datasets", buggy, fixed, {}, cases, "dataset_name", rule, ["dataset_name"], 1,
+                  "suffix_strip")
+
+
+def tiebreak_ranking(rng: random.Random, seed: int) -> Draft:
+    """Best first with ties in alphabetical order: `reverse=True` on a (points, name) key reverses the
+    tie-break too."""
+    pkg, cls, who = rng.choice((("fivesleague", "Standings", "team"), ("chessladder", "Ladder", "player"),
+                                ("quiznight", "Scoreboard", "team"), ("dartsclub", "Ranking", "player")))
+    template = _code(f'''
+        """Scores per {who} and the ranking they make."""
+
+
+        class {cls}:
+            """The score of each {who}, the highest first in the ranking."""
+
+            def __init__(self):
+                self.scores = {{}}
+
+            @classmethod
+            def from_results(cls, results):
+                board = cls()
+                for who, score in results:
+                    board.add(who, score)
+                return board
+
+            def add(self, who, score):
+                if score < 0:
+                    raise ValueError("a score cannot be negative")
+                self.scores[who] = self.scores.get(who, 0) + score
+
+            def table(self):
+                """[(who, score)], highest score first."""
+                return sorted(self.scores.items(), key={BUG})
+
+            def leaders(self, n):
+                return [who for who, _ in self.table()[:n]]
+
+            def position(self, who):
+                return [entry for entry, _ in self.table()].index(who) + 1
+
+            def names(self):
+                return sorted(self.scores)
+        ''')
+    buggy, fixed = _versions(template, "lambda item: (item[1], item[0]), reverse=True",
+                             "lambda item: (-item[1], item[0])")
+    names = rng.sample(("alder", "birch", "cedar", "dune", "ember", "flint", "grove", "heath", "iris", "juniper"), 6)
+
+    def results(tied: bool) -> str:
+        points = rng.sample(range(3, 30), 5)
+        rows = list(zip(sorted(names[:5]), points))
+        if tied:  # two names level on points, the alphabetically later one listed first in the results
+            first, second = sorted(rng.sample(names[:5], 2))
+            level = dict(rows)[first]
+            rows = [(n, level if n == second else p) for n, p in rows]
+            rows.sort(key=lambda row: row[0] != second)
+        return f"{cls}.from_results({rows!r})"
+
+    top = rng.randint(10, 20)
+    tie_at_the_cut = f"{cls}.from_results({[(names[0], top + 5), (names[3], top), (names[1], top), (names[2], 2)]!r})"
+    imp = {f"{pkg}.standings": [cls]}
+    cases = [
+        Case("leaders_with_two_level", "target", "leaders", ["5"], imp, results(True)),
+        Case("table_with_two_level", "hidden", "table", [], imp, results(True)),
+        Case("leaders_with_a_tie_at_the_cut", "hidden", "leaders", ["2"], imp, tie_at_the_cut),
+        Case("position_of_a_level_name", "hidden", "position", [repr(sorted((names[1], names[3]))[0])], imp,
+             tie_at_the_cut),
+        Case("table_without_ties", "regression", "table", [], imp, results(False)),
+        Case("leaders_without_ties", "regression", "leaders", ["3"], imp, results(False)),
+        Case("position_of_the_leader", "regression", "position", [repr(names[0])], imp, tie_at_the_cut),
+        Case("names_in_alphabetical_order", "regression", "names", [], imp, results(True)),
+        Case("points_add_up", "regression", "table", [], imp,
+             f"{cls}.from_results({[(names[4], 3), (names[5], 7), (names[4], 6)]!r})"),
+    ]
+    rule = (f"{who.capitalize()}s level on points should come in alphabetical order, the way the club publishes "
+            "them; the order by points itself is right.")
+    return _draft(seed, pkg, "standings", buggy, fixed, {}, cases, "leaders", rule, [cls], 1, "tiebreak_ranking")
+
+
 TEMPLATES: tuple[Template, ...] = (
     Template("tiered_tariff", tiered_tariff, "tariff"),
     Template("half_open_bookings", half_open_bookings, "booking"),
@@ -620,6 +771,8 @@ TEMPLATES: tuple[Template, ...] = (
     Template("discount_then_tax", discount_then_tax, "invoice"),
     Template("running_reset", running_reset, "entry"),
     Template("even_median", even_median, "sample"),
+    Template("suffix_strip", suffix_strip, "file"),
+    Template("tiebreak_ranking", tiebreak_ranking, "score"),
 )
 
 
