@@ -201,6 +201,55 @@ def test_generated_scenarios_pass_the_self_test():
     assert [(r.scenario_id, r.reason) for r in results if not r.ok] == []
 
 
+def _with_test_files(scenario: Scenario, files: dict[str, str]) -> Scenario:
+    return Scenario.from_dict({**scenario.to_dict(), "files": {**scenario.files, **files}})
+
+
+def _test_functions(source: str, keep) -> str:
+    """`source` (a test module) with only its imports and the test functions `keep(name)` accepts."""
+    import ast
+
+    tree = ast.parse(source)
+    tree.body = [node for node in tree.body if not isinstance(node, ast.FunctionDef) or keep(node.name)]
+    return ast.unparse(tree) + "\n"
+
+
+def _names_of_tests(source: str) -> list[str]:
+    import ast
+
+    return [node.name for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)]
+
+
+def test_the_self_test_drops_hidden_tests_that_a_hard_coded_example_passes():
+    """Hidden tests that only repeat the visible example would reward hard-coding it: the shortcut patch (the
+    example's expected value returned for its arguments) must fail some hidden test."""
+    scenario = generate_one("semantic_logic_precision", 0, template="tiered_tariff", size="small")
+    assert self_test(scenario, SandboxConfig(timeout_s=20)).ok
+    visible, hidden = scenario.test_files[0], scenario.hidden_test_files()[0]
+    target = scenario.target_test.split("::")[1]
+    copy = _test_functions(scenario.files[visible], lambda name: name == target)
+    weak = _with_test_files(scenario, {hidden: copy.replace(f"def {target}(", "def test_the_example_again(")})
+    result = self_test(weak, SandboxConfig(timeout_s=20))
+    assert not result.ok and result.reason.startswith("hidden_tests_miss_the_shortcut"), result.reason
+
+
+def test_the_self_test_drops_a_scenario_with_too_few_regression_tests():
+    """Without regression tests an over-broad edit (one that breaks neighbouring behaviour) would score 1."""
+    scenario = generate_one("semantic_logic_precision", 0, template="tiered_tariff", size="small")
+    visible = scenario.test_files[0]
+    target = scenario.target_test.split("::")[1]
+    regression = [n for n in _names_of_tests(scenario.files[visible]) if n != target]
+    assert len(regression) >= 3
+    for kept in (0, 2):
+        thin = _with_test_files(scenario, {visible: _test_functions(
+            scenario.files[visible], lambda name: name == target or name in regression[:kept])})
+        result = self_test(thin, SandboxConfig(timeout_s=20))
+        assert not result.ok and result.reason == f"too_few_regression_tests: {kept} < 3", result.reason
+    enough = _with_test_files(scenario, {visible: _test_functions(
+        scenario.files[visible], lambda name: name == target or name in regression[:3])})
+    assert self_test(enough, SandboxConfig(timeout_s=20)).ok
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("capability", sorted(GENERATORS))
 def test_many_generated_scenarios_pass_the_self_test(capability):
