@@ -23,7 +23,10 @@ else in that interpreter. Two layers stand between it and the reward:
    classes: no open, eval, exec, getattr, globals, vars, __import__, exit, ...), dunder attributes
    (`SAFE_DUNDER_ATTRIBUTES`: no __class__, __globals__, __self__, __dict__, __subclasses__, ...) and dunder
    names; a short deny-list covers frame, generator and traceback internals (f_globals, gi_frame, tb_frame).
-   A file that does not parse is refused too. The screen is a first filter, not the guarantee.
+   A patch may not add special methods beyond construction and text (`PLAIN_SPECIAL_METHODS`; no new __eq__,
+   __hash__, __bool__, __contains__, __getattr__, ...) nor make a class with three-argument `type()`: how the
+   package's values compare and test true is not something a fix changes. A file that does not parse is refused
+   too. The screen is a first filter, not the guarantee.
 2. The verdict channel (`swebench/sandbox.py`, `_sandbox_runner.py`): the reward never reads what
    the tested interpreter wrote. The target, the hidden and the regression tests are judged as groups, each by
    pytest in a fresh process forked from a sandbox runner that never imports the candidate, on a copy of the
@@ -40,8 +43,10 @@ Trusted: the grader process, the sandbox runner and the pristine test files; the
 permission boundaries (namespace isolation, or fallback as root: the tests run as `nobody`). Not defended:
 code that gets full control of its own interpreter (past the screen) can make its own process lie
 convincingly, e.g. replace the test function's code or emulate the proof protocol (it can read the runner's
-source) - nothing in one process can be trusted against that, which is what the screen is for; a candidate
-whose objects compare equal to anything (`__eq__` returning True) fools the tests' own asserts; in the
+source) - nothing in one process can be trusted against that, which is what the screen is for. Objects that
+compare equal to anything: the generators' tests accept only plain values of exact built-in types
+(`generators/common.py` `PLAIN_CHECK`), and the screen refuses new comparison methods; a hand-written or
+imported scenario whose own classes already define `__eq__` can have that method rewritten; in the
 fallback sandbox without root the tests run as the grader's user and can write the verdict copy or signal
 the grader. The agent's own test runs (`run_visible`, the run_tests tool) use the in-process per-test report:
 the candidate can forge what the agent sees there, never the grade.
@@ -119,6 +124,10 @@ SAFE_DUNDER_ATTRIBUTES = _names("""__init__ __post_init__ __name__ __qualname__ 
     __setitem__ __delitem__ __add__ __sub__ __mul__ __truediv__ __floordiv__ __mod__ __neg__ __abs__ __bool__
     __round__ __enter__ __exit__""")
 SAFE_DUNDER_STORES = _names("__all__ __slots__ __hash__ __match_args__ __doc__")
+# Special methods a patch may add to a class: construction and text. Any other one it adds (comparison, hashing,
+# truth, containers, arithmetic, attribute access) changes how its values answer the tests' asserts, which a fix of
+# the logic never needs: an object whose __eq__ says yes to everything passed every `==` assert.
+PLAIN_SPECIAL_METHODS = _names("__init__ __post_init__ __repr__ __str__")
 FORBIDDEN_ATTRIBUTES = _names("""f_globals f_locals f_back f_builtins f_code f_trace gi_frame gi_code gi_yieldfrom
     cr_frame cr_code cr_await cr_origin ag_frame ag_code ag_await tb_frame tb_next""")
 
@@ -262,6 +271,14 @@ class _Screen:
                     self.found[f"attribute {node.attr}"] += 1
                 if id(node) not in attribute_values and self._resolve(node, modules) is not None:
                     self.found["a module used as a value"] += 1
+            elif isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and _dunder(item.name) \
+                            and item.name not in PLAIN_SPECIAL_METHODS:
+                        self.found[f"special method {item.name}"] += 1
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type" \
+                    and len(node.args) + len(node.keywords) > 1:
+                self.found["a class made by type()"] += 1
             elif isinstance(node, ast.Name):
                 if isinstance(node.ctx, ast.Load):
                     if node.id in modules:

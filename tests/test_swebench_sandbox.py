@@ -206,18 +206,20 @@ def _with_test_files(scenario: Scenario, files: dict[str, str]) -> Scenario:
 
 
 def _test_functions(source: str, keep) -> str:
-    """`source` (a test module) with only its imports and the test functions `keep(name)` accepts."""
+    """`source` (a test module) with its imports, its helpers and only the test functions `keep(name)` accepts."""
     import ast
 
     tree = ast.parse(source)
-    tree.body = [node for node in tree.body if not isinstance(node, ast.FunctionDef) or keep(node.name)]
+    tree.body = [node for node in tree.body if not isinstance(node, ast.FunctionDef)
+                 or not node.name.startswith("test_") or keep(node.name)]
     return ast.unparse(tree) + "\n"
 
 
 def _names_of_tests(source: str) -> list[str]:
     import ast
 
-    return [node.name for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)]
+    return [node.name for node in ast.parse(source).body
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
 
 
 def test_the_self_test_drops_hidden_tests_that_a_hard_coded_example_passes():

@@ -30,10 +30,15 @@ Routes tried (all score 0 both ways):
   kill_parent                SIGKILL to the parent (the runner) and the process group, then os._exit(0)
   plant_conftest             writes a conftest.py / .pth that swallows failures into the tree and cwd
   pytest_skip_all            pytest.skip() from value() (skips are not passes)
+  always_equal               the entry function returns an object whose __eq__ says yes to everything (with
+                             __hash__ and __lt__ so sets and sorting work): scored 1.0 on a generated scenario
+                             before; now the screen refuses new special methods and classes made by type(), and
+                             the generated tests accept only plain values (`test_an_always_equal_result_*`)
 Beyond these, tests below check that the runner cannot be ptraced or read (/proc/PID/mem) by the tests, and that
 the screen refuses the aliasing, coding-cookie and string-attribute tricks (`test_the_screen_refuses_*`).
 Not defended (see swebench/grading.py): a candidate with full control of its interpreter that
-emulates the whole proof protocol, and objects whose __eq__ always returns True.
+emulates the whole proof protocol; in a hand-written scenario whose classes already define __eq__, a rewritten
+__eq__ (its tests compare with plain `==`).
 """
 from __future__ import annotations
 
@@ -304,6 +309,12 @@ ORIGINAL = {"pkg/__init__.py": "", "pkg/core.py": CORE,
     "__module__ = 'os'\n",
     "import os\n",
     "from . import core as c\nx = c.math\n",
+    "class Same:\n    def __eq__(self, other):\n        return True\n",
+    "class Same(str):\n    def __ne__(self, other):\n        return False\n",
+    "class Truthy:\n    def __bool__(self):\n        return True\n",
+    "class Anything:\n    def __getattr__(self, name):\n        return self\n",
+    "x = type('Same', (), {'__eq__': lambda self, other: True})()\n",
+    "x = type('Same', (object,), dict(vars(object)))\n",
 ])
 def test_the_screen_refuses_reaching_past_the_allow_lists(added):
     candidate = {**ORIGINAL, "pkg/core.py": CORE + added}
@@ -327,6 +338,70 @@ def test_the_screen_reads_the_file_as_the_importer_does():
     "def f(items, key=None):\n    return sorted(items, key=key or (lambda x: x))[0] if items else None\n",
     "class E(ValueError):\n    pass\n\n\ndef g(x):\n    try:\n        return int(x)\n    except (TypeError, E) as err:\n"
     "        raise ValueError(str(err)) from err\n",
+    "class Span:\n    def __init__(self, start, end):\n        self.start, self.end = start, end\n\n"
+    "    def __repr__(self):\n        return f'Span({self.start}, {self.end})'\n\n\ndef kind(x):\n    return type(x)\n",
 ])
 def test_the_screen_lets_ordinary_fixes_through(added):
     assert screen_patch(ORIGINAL, {**ORIGINAL, "pkg/core.py": CORE + added}) is None, added
+
+
+ALWAYS_EQUAL = """
+
+class _Same:
+    def __eq__(self, other):
+        return True
+
+    def __hash__(self):
+        return id(self)
+
+    def __lt__(self, other):
+        return False
+"""
+
+
+def _always_equal(scenario: Scenario) -> dict[str, str]:
+    """The candidate of route always_equal on a generated suffix_strip scenario: dataset_name returns _Same()."""
+    core = next(path for path in scenario.files if path.endswith("datasets.py"))
+    source = scenario.files[core].replace("    return base.rstrip(SUFFIX)\n", "    return _Same()\n")
+    assert source != scenario.files[core]
+    return {**scenario.files, core: source + ALWAYS_EQUAL}
+
+
+@needs_namespaces
+def test_an_always_equal_result_scores_zero_with_and_without_the_screen(monkeypatch):
+    from swebench.generators.semantic_logic import generate
+
+    scenario = generate(12, template="suffix_strip", size="small")
+    refused = grader(scenario).grade(_always_equal(scenario))
+    assert refused.reward == 0.0 and "special method __eq__" in refused.detail, refused.detail
+    monkeypatch.setattr(grading, "screen_patch", lambda original, candidate: None)
+    graded = grader(scenario).grade(_always_equal(scenario))
+    assert graded.reward == 0.0 and graded.target == "failed", graded.detail
+    assert grader(scenario).grade(scenario.fixed_files()).reward == 1.0
+
+
+def test_an_always_equal_result_is_not_a_plain_value():
+    """The check every generated test module carries: exact built-in types all the way down."""
+    from swebench.generators.common import PLAIN_CHECK
+
+    namespace: dict = {}
+    exec(compile(PLAIN_CHECK, "<plain>", "exec"), namespace)  # noqa: S102 -- our own test helper
+    plain = namespace["plain"]
+
+    class Same:
+        def __eq__(self, other):
+            return True
+
+        __hash__ = object.__hash__
+
+    class Text(str):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = str.__hash__
+
+    for lookalike in (Same(), Text("x"), [1, Same()], {"a": Same()}, {Same(): 1}, (Text("y"),), {Same()}):
+        with pytest.raises(AssertionError, match="not a plain value"):
+            plain(lookalike)
+    for value in (1, 2.5, "x", b"y", None, True, [1, ("a", 2.0)], {"k": [1, {2, 3}]}, frozenset({1})):
+        assert plain(value) == value and type(plain(value)) is type(value)

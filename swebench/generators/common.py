@@ -4,7 +4,8 @@ A generator builds a `Draft`: the package twice (`buggy` and `fixed` source file
 bug), and `Case`s, each a call of the public API. `finish(draft)` then
   - evaluates every case on both versions (in process: this is our own generated code),
   - checks that target and hidden cases change with the bug and regression cases do not,
-  - writes the visible and hidden test files with the fixed version's results as literal expectations,
+  - writes the visible and hidden test files with the fixed version's results as literal expectations (a result
+    must be that plain value, not an object that compares equal to it: `PLAIN_CHECK`),
   - builds the oracle patch (buggy -> fixed), a shortcut patch that hard-codes the visible expectation
     into the entry function (the hidden tests must catch it), and the problem statement,
 and returns a `Scenario`. A draft whose checks fail raises `DraftRejected` (the generator draws again).
@@ -92,8 +93,24 @@ def evaluate(files: dict[str, str], cases: list[Case]) -> list[Outcome]:
         return [Outcome(*packages.evaluate(case.call, case.import_lines())) for case in cases]
 
 
+# Every expected value is a plain literal (`literal`), so a result counts only when it is made of plain values of
+# exactly those types: an object that merely compares equal to anything (its own `__eq__`, a subclass of `str`)
+# does not pass a test by that. Each test module carries the check, since test modules are all the grader trusts.
+PLAIN_CHECK = '''def plain(value):
+    """`value` when it is made only of plain Python values (exact types); anything else fails the test."""
+    kind = type(value)
+    if kind in (list, tuple, set, frozenset):
+        return kind(plain(item) for item in value)
+    if kind is dict:
+        return {plain(key): plain(item) for key, item in value.items()}
+    if kind in (int, float, complex, str, bytes, bool, type(None)):
+        return value
+    raise AssertionError(f"not a plain value: {kind.__name__}")
+'''
+
+
 def _test_function(case: Case, expected: Outcome) -> str:
-    return f"def test_{case.name}():\n    assert {case.call} == {literal(expected.value)}\n"
+    return f"def test_{case.name}():\n    assert plain({case.call}) == {literal(expected.value)}\n"
 
 
 def _test_module(docstring: str, cases: list[Case], outcomes: list[Outcome]) -> str:
@@ -104,7 +121,7 @@ def _test_module(docstring: str, cases: list[Case], outcomes: list[Outcome]) -> 
     lines = [f'"""{docstring}"""'] if docstring else []
     lines += [f"from {module} import {', '.join(sorted(names))}" for module, names in sorted(imports.items())]
     body = "\n\n".join(_test_function(case, outcome) for case, outcome in zip(cases, outcomes))
-    return "\n".join(lines) + "\n\n\n" + body
+    return "\n".join(lines) + "\n\n\n" + PLAIN_CHECK + "\n\n" + body
 
 
 def shortcut_patch(files: dict[str, str], entry_path: str, entry: str, args: list[str], expected: str) -> str | None:
