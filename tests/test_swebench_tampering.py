@@ -315,6 +315,9 @@ ORIGINAL = {"pkg/__init__.py": "", "pkg/core.py": CORE,
     "class Anything:\n    def __getattr__(self, name):\n        return self\n",
     "x = type('Same', (), {'__eq__': lambda self, other: True})()\n",
     "x = type('Same', (object,), dict(vars(object)))\n",
+    "import test_core\n",
+    "from tests import test_hidden_core\n",
+    "import tests.test_core as t\n",
 ])
 def test_the_screen_refuses_reaching_past_the_allow_lists(added):
     candidate = {**ORIGINAL, "pkg/core.py": CORE + added}
@@ -405,3 +408,20 @@ def test_an_always_equal_result_is_not_a_plain_value():
             plain(lookalike)
     for value in (1, 2.5, "x", b"y", None, True, [1, ("a", 2.0)], {"k": [1, {2, 3}]}, frozenset({1})):
         assert plain(value) == value and type(plain(value)) is type(value)
+
+
+@needs_namespaces
+@pytest.mark.parametrize("planted", [
+    {"pytest.ini": "[pytest]\naddopts = -p no:python\n"},
+    {"setup.cfg": "[tool:pytest]\naddopts = --collect-only\n"},
+    {"tox.ini": "[pytest]\npython_files = nothing_*.py\n"},
+    {"pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-k not target'\n"},
+    {"tests/conftest.py": "def pytest_collection_modifyitems(items):\n    items.clear()\n"},
+], ids=lambda planted: next(iter(planted)))
+def test_planted_pytest_configuration_changes_nothing(planted):
+    """The verdict runs use their own ini (`-c`, `-o addopts=`), restore the scenario's tests, drop added files and
+    need every requested test to have run: configuration files the candidate adds cannot deselect or skip tests."""
+    scenario = make_scenario()
+    grade = grader(scenario).grade({**scenario.files, **planted})
+    assert grade.reward == 0.0 and grade.target == "failed", grade.detail
+    assert grader(scenario).grade({**scenario.fixed_files(), **planted}).reward == 1.0
