@@ -24,8 +24,9 @@ else in that interpreter. Two layers stand between it and the reward:
    (`SAFE_DUNDER_ATTRIBUTES`: no __class__, __globals__, __self__, __dict__, __subclasses__, ...) and dunder
    names; a short deny-list covers frame, generator and traceback internals (f_globals, gi_frame, tb_frame).
    A patch may not add special methods beyond construction and text (`PLAIN_SPECIAL_METHODS`; no new __eq__,
-   __hash__, __bool__, __contains__, __getattr__, ...) nor make a class with three-argument `type()`: how the
-   package's values compare and test true is not something a fix changes. A file that does not parse is refused
+   __hash__, __bool__, __contains__, __getattr__, ..., wherever defined) nor use `type` but as `type(x)` (three
+   arguments, or `type` under another name, make a class at run time): how the package's values compare and
+   test true is not something a fix changes. A file that does not parse is refused
    too. The screen is a first filter, not the guarantee.
 2. The verdict channel (`swebench/sandbox.py`, `_sandbox_runner.py`): the reward never reads what
    the tested interpreter wrote. The target, the hidden and the regression tests are judged as groups, each by
@@ -257,6 +258,9 @@ class _Screen:
         modules = self._imports(tree)
         bound = self._bound_names(tree)
         attribute_values = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        # `type(x)` asks for a type; three arguments, or `type` passed on under another name, make a class
+        type_of_one_value = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)
+                             and isinstance(node.func, ast.Name) and len(node.args) == 1 and not node.keywords}
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute):
                 base = self._resolve(node.value, modules)
@@ -271,15 +275,13 @@ class _Screen:
                     self.found[f"attribute {node.attr}"] += 1
                 if id(node) not in attribute_values and self._resolve(node, modules) is not None:
                     self.found["a module used as a value"] += 1
-            elif isinstance(node, ast.ClassDef):
-                for item in node.body:
-                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and _dunder(item.name) \
-                            and item.name not in PLAIN_SPECIAL_METHODS:
-                        self.found[f"special method {item.name}"] += 1
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type" \
-                    and len(node.args) + len(node.keywords) > 1:
-                self.found["a class made by type()"] += 1
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                # wherever it is defined (a class body, under an `if`, at module level), never just in a class's body
+                if _dunder(node.name) and node.name not in PLAIN_SPECIAL_METHODS:
+                    self.found[f"special method {node.name}"] += 1
             elif isinstance(node, ast.Name):
+                if node.id == "type" and id(node) not in type_of_one_value:
+                    self.found["type() used other than on one value (a class made at run time)"] += 1
                 if isinstance(node.ctx, ast.Load):
                     if node.id in modules:
                         if id(node) not in attribute_values:

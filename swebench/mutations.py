@@ -477,15 +477,17 @@ _FRAMINGS = (
 
 def _numbers(literal: str) -> bool:
     """Whether a Python literal is a number or holds only numbers (a guess about rounding fits only such a result)."""
+    def only_numbers(value: Any) -> bool:
+        if isinstance(value, dict):
+            value = list(value.values())
+        if isinstance(value, (list, tuple, set)):
+            return bool(value) and all(only_numbers(item) for item in value)
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
     try:
-        value = ast.literal_eval(literal)
+        return only_numbers(ast.literal_eval(literal))
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return False
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple, set)):
-        return bool(value) and all(_numbers(repr(item)) for item in value)
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def misleading_symptom(pair: Pair, rng: random.Random, entry: str | None = None) -> dict[str, Any]:

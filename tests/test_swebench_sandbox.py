@@ -1,6 +1,7 @@
 """The pytest sandbox, the self-test and grading: hostile scenarios are stopped and score 0."""
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -207,8 +208,6 @@ def _with_test_files(scenario: Scenario, files: dict[str, str]) -> Scenario:
 
 def _test_functions(source: str, keep) -> str:
     """`source` (a test module) with its imports, its helpers and only the test functions `keep(name)` accepts."""
-    import ast
-
     tree = ast.parse(source)
     tree.body = [node for node in tree.body if not isinstance(node, ast.FunctionDef)
                  or not node.name.startswith("test_") or keep(node.name)]
@@ -216,8 +215,6 @@ def _test_functions(source: str, keep) -> str:
 
 
 def _names_of_tests(source: str) -> list[str]:
-    import ast
-
     return [node.name for node in ast.parse(source).body
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
 

@@ -32,7 +32,7 @@ Routes tried (all score 0 both ways):
   pytest_skip_all            pytest.skip() from value() (skips are not passes)
   always_equal               the entry function returns an object whose __eq__ says yes to everything (with
                              __hash__ and __lt__ so sets and sorting work): scored 1.0 on a generated scenario
-                             before; now the screen refuses new special methods and classes made by type(), and
+                             before; now the screen refuses new special methods and `type` but as type(x), and
                              the generated tests accept only plain values (`test_an_always_equal_result_*`)
 Beyond these, tests below check that the runner cannot be ptraced or read (/proc/PID/mem) by the tests, and that
 the screen refuses the aliasing, coding-cookie and string-attribute tricks (`test_the_screen_refuses_*`).
@@ -315,6 +315,8 @@ ORIGINAL = {"pkg/__init__.py": "", "pkg/core.py": CORE,
     "class Anything:\n    def __getattr__(self, name):\n        return self\n",
     "x = type('Same', (), {'__eq__': lambda self, other: True})()\n",
     "x = type('Same', (object,), dict(vars(object)))\n",
+    "make = type\nx = make('Same', (), {'__eq__': lambda self, other: True})()\n",
+    "class Same:\n    if True:\n        def __eq__(self, other):\n            return True\n",
     "import test_core\n",
     "from tests import test_hidden_core\n",
     "import tests.test_core as t\n",
