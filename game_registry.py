@@ -293,8 +293,15 @@ class GameSpec:
     # Shares of applicable seeds that generic probes legitimately solve here ({probe name: share}).
     probe_expectations: dict[str, float] = field(default_factory=dict)
     # The expert without the game's skill, and constant policies (always act, always refuse): each may win
-    # at most pipeline.probes.ABLATION_LIMIT of the seeds, with no tolerance (one skill decides success).
+    # at most pipeline.probes.ABLATION_LIMIT of the seeds, with no tolerance (one skill decides success); with
+    # `decision_classes`, at most the largest class's share + pipeline.probes.PRIOR_MARGIN instead.
     ablations: tuple[Probe, ...] = ()
+    # The classes of the decision an episode turns on (precondition: "act" / "refuse"), named so that
+    # validate_game can hold the game to the class-prior rule: no class above pipeline.validate_game's
+    # MAX_CLASS_SHARE of instances at any knob value, and no skill-less policy above the largest class's share +
+    # PRIOR_MARGIN. A game that declares them puts its instance's class in `get_summary()["decision_class"]`
+    # (an episode of several decisions: their classes joined with "+"). Empty: the stricter ABLATION_LIMIT.
+    decision_classes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.fullmatch(r"[a-z0-9_]+", self.name or ""):
@@ -328,6 +335,14 @@ class GameSpec:
         names = [p.name for p in (*self.probes, *self.ablations)]
         if len(set(names)) != len(names):
             raise ValueError(f"GameSpec({self.name}).probes and .ablations share or repeat names: {names}")
+        self.decision_classes = tuple(self.decision_classes)
+        if any(not isinstance(c, str) or not re.fullmatch(r"[a-z0-9_]+", c) for c in self.decision_classes) or len(
+                set(self.decision_classes)) != len(self.decision_classes):
+            raise ValueError(f"GameSpec({self.name}).decision_classes must be distinct snake_case names, got "
+                             f"{self.decision_classes!r}")
+        if len(self.decision_classes) == 1:
+            raise ValueError(f"GameSpec({self.name}).decision_classes names one class: a decision needs two or more "
+                             f"(or none, to keep the stricter ablation limit)")
         if not isinstance(self.probe_expectations, dict) or not all(
                 isinstance(k, str) and _is_fraction(v) for k, v in self.probe_expectations.items()):
             raise ValueError(f"GameSpec({self.name}).probe_expectations must map probe names to shares in [0, 1]")

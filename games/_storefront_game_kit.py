@@ -209,6 +209,20 @@ def apply_calls(db: StoreDB, calls: list[PlannedCall]) -> StoreDB:
     return copy
 
 
+def writes_applied(db: StoreDB, calls: list[PlannedCall]) -> StoreDB:
+    """A copy of `db` after the write calls among `calls`, each as the storefront's tools run it; a write the
+    tools refuse (a loose id, a wrong type) changes nothing, as in an episode."""
+    copy = db.clone()
+    tools = StorefrontTools(copy)
+    for call in calls:
+        if StorefrontTools.is_write(call.name):
+            try:
+                tools.call(call.name, call.arguments)
+            except ValueError:
+                pass
+    return copy
+
+
 def opening_message(rng: random.Random, clauses: list[str], identity: str = "",
                     greetings: tuple[str, ...] = GREETINGS) -> str:
     """'<greeting> [identity] I want to <clause 1> Also, please <clause 2> ...' (the target's shape)."""
@@ -557,6 +571,7 @@ class StorefrontCapabilityGame(ToolEnvGame):
         self.start_db: StoreDB | None = None  # the database as generated (for "nothing else changed")
         self.expected_db: StoreDB | None = None  # the starting database after the oracle's writes
         self._replies: list[Reply] = []  # every reply the customer received, with the request it was on
+        self._skill_matters: dict[str, bool] | None = None
 
     # ---- for subclasses -------------------------------------------------------------------------
     def build_instance(self, rng: random.Random) -> Instance:
@@ -624,6 +639,43 @@ class StorefrontCapabilityGame(ToolEnvGame):
                 return instance
         raise RuntimeError(f"{self.game_name}: no instance in {MAX_DRAWS} draws fits max_steps={config.max_steps} "
                            f"with an unambiguous opening; raise max_steps")
+
+    # ---- decision classes and ablations (validate_game's class-prior rule) ----------------------------
+    # The classes of the decision a request turns on (`GameSpec.decision_classes`); `request_class` says which a
+    # request is in. Empty: the game declares none (validate_game then holds its ablations to ABLATION_LIMIT).
+    DECISION_CLASSES: ClassVar[tuple[str, ...]] = ()
+
+    def request_class(self, request: PlannedRequest) -> str:
+        """The decision class of one planned request (a game that declares DECISION_CLASSES implements it)."""
+        raise NotImplementedError(f"{self.game_name}: declares DECISION_CLASSES but no request_class()")
+
+    def decision_class(self) -> str | None:
+        """The episode's decision class: its requests' classes joined with '+' (one request: its class); None
+        before reset or for a game that declares no classes."""
+        if not self.DECISION_CLASSES or self.instance is None:
+            return None
+        return "+".join(self.request_class(r) for r in self.instance.requests)
+
+    def skill_matters(self) -> dict[str, bool]:
+        """{ablation: whether the expert without that skill would leave another database than the oracle, or
+        identify the customer with other arguments, on this instance}: where it would not (a one-item order for
+        `first_items`, an order paid with the first method for `first_payment_method`, a forbidden order for
+        `always_refuse`), the skill decides nothing and the ablation may win; everywhere else it must fail
+        (validate_game). Compared by the state the plans' writes leave (a write the tools refuse changes
+        nothing), as success is: two plans that differ only in words or in the order of a list are the same."""
+        if self.instance is None:
+            return {}
+        if self._skill_matters is None:  # computed once, in reset
+            instance = self.instance
+            start, oracle_state = self.start_db, self.expected_db  # as generated, and after the oracle's writes
+            auth = (instance.auth_call.name, instance.auth_call.arguments)
+            self._skill_matters = {}
+            for name in self.ABLATIONS:
+                ablated_auth = instance.ablated_auth.get(name, instance.auth_call)
+                calls = [c for r in instance.requests for c in r.ablated.get(name, r).calls]
+                self._skill_matters[name] = ((ablated_auth.name, ablated_auth.arguments) != auth
+                                             or writes_applied(start, calls) != oracle_state)
+        return self._skill_matters
 
     # ---- helpers for scoring --------------------------------------------------------------------
     @property
@@ -754,6 +806,9 @@ class StorefrontCapabilityGame(ToolEnvGame):
                                       revealed_identity=self.config.identity_in_opening,
                                       own_order_ids=tuple(instance.user.orders), follow_ups=tuple(instance.follow_ups))
         self._replies = []
+        # Now, before any write: the user look-up a plan names is built from the live user's address.
+        self._skill_matters = None
+        self._skill_matters = self.skill_matters()
         # The orders' statuses as generated (the live database is the instance's: a write changes it).
         self._start_statuses = {oid: order.status for oid, order in instance.db.orders.items()}
         return self.start_episode(self.toolkit_class(instance.db), [{"role": "user", "content": instance.opening}])
@@ -822,6 +877,7 @@ class StorefrontCapabilityGame(ToolEnvGame):
                 "instance": {**self.instance.info, "requests": [{"kind": r.kind, **r.info}
                                                                 for r in self.instance.requests]},
                 "reward_parts": {name: round(value, 6) for name, value in parts.items()},
+                "decision_class": self.decision_class(), "skill_matters": self.skill_matters(),
                 "tool_calls": len(self.state.tool_calls), "failed_tool_calls": self.failed_call_count(),
                 "format_errors": self.state.format_errors, "termination_reason": self.state.termination_reason}
 

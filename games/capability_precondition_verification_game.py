@@ -7,14 +7,14 @@ only for a *pending* order and a return or exchange only for a *delivered* one. 
 says the status (with `eligibility_claim_rate` they even claim the order is eligible, truthfully or not),
 so the only way to know is `get_order_details`.
 
-Several decisions per episode: a request is one binary decision (act or refuse), and with one per episode a
-constant policy wins every episode its answer fits (always refusing: half of them at the default share).
-So an episode holds `requests_per_episode` (3) requests on distinct orders of the customer, brought up one
-at a time: the opening holds the first, and the customer's acknowledgement of a closed request brings the
-next ("Thanks. I also want to cancel order #W12."), so each reads as the target's one-request opening.
-Measured over 200 seeds (alone / on the demo's surface): the expert without the check (`always_act`)
-succeeds on 0.11 / 0.12, the constant refuser that still reads and tells the status (`always_refuse`) on
-0.09 / 0.16; validate_game holds both to 0.25 (`GameSpec.ablations`).
+One request per episode, as in the target (`requests_per_episode`, default 1): a request is one binary
+decision (act or refuse), so the decision classes are `act` and `refuse` and a constant policy wins the
+episodes its constant answer fits: `violating_fraction` (default 0.5) keeps the two classes level, and
+validate_game holds every skill-less policy to the larger class's share + 0.05 (pipeline/probes.py's
+class-prior rule) at every knob value. The ablations: the expert without the check (`always_act`) and the
+constant refuser that still reads and tells the status (`always_refuse`) each win exactly the instances of
+their class and none other (measured over 200 seeds on the demo's surface: 0.495 / 0.505); neither ever wins
+an instance where the check decides. More requests per episode stay a knob (each decision then has to fit).
 
 Surface (`storefront`, see games/_storefront_game_kit.py): each request is the target's own, drawn by its
 `RequestBuilder`: one of the target's kinds that has a status rule (cancel, order address, return,
@@ -101,12 +101,12 @@ ELIGIBILITY_CLAIMS = {"cancel": " It has not shipped yet.", "modify_order_addres
 REASON_TEXTS = {"no longer needed": "I no longer need it.", "ordered by mistake": "I ordered it by mistake."}
 ACTION_WEIGHT, COMMUNICATION_WEIGHT = 0.6, 0.4
 ALWAYS_ACT, ALWAYS_REFUSE = "always_act", "always_refuse"  # the ablations (see the module docstring)
-REQUESTS_PER_EPISODE = 3
+REQUESTS_PER_EPISODE = 1  # the target's shape: one customer, one request
 # The oracle's turns: ask identity and look the user up once, then per request look the order up, confirm,
 # write, tell (alone). With a surface a request can take up to 8 (an order search: the customer's record
 # and two earlier orders; an exchange's product); an instance whose plan does not fit is drawn again.
 ORACLE_TURNS_PER_REQUEST = 4
-MAX_STEPS = 20  # three requests with some look-ups to spare
+MAX_STEPS = 12  # the demo target's turn limit (evaluate.max_steps): one request with look-ups to spare
 
 HINT = ("Hint: call get_order_details first and read status. Cancel or change the address only if it is "
         "'pending'; return only if 'delivered'. Otherwise change nothing and tell the user the status.")
@@ -122,7 +122,7 @@ class PreconditionVerificationConfig(StorefrontGameConfig):
     eligibility_claim_rate: float = 0.25  # share of openings where the customer claims the order is eligible
     # Share of customers who identify by email (the rest by name and zip). None: the surface's, alone 0.75.
     email_auth_rate: float | None = None
-    requests_per_episode: int = REQUESTS_PER_EPISODE  # decisions per episode, one request at a time
+    requests_per_episode: int = REQUESTS_PER_EPISODE  # decisions per episode, one request at a time (a knob)
     max_steps: int = MAX_STEPS  # room for the oracle's plans (with a surface, longer ones are drawn again)
 
     def __post_init__(self) -> None:
@@ -167,6 +167,11 @@ class PreconditionVerificationGame(StorefrontCapabilityGame):
     capability = CAPABILITY
     ABLATIONS = {ALWAYS_ACT: "does what is asked whatever the order's status (looks it up, never reads it)",
                  ALWAYS_REFUSE: "looks the order up and refuses, telling its status, whatever the status"}
+    DECISION_CLASSES = ("act", "refuse")
+
+    def request_class(self, request: PlannedRequest) -> str:
+        """`act` when the order's status allows the request, `refuse` when it forbids it."""
+        return "act" if request.info["allowed"] else "refuse"
 
     def __init__(self, config: PreconditionVerificationConfig | None = None) -> None:
         super().__init__(config or PreconditionVerificationConfig())
@@ -293,4 +298,5 @@ register_game(GameSpec(
     difficulty_knobs=(DifficultyKnob("eligibility_claim_rate", "increase", (0.0, 0.25, 0.5, 0.75, 1.0)),),
     probes=(NAME_EVERY_STATUS, GUESS_STATUSES),
     ablations=ablation_probes(PreconditionVerificationGame.ABLATIONS),
+    decision_classes=PreconditionVerificationGame.DECISION_CLASSES,
 ))

@@ -22,12 +22,18 @@ besides the named ones, and the customer owns `min_payment_methods` methods or m
 with a surface keeps the alone meaning of 'return_to_gift_card' (every refund to the gift card, and then
 a plain 'return' none). Alone (no surface): the kinds above drawn uniformly.
 
-Several requests per episode: `requests_per_episode` (3) on distinct orders, brought up one at a time (the
-opening holds the first; the customer's acknowledgement of a closed request brings the next in a
-one-request opening's words), so a guess that fits one order rarely fits all. Ablations (validate_game
-holds each to 0.25): `first_payment_method` (the expert refunding or charging the customer's first method,
-the storefront's `wrong_refund_method` flaw) succeeds on 0.05 of 200 seeds alone and 0.04 on the demo's
-surface; `first_items` (the order's first items instead of the named ones) on 0.19 / 0.07.
+One request per episode, as in the target (`requests_per_episode`, default 1; more stay a knob). The
+decision the game turns on is where the money goes, so its decision classes are the refund (or charge)
+targets the policy allows: `original_method` (the method in the order's `payment_history`: returns and
+exchanges) and `gift_card` (a return the customer wants on their gift card, whose id is in
+get_user_details). `gift_card_share` (default 0.5, a class prior, not a difficulty) keeps them level: the
+target's own mix (a quarter of returns to the gift card, exchanges never) is 82/18, where always refunding
+the original method would win most episodes it finishes. validate_game holds every skill-less policy to the
+larger class's share + 0.05 at every knob value. Ablations: `first_payment_method` (the expert refunding or
+charging the customer's first method, the storefront's `wrong_refund_method` flaw) wins only where the first
+method is the right one; `first_items` (the order's first items instead of the named ones) only where they
+are the named ones (`n_distractor_items=0`: every item of the order is named, so the reading of the items
+decides nothing and the refund target alone decides success). Neither ever wins where its skill decides.
 
 Expert (oracle): ask who the customer is, look them up, then per request read the order (and the user or
 product record), confirm, write, then state the amount: 2 + 4 or 5 turns per request; with a surface up to
@@ -75,6 +81,7 @@ from games._storefront_game_kit import (
     draw_kind,
     identity_sentence,
     money,
+    MAX_DRAWS,
     ablation_probes,
     surface_kind_weights,
 )
@@ -84,13 +91,15 @@ GAME_NAME = f"capability_{CAPABILITY}"
 TASK_KINDS = ("return", "return_to_gift_card", "exchange")
 PAYMENT_SOURCES = ("credit_card", "paypal", "gift_card")
 ACTION_WEIGHT, COMMUNICATION_WEIGHT = 0.6, 0.4
-FIRST_METHOD, FIRST_ITEMS = "first_payment_method", "first_items"  # the ablations (see the module docstring)
-REQUESTS_PER_EPISODE = 3
+# The ablations (see the module docstring).
+FIRST_METHOD, FIRST_ITEMS, ORIGINAL_METHOD = "first_payment_method", "first_items", "always_original_method"
+REQUESTS_PER_EPISODE = 1  # the target's shape: one customer, one request
 # The oracle's turns: ask identity and look the user up once, then per request the order, the user or product
 # record, confirm, write, statement (alone). With a surface a request can take up to 8 (an order search); an
 # instance whose plan does not fit is drawn again.
 ORACLE_TURNS_PER_REQUEST = 5
-MAX_STEPS = 20  # three requests with some look-ups to spare
+MAX_STEPS = 12  # the demo target's turn limit (evaluate.max_steps): one request with look-ups to spare
+GIFT_CARD_SHARE = 0.5  # refunds to the gift card: the two decision classes level
 SURFACE_KINDS = ("return", "exchange")  # the target's kinds where reading nested records applies (when allowed)
 
 HINT = ("Hint: copy values from the tool output: the item_id of the named item, the item_id of the variant "
@@ -131,7 +140,11 @@ class StructuredDataReasoningConfig(StorefrontGameConfig):
     min_payment_methods: int = 2  # payment methods the customer owns at least (1..5)
     # Share of customers who identify by email (the rest by name and zip). None: the surface's, alone 0.75.
     email_auth_rate: float | None = None
-    requests_per_episode: int = REQUESTS_PER_EPISODE  # requests per episode, one at a time
+    # Share of requests refunded to the customer's gift card (kind 'return_to_gift_card'); the rest are drawn
+    # from the other kinds and go to the order's own method. A class prior (see the module docstring), not a
+    # difficulty. None: the kinds as drawn (alone: `task_kinds` uniformly; with a surface, the target's mix).
+    gift_card_share: float | None = GIFT_CARD_SHARE
+    requests_per_episode: int = REQUESTS_PER_EPISODE  # requests per episode, one at a time (a knob)
     max_steps: int = MAX_STEPS  # room for the oracle's plans (with a surface, longer ones are drawn again)
 
     def __post_init__(self) -> None:
@@ -148,6 +161,9 @@ class StructuredDataReasoningConfig(StorefrontGameConfig):
         # {kind: weight} of the requests drawn (not a field: the summary shows task_kinds as given).
         self.drawn_kinds = (dict.fromkeys(self.task_kinds or TASK_KINDS, 1.0) if self.surface is None else
                             surface_kind_weights(owner, self.surface, SURFACE_KINDS, self.task_kinds, "task_kinds"))
+        if self.gift_card_share is not None:
+            check_fraction(owner, "gift_card_share", self.gift_card_share)
+            self.drawn_kinds = self._with_gift_card_share(owner)
         if "return_to_gift_card" in self.drawn_kinds and self.min_payment_methods < 2:
             raise ValueError(f"{owner}: task kind 'return_to_gift_card' needs a gift card besides the method the "
                              f"order was paid with; pass min_payment_methods=2 or more, or drop that kind")
@@ -155,6 +171,24 @@ class StructuredDataReasoningConfig(StorefrontGameConfig):
             self._check_store_size(owner)
         self.check_room(2 + ORACLE_TURNS_PER_REQUEST * self.requests_per_episode,
                         f"the oracle with requests_per_episode={self.requests_per_episode}")
+
+    def _with_gift_card_share(self, owner: str) -> dict[str, float]:
+        """`drawn_kinds` reweighted so that 'return_to_gift_card' is `gift_card_share` of the requests and the
+        other kinds share the rest at their own relative weights."""
+        share = self.gift_card_share
+        others = {k: w for k, w in self.drawn_kinds.items() if k != "return_to_gift_card"}
+        chosen = self.task_kinds or ()
+        if share > 0 and self.task_kinds is not None and not {"return", "return_to_gift_card"} & set(chosen):
+            raise ValueError(f"{owner}: gift_card_share={share} needs returns but task_kinds={list(chosen)}; add "
+                             f"'return_to_gift_card' to task_kinds or pass gift_card_share=0 (or None)")
+        if share < 1 and not others:
+            raise ValueError(f"{owner}: gift_card_share={share} leaves {1 - share:.2f} of requests to kinds other than "
+                             f"'return_to_gift_card', but task_kinds has none; pass gift_card_share=1.0 (or None)")
+        total = sum(others.values())
+        weights = {k: (1 - share) * w / total for k, w in others.items()} if others else {}
+        if share > 0:
+            weights["return_to_gift_card"] = share
+        return {k: w for k, w in weights.items() if w > 0}
 
     def _check_store_size(self, owner: str) -> None:
         """The surface's store must hold an order of the named items plus the distractors (distinct products)."""
@@ -205,6 +239,17 @@ def first_method_plan(request: PlannedRequest, user: User) -> PlannedRequest:
                                confirm_text=request.confirmation.replace(right, first), ablated={})
 
 
+def original_method_plan(request: PlannedRequest, paid_with: str) -> PlannedRequest:
+    """`request` with the refund on the method the order was paid with even when the customer asked for their gift
+    card (the constant decision 'always the original method')."""
+    write = next(c for c in request.calls if StorefrontTools.is_write(c.name))
+    right = write.arguments["payment_method_id"]
+    calls = [PlannedCall(c.name, {**c.arguments, "payment_method_id": paid_with}) if c is write else c
+             for c in request.calls]
+    return dataclasses.replace(request, calls=calls, statement=request.statement.replace(right, paid_with),
+                               confirm_text=request.confirmation.replace(right, paid_with), ablated={})
+
+
 def first_items_plan(request: PlannedRequest, order: Order) -> PlannedRequest:
     """`request` with the order's first items in place of the named ones (the expert that does not find the
     named item among the others)."""
@@ -223,7 +268,16 @@ class StructuredDataReasoningGame(StorefrontCapabilityGame):
     capability = CAPABILITY
     ABLATIONS = {FIRST_METHOD: "refunds or charges the customer's first payment method (does not read the "
                                "order's payment_history)",
-                 FIRST_ITEMS: "returns or exchanges the order's first items (does not find the named ones)"}
+                 FIRST_ITEMS: "returns or exchanges the order's first items (does not find the named ones)",
+                 ORIGINAL_METHOD: "refunds the method the order was paid with, even when the customer asks for "
+                                  "their gift card (a constant refund decision)"}
+    DECISION_CLASSES = ("original_method", "gift_card")
+
+    def request_class(self, request: PlannedRequest) -> str:
+        """`gift_card` when the refund goes to the customer's gift card rather than the method the order was paid
+        with, else `original_method` (every exchange, and returns refunded where the order was paid)."""
+        refund_to = request.info.get("refund_to")
+        return "gift_card" if refund_to is not None and refund_to != request.info["paid_with"] else "original_method"
 
     def __init__(self, config: StructuredDataReasoningConfig | None = None) -> None:
         super().__init__(config or StructuredDataReasoningConfig())
@@ -232,35 +286,50 @@ class StructuredDataReasoningGame(StorefrontCapabilityGame):
                       {kind: config.surface_rates(kind) for kind in config.drawn_kinds})
 
     def _draw_from_surface(self, rng: random.Random) -> Instance | None:
-        """Allowed target returns or exchanges among the knobs' distractor items and payment methods (None when a
-        'return_to_gift_card' could not go to the gift card, the customer having paid with their only one, or
-        an order description reads ambiguously)."""
+        """Allowed target returns or exchanges among the knobs' distractor items and payment methods. The kinds
+        (so the decision classes) are drawn first and kept while the customer and orders are drawn again: a
+        'return_to_gift_card' of a customer who paid with their only gift card, or an order description that reads
+        ambiguously, is drawn again with the same kinds, so redraws do not tilt the classes' shares (None after
+        MAX_DRAWS such draws)."""
         config = self.config
         kinds = [draw_kind(rng, config.drawn_kinds) for _ in range(config.requests_per_episode)]
+        for _ in range(MAX_DRAWS):
+            drawn = self._draw_customer_for(rng, kinds)
+            if drawn is not None:
+                customer, subs = drawn
+                break
+        else:
+            return None
+        orders = customer.db.orders
+        instance = self.surface_instance(
+            rng, customer, subs, {"n_payment_methods": len(customer.user.payment_methods)},
+            ablated=lambda sub, request: {
+                FIRST_METHOD: first_method_plan(request, customer.user),
+                FIRST_ITEMS: first_items_plan(request, orders[sub.order_id]),
+                ORIGINAL_METHOD: original_method_plan(request, orders[sub.order_id].payment_history[0].payment_method_id)})
+        for request, sub in zip(instance.requests, subs):
+            request.info.update(reading_facts(orders[sub.order_id], sub))
+        return instance
+
+    def _draw_customer_for(self, rng: random.Random, kinds: list[str]) -> tuple[Any, list[SubRequest]] | None:
+        """(customer, one target request per kind), or None when a kind could not be met (see _draw_from_surface)."""
         customer = draw_customer(rng, self.rates[kinds[0]])  # the customer's rates are the same for every kind
-        add_payment_methods(rng, customer.db, customer.user, config.min_payment_methods)
+        add_payment_methods(rng, customer.db, customer.user, self.config.min_payment_methods)
         subs = []
         for kind in kinds:
-            builder = ReadingBuilder(rng, self.rates[kind], customer.db, customer.user, config.n_distractor_items)
+            builder = ReadingBuilder(rng, self.rates[kind], customer.db, customer.user, self.config.n_distractor_items)
             sub = builder.build("exchange" if kind == "exchange" else "return")
             if kind == "return_to_gift_card" and "gift_card_refund" not in sub.needs:
                 return None
             subs.append(sub)
         if not descriptions_unique(customer.db, customer.user, subs):
             return None
-        orders = customer.db.orders
-        instance = self.surface_instance(
-            rng, customer, subs, {"n_payment_methods": len(customer.user.payment_methods)},
-            ablated=lambda sub, request: {FIRST_METHOD: first_method_plan(request, customer.user),
-                                          FIRST_ITEMS: first_items_plan(request, orders[sub.order_id])})
-        for request, sub in zip(instance.requests, subs):
-            request.info.update(reading_facts(orders[sub.order_id], sub))
-        return instance
+        return customer, subs
 
     def _build_alone(self, rng: random.Random) -> Instance:
         """The game's own instance (no surface): the kinds of the module docstring, exact ids."""
         config = self.config
-        kinds = [rng.choice(tuple(config.drawn_kinds)) for _ in range(config.requests_per_episode)]
+        kinds = [draw_kind(rng, config.drawn_kinds) for _ in range(config.requests_per_episode)]
         n_items = (config.max_return_items or 1) + config.n_distractor_items
         db = generate_db(rng, n_users=2, n_products=max(n_items, 3), min_orders=1, max_orders=1, ids=config.ids)
         user = next(iter(db.users.values()))
@@ -272,7 +341,8 @@ class StructuredDataReasoningGame(StorefrontCapabilityGame):
         for kind in kinds:
             request, clause, order = self._alone_request(rng, db, user, kind)
             request.ablated = {FIRST_METHOD: first_method_plan(request, user),
-                               FIRST_ITEMS: first_items_plan(request, order)}
+                               FIRST_ITEMS: first_items_plan(request, order),
+                               ORIGINAL_METHOD: original_method_plan(request, request.info["paid_with"])}
             requests.append(request)
             clauses.append(clause)
         identity = identity_sentence(user, auth)
@@ -363,4 +433,5 @@ register_game(GameSpec(
     difficulty_knobs=(DifficultyKnob("n_distractor_items", "increase", (0, 1, 2, 3, 4)),
                       DifficultyKnob("min_payment_methods", "increase", (2, 3, 4, 5))),
     ablations=ablation_probes(StructuredDataReasoningGame.ABLATIONS),
+    decision_classes=StructuredDataReasoningGame.DECISION_CLASSES,
 ))

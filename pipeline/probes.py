@@ -41,6 +41,14 @@ the game's skill and constant policies (always act, always refuse), which a game
 win at most ABLATION_LIMIT (0.25) of the seeds, with no tolerance: one skill must decide success (on fewer than
 ABLATION_MIN_SEEDS seeds, a rate above it that chance at 0.25 often gives is WARN, not FAIL).
 
+The class-prior rule, for a game with one decision per episode (`GameSpec.decision_classes`, each episode's
+class in its summary's "decision_class"): a constant decision wins every episode of its class, so no limit
+below the largest class's share can hold; instead each ablation may win at most that share (measured on the
+seeds probed) + PRIOR_MARGIN, and never an episode where its skill matters (the summary's
+"skill_matters"[name]: the expert without the skill would make another call there). validate_game's
+class_prior check also keeps every class at or below MAX_CLASS_SHARE of the instances at every knob value,
+and holds the ablations to the same rule there.
+
 The write and auth facts come from `Game.write_tool_names()` / `Game.auth_tool_names()`; None means the
 game does not say, and the probes needing the fact are reported as WARN instead of run. Script-based
 probes stop producing text when their script runs out (the episode ends there, as a replay does).
@@ -62,6 +70,32 @@ ABLATION_LIMIT = 0.25
 # binomial tail < ABLATION_CHANCE); otherwise the row is WARN, "too few seeds to tell": 3 wins in 10 seeds is
 # what a policy winning 12.5% gets one time in eight.
 ABLATION_MIN_SEEDS, ABLATION_CHANCE = 40, 0.05
+# The class-prior rule (module docstring): an ablation of a game with decision classes may win at most the
+# largest class's share + PRIOR_MARGIN of the seeds; no class may hold more than MAX_CLASS_SHARE of the instances.
+PRIOR_MARGIN = 0.05
+MAX_CLASS_SHARE = 0.55
+# Below this many seeds, an ablation above its class-prior limit fails only when chance at the limit rarely gives
+# it (as ABLATION_MIN_SEEDS for the 0.25 limit): near a limit of ~0.55, 40 seeds swing by +-0.15.
+PRIOR_MIN_SEEDS = 200
+
+
+def class_shares(classes: Sequence[Any]) -> dict[str, float]:
+    """{class: share} of the episodes' decision classes (None counted as "(none)"), largest first."""
+    counts: dict[str, int] = {}
+    for name in classes:
+        key = "(none)" if name is None else str(name)
+        counts[key] = counts.get(key, 0) + 1
+    total = sum(counts.values()) or 1
+    return {name: n / total for name, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))}
+
+
+def prior_limit(shares: dict[str, float]) -> float:
+    """The most a skill-less policy may win under the class-prior rule: the largest share + PRIOR_MARGIN."""
+    return min(1.0, max(shares.values(), default=0.0) + PRIOR_MARGIN)
+
+
+def shares_text(shares: dict[str, float]) -> str:
+    return ", ".join(f"{name} {share:.2f}" for name, share in shares.items())
 
 
 def binomial_tail(successes: int, trials: int, p: float) -> float:
@@ -564,6 +598,13 @@ class ProbeResult:
     reward_sum: float = 0.0
     success_seeds: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # exceptions from the game or the probe itself
+    # {decision class: [applicable seeds, successes]} (games with decision classes)
+    by_class: dict[str, list[int]] = field(default_factory=dict)
+    # Ablations: seeds where the skill it lacks matters (summary "skill_matters"), and its wins among them.
+    matters: int = 0
+    wins_where_matters: list[int] = field(default_factory=list)
+    tracked_matters: int = 0  # applicable seeds whose summary said whether the skill matters
+    min_seeds: int = ABLATION_MIN_SEEDS  # an ablation above its limit on fewer seeds: see too_few_seeds
 
     @property
     def success_rate(self) -> float | None:
@@ -574,19 +615,27 @@ class ProbeResult:
         return self.reward_sum / self.applicable if self.applicable else None
 
     @property
+    def skill_never_matters(self) -> bool:
+        """An ablation whose skill matters on none of the seeds (the game says so in every summary): there it is
+        the oracle (`first_items` when every item of the order is named), so it tests nothing."""
+        return self.origin == "ablation" and self.tracked_matters == self.applicable > 0 and self.matters == 0
+
+    @property
     def too_few_seeds(self) -> bool:
-        """An ablation above its limit on fewer than ABLATION_MIN_SEEDS seeds, by a margin chance gives often."""
-        return (self.origin == "ablation" and 0 < self.applicable < ABLATION_MIN_SEEDS
+        """An ablation above its limit on fewer than `min_seeds` seeds, by a margin chance gives often."""
+        return (self.origin == "ablation" and 0 < self.applicable < self.min_seeds
                 and self.success_rate > self.limit + 1e-9
                 and binomial_tail(self.successes, self.applicable, self.limit) >= ABLATION_CHANCE)
 
     @property
     def status(self) -> str:
-        if self.skipped or self.too_few_seeds:
+        if self.skipped:
             return WARN
-        if self.errors:
+        if self.errors or self.wins_where_matters:
             return FAIL
-        if not self.applicable:
+        if self.too_few_seeds:
+            return WARN
+        if not self.applicable or self.skill_never_matters:
             return NA
         return FAIL if self.success_rate > self.limit + 1e-9 else PASS
 
@@ -595,7 +644,29 @@ class ProbeResult:
                 "applicable_seeds": self.applicable, "success_rate": self.success_rate,
                 "mean_reward": self.mean_reward, "expected_success": self.expected, "limit": self.limit,
                 "skipped": self.skipped, "example_success_seeds": self.success_seeds[:MAX_EXAMPLES],
-                "errors": len(self.errors), "error_examples": self.errors[:MAX_EXAMPLES]}
+                "errors": len(self.errors), "error_examples": self.errors[:MAX_EXAMPLES],
+                "success_by_class": {name: (wins / n if n else None) for name, (n, wins) in self.by_class.items()},
+                "seeds_by_class": {name: n for name, (n, _) in self.by_class.items()},
+                "skill_matters_seeds": self.matters, "wins_where_skill_matters": len(self.wins_where_matters),
+                "example_wins_where_skill_matters": self.wins_where_matters[:MAX_EXAMPLES]}
+
+    def record(self, seed: int, summary: dict[str, Any], succeeded: bool) -> None:
+        """Count one applicable episode: its class, and for an ablation whether its skill mattered there."""
+        self.applicable += 1
+        if succeeded:
+            self.successes += 1
+            self.success_seeds.append(seed)
+        if "decision_class" in summary:
+            counts = self.by_class.setdefault(str(summary["decision_class"]), [0, 0])
+            counts[0] += 1
+            counts[1] += int(succeeded)
+        matters = summary.get("skill_matters")
+        if self.origin == "ablation" and isinstance(matters, dict) and self.name in matters:
+            self.tracked_matters += 1
+        if self.origin == "ablation" and isinstance(matters, dict) and matters.get(self.name):
+            self.matters += 1
+            if succeeded:
+                self.wins_where_matters.append(seed)
 
 
 def episode_succeeded(episode: Any) -> bool:
@@ -610,20 +681,29 @@ Player = Callable[[int, Policy, str, int], Any]
 
 def evaluate_probes(spec: GameSpec, seeds: Sequence[int], oracle_texts: dict[int, list[str]], facts: ToolFacts,
                     play: Player, tolerance: float = DEFAULT_TOLERANCE,
-                    seed_bar: Callable[[Sequence[int]], Any] = iter) -> list[ProbeResult]:
-    """Run the generic probes, then `spec.probes`, on every seed of `oracle_texts`; one result per probe."""
+                    seed_bar: Callable[[Sequence[int]], Any] = iter, shares: dict[str, float] | None = None,
+                    only_ablations: bool = False) -> list[ProbeResult]:
+    """Run the generic probes, then `spec.probes` and `spec.ablations`, on every seed of `oracle_texts`; one
+    result per probe. `shares`: the decision classes' shares on these seeds (a game with decision classes): the
+    ablations' limit is then `prior_limit(shares)` instead of ABLATION_LIMIT (the class-prior rule).
+    `only_ablations`: run the ablations alone."""
+    ablation_limit = prior_limit(shares) if shares else ABLATION_LIMIT
     generic, skipped = generic_probes(spec, facts)
+    if only_ablations:
+        generic, skipped = [], {}
     results: list[ProbeResult] = []
     for name, why in skipped.items():
         described = next(p.description for p in GENERIC_PROBES if p.name == name)
         expected = spec.probe_expectations.get(name, 0.0)
         results.append(ProbeResult(name, "generic", described, expected, expected + tolerance, skipped=why))
     # A game probe named like a generic one is not run (suite_problems reports the clash).
-    runnable = ([(p, "generic") for p in generic] + [(p, "game") for p in spec.probes if p.name not in GENERIC_PROBE_NAMES]
+    runnable = ([(p, "generic") for p in generic]
+                + [(p, "game") for p in spec.probes if p.name not in GENERIC_PROBE_NAMES and not only_ablations]
                 + [(p, "ablation") for p in spec.ablations if p.name not in GENERIC_PROBE_NAMES])
     by_name: dict[str, ProbeResult] = {}
     for probe, origin in runnable:
-        by_name[probe.name] = (ProbeResult(probe.name, origin, probe.description, ABLATION_LIMIT, ABLATION_LIMIT)
+        by_name[probe.name] = (ProbeResult(probe.name, origin, probe.description, ablation_limit, ablation_limit,
+                                           min_seeds=PRIOR_MIN_SEEDS if shares else ABLATION_MIN_SEEDS)
                                if origin == "ablation" else
                                ProbeResult(probe.name, origin, probe.description, probe.expected_success,
                                            probe.expected_success + tolerance))
@@ -641,11 +721,9 @@ def evaluate_probes(spec: GameSpec, seeds: Sequence[int], oracle_texts: dict[int
             if episode.error:
                 result.errors.append(episode.error)
                 continue
-            result.applicable += 1
             result.reward_sum += episode.reward
-            if episode_succeeded(episode):
-                result.successes += 1
-                result.success_seeds.append(seed)
+            result.record(seed, episode.summary if isinstance(episode.summary, dict) else {},
+                          episode_succeeded(episode))
     order = {name: i for i, name in enumerate(dict.fromkeys([*GENERIC_PROBE_NAMES, *(p.name for p in spec.probes),
                                                              *(p.name for p in spec.ablations)]))}
     return sorted([*results, *by_name.values()], key=lambda r: order[r.name])
@@ -674,7 +752,11 @@ def summarize(results: list[ProbeResult], problems: list[str], warnings: list[st
     for r in failed:
         if r.errors:
             parts.append(f"{r.name} raised on {len(r.errors)} seed(s): {'; '.join(r.errors[:2])}")
-        else:
+        elif r.wins_where_matters:
+            parts.append(f"{r.name} wins {len(r.wins_where_matters)} of the {r.matters} seeds where the skill it lacks "
+                         f"matters (e.g. seeds {r.wins_where_matters[:MAX_EXAMPLES]}): the reward does not turn on "
+                         f"that skill there")
+        if r.success_rate is not None and r.success_rate > r.limit + 1e-9 and not r.errors:
             parts.append(f"{r.name} succeeds on {r.success_rate:.1%} of {r.applicable} applicable seeds "
                          f"(limit {r.limit:.2f}; e.g. seeds {r.success_seeds[:MAX_EXAMPLES]})")
     parts += problems
@@ -682,7 +764,7 @@ def summarize(results: list[ProbeResult], problems: list[str], warnings: list[st
         parts.append(f"not run: {', '.join(f'{r.name} ({r.skipped})' for r in warned)}; make write_tool_names() and "
                      "auth_tool_names() return the tool names (ToolEnvGame: @tool(write=True) / @tool(auth=True))")
     parts += [f"{r.name} succeeds on {r.success_rate:.1%} of only {r.applicable} seeds, above its limit {r.limit:.2f} "
-              f"by a margin chance often gives; run {ABLATION_MIN_SEEDS} seeds or more to judge it" for r in undecided]
+              f"by a margin chance often gives; run {r.min_seeds} seeds or more to judge it" for r in undecided]
     parts += warnings
     not_applicable = [r.name for r in results if r.status == NA]
     if not_applicable:
@@ -699,14 +781,27 @@ def format_table(check: dict[str, Any]) -> list[str]:
     rows = check.get("probes") or {}
     if not rows:
         return []
-    lines = [f"      {'probe':26s} {'seeds':>5s} {'success':>8s} {'reward':>7s} {'limit':>6s}  status",
-             f"      {'(oracle)':26s} {check.get('probed_seeds', 0):5d} {check.get('oracle_success_rate', 0.0):8.1%} "
-             f"{check.get('oracle_mean_reward', 0.0):7.3f} {'':>6s}"]
+    shares = check.get("class_shares") or {}
+    lines = [f"      decision classes on these seeds: {shares_text(shares)} (ablations' limit: the largest + "
+             f"{PRIOR_MARGIN})"] if shares else []
+    lines += [f"      {'probe':26s} {'seeds':>5s} {'success':>8s} {'reward':>7s} {'limit':>6s}  status",
+              f"      {'(oracle)':26s} {check.get('probed_seeds', 0):5d} {check.get('oracle_success_rate', 0.0):8.1%} "
+              f"{check.get('oracle_mean_reward', 0.0):7.3f} {'':>6s}"]
     for name, row in rows.items():
         rate = "-" if row["success_rate"] is None else f"{row['success_rate']:.1%}"
         reward = "-" if row["mean_reward"] is None else f"{row['mean_reward']:.3f}"
         note = f"  not run: {row['skipped']}" if row["skipped"] else (
             f"  {row['errors']} raised" if row["errors"] else "")
+        if row["origin"] == "ablation" and shares:
+            note += "  " + by_class_text(row)
         lines.append(f"      {name:26s} {row['applicable_seeds']:5d} {rate:>8s} {reward:>7s} {row['limit']:6.2f}  "
                      f"{row['status']}{note}")
     return lines
+
+
+def by_class_text(row: dict[str, Any]) -> str:
+    """'per class: act 100%, refuse 0%; wins 0 of 98 seeds where its skill matters' for a probe row."""
+    per_class = ", ".join(f"{name} {'-' if rate is None else f'{rate:.0%}'}"
+                          for name, rate in row.get("success_by_class", {}).items())
+    return (f"per class: {per_class}; wins {row.get('wins_where_skill_matters', 0)} of "
+            f"{row.get('skill_matters_seeds', 0)} seeds where its skill matters")

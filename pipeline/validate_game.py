@@ -1,6 +1,8 @@
 """Self-test of one game: determinism, a winning oracle, losing baselines, reward-hacking probes that lose
 (pipeline/probes.py), bounded rewards, tool schemas shared with the target benchmark, and robustness to
-garbage actions.
+garbage actions. A game that declares decision classes (`GameSpec.decision_classes`) is also held to the
+class-prior rule at every knob value (`class_prior`): no class above MAX_CLASS_SHARE of CLASS_INSTANCES
+instances, and no ablation above the largest class's share + PRIOR_MARGIN nor winning where its skill matters.
 
 Usage:
     python -m pipeline.validate_game NAME [--seeds 200] [--fuzz-actions 1000] [--max-baseline 0.5]
@@ -33,13 +35,25 @@ from tqdm import tqdm
 
 from game_registry import REPO_ROOT, Action, Game, GameSpec, get_game
 from common.io import InputError, atomic_write_json, check_number, check_output_path, load_json
-from pipeline.probes import DEFAULT_TOLERANCE, evaluate_probes, format_table, suite_problems, summarize, tool_facts
+from pipeline.probes import (
+    DEFAULT_TOLERANCE,
+    MAX_CLASS_SHARE,
+    by_class_text,
+    class_shares,
+    evaluate_probes,
+    format_table,
+    shares_text,
+    suite_problems,
+    summarize,
+    tool_facts,
+)
 
 PASS, FAIL, WARN = "PASS", "FAIL", "WARN"
 ORACLE_MIN_SUCCESS = 0.99
 MIN_DISTINCT_SHARE = 0.5  # below this share of distinct initial conversations, seeds barely matter
 MAX_EXAMPLES = 5  # failure examples kept per check
 HUGE = 100_000  # characters in the "huge string" fuzz inputs
+CLASS_INSTANCES = 500  # instances drawn per setting to measure the decision classes' shares
 DO_NOTHING_REPLIES = (
     "I cannot help with that.",
     "Sorry, I am not able to do that.",
@@ -511,17 +525,136 @@ def _probes_check(run: _Run, oracle_episodes: list[Episode], tolerance: float) -
     def play(seed: int, policy: Policy, label: str, index: int) -> Episode:
         return run.play(seed, policy, _policy_rng(10 + index, seed), f"probe {label}", errors)
 
-    results = evaluate_probes(spec, run.seeds, oracle_texts, facts, play, tolerance,
-                              seed_bar=lambda seeds: run.bar("probes", seeds))
-    status, detail = summarize(results, problems, warnings)
     probed = [e for e in oracle_episodes if e.error is None]
+    shares = episode_class_shares(spec, probed)
+    results = evaluate_probes(spec, run.seeds, oracle_texts, facts, play, tolerance,
+                              seed_bar=lambda seeds: run.bar("probes", seeds), shares=shares)
+    status, detail = summarize(results, problems, warnings)
+    if shares:
+        detail = f"decision classes {shares_text(shares)}; " + detail
     if len(probed) < len(oracle_episodes):
         detail += f"; {len(oracle_episodes) - len(probed)} seeds left out (the oracle raised there)"
     n = max(len(probed), 1)
     return _check(status, detail, time.perf_counter() - t0, tolerance=tolerance, probed_seeds=len(probed),
                   oracle_success_rate=sum(1 for e in probed if e.reward >= 1.0) / n,
-                  oracle_mean_reward=sum(e.reward for e in probed) / n,
+                  oracle_mean_reward=sum(e.reward for e in probed) / n, class_shares=shares,
                   probes={r.name: r.to_dict() for r in results})
+
+
+def episode_class_shares(spec: GameSpec, episodes: list[Episode]) -> dict[str, float] | None:
+    """{decision class: share} over the episodes' summaries, for a spec that declares decision classes (None
+    otherwise)."""
+    if not spec.decision_classes:
+        return None
+    return class_shares([(e.summary or {}).get("decision_class") for e in episodes])
+
+
+def undeclared_classes(spec: GameSpec, shares: dict[str, float]) -> list[str]:
+    """Classes in `shares` that are not a declared class or a '+' join of declared ones."""
+    declared = set(spec.decision_classes)
+    return [name for name in shares if not set(name.split("+")) <= declared]
+
+
+def knob_settings(spec: GameSpec) -> list[tuple[str, GameSpec]]:
+    """('as configured', spec), then ('knob=value', spec with that value) for each declared knob value, the other
+    fields as `spec.make_env()` configures them. A value the config refuses (with these fields) is left out."""
+    settings = [("as configured", spec)]
+    if not spec.difficulty_knobs:
+        return settings
+    config = getattr(spec.make_env(), "config", None)
+    if config is None or not dataclasses.is_dataclass(config):
+        return settings
+    try:
+        spec.make_env(config)
+    except TypeError:  # a make_env that takes no config: its knobs cannot be set from here
+        return settings
+    for knob in spec.difficulty_knobs:
+        for value in knob.values:
+            if getattr(config, knob.name) == value:
+                continue
+            try:
+                changed = dataclasses.replace(config, **{knob.name: value})
+            except (TypeError, ValueError):  # e.g. more distractor items than the store has products
+                continue
+            settings.append((f"{knob.name}={value!r}",
+                             dataclasses.replace(spec, make_env=lambda cfg=None, changed=changed: spec.make_env(
+                                 cfg or dataclasses.replace(changed)))))
+    return settings
+
+
+def instance_classes(spec: GameSpec, seeds: list[int]) -> list[Any]:
+    """The decision class of each seed's instance, as the summary right after reset gives it."""
+    game = spec.make_env()
+    classes = []
+    for seed in seeds:
+        game.reset(seed)
+        classes.append(game.get_summary().get("decision_class"))
+    return classes
+
+
+def _class_prior_check(run: _Run, instances: int) -> dict[str, Any]:
+    """The class-prior rule (pipeline/probes.py) at the configured setting and every declared knob value: the
+    decision classes' shares over `instances` instances, each at most MAX_CLASS_SHARE; and at each knob value the
+    ablations over the validation seeds, each winning at most the largest class's share there + PRIOR_MARGIN and
+    never where its skill matters (the configured setting's ablations are the probes check's)."""
+    t0, spec = time.perf_counter(), run.spec
+    first = run.seeds[0]
+    rows, failures, undecided = [], [], []
+    for label, variant in knob_settings(spec):
+        try:
+            shares = class_shares(instance_classes(variant, list(range(first, first + instances))))
+        except Exception as err:  # noqa: BLE001 -- game code may raise anything; reported as a failure
+            failures.append(f"{label}: drawing instances raised {_describe(err)}")
+            continue
+        row: dict[str, Any] = {"setting": label, "class_shares": shares, "ablations": {}}
+        unknown = undeclared_classes(spec, shares)
+        if unknown:
+            failures.append(f"{label}: summaries name undeclared decision classes {unknown} (declared: "
+                            f"{list(spec.decision_classes)})")
+        largest = max(shares.values())
+        if largest > MAX_CLASS_SHARE + 1e-9:
+            failures.append(f"{label}: the largest decision class holds {largest:.1%} of {instances} instances "
+                            f"(limit {MAX_CLASS_SHARE:.0%}): {shares_text(shares)}; a constant decision would win that "
+                            f"share, so level the classes (a class-prior field of the config)")
+        if label != "as configured" and spec.ablations:
+            sub = _Run(variant, run.seeds, False)
+            _, oracle_episodes = _oracle_check(sub, ORACLE_MIN_SUCCESS)
+            probed = [e for e in oracle_episodes if e.error is None]
+            seed_shares = episode_class_shares(variant, probed)
+            facts, _, _ = tool_facts(variant, variant.make_env())
+            errors = Problems()
+
+            def play(seed: int, policy: Policy, name: str, index: int, sub: _Run = sub) -> Episode:
+                return sub.play(seed, policy, _policy_rng(10 + index, seed), f"{label} ablation {name}", errors)
+
+            results = evaluate_probes(variant, run.seeds, {e.seed: e.texts for e in probed}, facts, play,
+                                      shares=seed_shares, only_ablations=True)
+            for result in results:
+                data = result.to_dict()
+                row["ablations"][result.name] = data
+                if data["status"] == FAIL:
+                    failures.append(f"{label}: {summarize([result], [], [])[1]}")
+                elif result.too_few_seeds:
+                    undecided.append(f"{label}: {summarize([result], [], [])[1]}")
+        rows.append(row)
+    detail = (f"{len(rows)} settings; largest class share {max(max(r['class_shares'].values()) for r in rows):.2f} "
+              f"(limit {MAX_CLASS_SHARE})" if rows else "no setting could be drawn")
+    if failures or undecided:
+        detail += "; " + "; ".join(failures + undecided)
+    status = FAIL if failures or not rows else WARN if undecided else PASS
+    return _check(status, detail, time.perf_counter() - t0, instances=instances, settings=rows)
+
+
+def format_class_prior(check: dict[str, Any]) -> list[str]:
+    """Indented lines: per setting, the class shares and each ablation's success beside its limit."""
+    lines = []
+    for row in check.get("settings", []):
+        lines.append(f"      {row['setting']:28s} classes: {shares_text(row['class_shares'])}")
+        for name, data in row["ablations"].items():
+            rate = "-" if data["success_rate"] is None else f"{data['success_rate']:.1%}"
+            lines.append(f"        {name:26s} {rate:>7s} (limit {data['limit']:.2f}) {data['status']}  "
+                         f"{by_class_text(data)}")
+    return lines
 
 
 def probe_check(spec: GameSpec, seeds: int = 100, first_seed: int = 0, tolerance: float = DEFAULT_TOLERANCE,
@@ -672,6 +805,7 @@ def validate(
     progress: bool = False,
     probes: bool = True,
     probe_tolerance: float = DEFAULT_TOLERANCE,
+    class_instances: int = CLASS_INSTANCES,
 ) -> dict[str, Any]:
     """Run every check on `spec` over seeds first_seed .. first_seed+seeds-1; return the report dict.
 
@@ -695,6 +829,8 @@ def validate(
     checks["baselines"], random_episodes = _baselines_check(run, max_baseline)
     checks["probes"] = (_probes_check(run, oracle_episodes, probe_tolerance) if probes
                         else _check(WARN, "skipped (probes=False / --no-probes): reward hacks were not looked for", 0.0))
+    if spec.decision_classes:
+        checks["class_prior"] = _class_prior_check(run, class_instances)
     checks["determinism"] = _determinism_check(run, {"oracle": oracle_episodes, "random-tool": random_episodes})
     checks["fuzz"] = _fuzz_check(run, fuzz_actions, random.Random(first_seed * 31 + 5))
     checks["rewards"] = _check(  # gathered from every episode above
@@ -759,6 +895,8 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"{check['status']:4s}  {name:12s} {check['seconds']:7.2f}s  {check['detail']}")
         if name == "probes":
             lines += format_table(check)
+        if name == "class_prior":
+            lines += format_class_prior(check)
     verdict = "PASS" if report["passed"] else "FAIL"
     lines.append(
         f"RESULT: {verdict} ({len(report['failures'])} failed, {len(report['warnings'])} warnings) "

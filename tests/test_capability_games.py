@@ -526,7 +526,7 @@ def test_structured_gift_card_refund_names_exactly_one_gift_card():
     # the expected target was a coin flip (regression: extra payment methods could add a second gift card).
     spec = get_game(GAMES[2])
     for seed in range(300):
-        game = spec.make(task_kinds=("return_to_gift_card",), min_payment_methods=3)
+        game = spec.make(task_kinds=("return_to_gift_card",), min_payment_methods=3, gift_card_share=1.0)
         game.reset(seed)
         gift_cards = [p.id for p in game.instance.user.payment_methods if p.source == "gift_card"]
         assert len(gift_cards) == 1, f"seed {seed}: the customer owns gift cards {gift_cards}"
@@ -576,7 +576,7 @@ def test_summary_records_seed_and_knobs(name):
 # --------------------------------------------------------------------------------------------------
 def test_scripted_customer_answers_identity_and_confirmation_questions():
     spec = get_game(GAMES[0])
-    game = spec.make_env()
+    game = spec.make(requests_per_episode=3, max_steps=14)  # more requests than the default one: a knob
     game.reset(5)
     result = game.step(spec.extract_action(AUTH_QUESTION))
     assert result.observation_messages[0]["content"] == game.instance.identity_reply and not result.done

@@ -81,7 +81,9 @@ def play_oracle(spec, game, seed: int, policy=None) -> None:
 def test_each_game_draws_the_targets_request_kinds_at_its_weights(name):
     weights = {k: w for k, w in DEMO_SURFACE.kind_weights.items() if k in APPLICABLE[name] and w > 0}
     expected = {k: w / sum(weights.values()) for k, w in weights.items()}
-    counts = Counter(r.kind for r in drawn_requests(name))
+    # The structured game levels its decision classes by default (gift_card_share 0.5); None: the target's mix.
+    overrides = {"gift_card_share": None} if name == "capability_structured_data_reasoning" else {}
+    counts = Counter(r.kind for r in drawn_requests(name, **overrides))
     shares = {k: n / sum(counts.values()) for k, n in counts.items()}
     assert set(shares) <= set(expected), f"{name} draws kinds the target never asks for: {shares}"
     for kind, share in expected.items():
@@ -141,9 +143,22 @@ def test_structured_refund_targets_follow_the_targets_payment_mix():
         return sum("gift_card_refund" in r.needs for r in requests) / len(requests)
 
     target = gift_share([s for s in target_requests() if s.kind in ("return", "exchange") and s.allowed])
-    game = [r.info for r in drawn_requests("capability_structured_data_reasoning")]
+    game = [r.info for r in drawn_requests("capability_structured_data_reasoning", gift_card_share=None)]
     assert 0.03 < target < 0.3
     assert abs(sum("gift_card_refund" in i["needs"] for i in game) / len(game) - target) <= RATE_TOLERANCE
+
+
+def test_structured_game_levels_its_refund_classes_by_default():
+    # The target's mix is 82/18 original method / gift card (a constant "original method" would win most episodes
+    # it finishes); the default gift_card_share draws the two decision classes level, redraws included.
+    game = surface_game("capability_structured_data_reasoning")
+    classes = []
+    for seed in SEEDS:
+        game.reset(seed)
+        classes.append(game.decision_class())
+    share = classes.count("gift_card") / len(classes)
+    assert abs(share - 0.5) <= RATE_TOLERANCE, share
+    assert set(classes) == {"gift_card", "original_method"}
 
 
 def test_precision_looseness_sets_the_share_of_loosely_written_values():

@@ -158,10 +158,13 @@ def test_cli_validates_the_game_with_its_overrides(tmp_path, capsys):
     report = json.loads(out.read_text())
     probes = report["checks"]["probes"]["probes"]
     # Every request was refused (violating_fraction 1.0): no write, so no confirmation question to probe, and
-    # the constant refuser wins every seed, so the game fails here (refusing needs no skill at this setting).
+    # the constant refuser is the oracle on every seed (its skill never matters: n/a); the game fails on its
+    # classes instead (refusing needs no skill at this setting: one class holds every instance).
     assert probes["blanket_confirmation"]["applicable_seeds"] == 0
-    assert probes["always_refuse"]["success_rate"] == 1.0 and probes["always_refuse"]["status"] == "FAIL"
-    assert [name for name, row in probes.items() if row["status"] == "FAIL"] == ["always_refuse"]
+    assert probes["always_refuse"]["success_rate"] == 1.0 and probes["always_refuse"]["status"] == "n/a"
+    assert [name for name, row in probes.items() if row["status"] == "FAIL"] == []
+    prior = report["checks"]["class_prior"]
+    assert prior["status"] == "FAIL" and "refuse 1.00" in prior["detail"]
     for bad in ('{"violating_fraction": 2}', '{"no_such_field": 1}', "[1]", "{not json"):
         missing = tmp_path / "nothing.json"
         assert main(["capability_precondition_verification", "--game-overrides", bad, "--json-output",
