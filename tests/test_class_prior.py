@@ -1,0 +1,173 @@
+"""The class-prior rule of pipeline/validate_game.py and pipeline/probes.py on games that break it.
+
+A one-decision game is honest when no class dominates its instances and no policy without the skill wins more
+than the largest class's share + PRIOR_MARGIN, nor ever where the skill matters. `CoinGame` is the smallest
+such game: a coin lies heads or tails (the decision classes), `look` shows it, and the agent says which. Its
+broken variants each break one part of the rule, and the real precondition game is checked with a planted
+70/30 split.
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from benchmarks.tooling import ToolEnvGame, Toolkit, tool
+from game_registry import GameSpec, Probe, get_game, render_tool_call
+from pipeline.probes import MAX_CLASS_SHARE, PRIOR_MARGIN
+from pipeline.validate_game import validate, with_overrides
+
+SIDES = ("heads", "tails")
+
+
+class CoinTools(Toolkit):
+    @tool
+    def look(self) -> str:
+        """Look at the coin."""
+        return self.db["side"]
+
+
+@dataclass
+class CoinConfig:
+    heads_share: float = 0.5  # the class prior
+    # A broken grader: any reply naming the right side wins, so a guess spread over turns pays.
+    any_reply_counts: bool = False
+    # A broken grader: on this share of tails coins (drawn per seed) any side named wins.
+    lenient_tails_share: float = 0.0
+
+
+class CoinGame(ToolEnvGame):
+    """Say which side the coin lies on; the first side named decides (unless the grader is broken)."""
+
+    toolkit_class = CoinTools
+
+    def __init__(self, config: CoinConfig | None = None) -> None:
+        super().__init__(max_steps=4, max_errors=1)
+        self.config = config or CoinConfig()
+        self.side = ""
+        self.seed = 0
+
+    def reset(self, seed: int) -> list[dict[str, Any]]:
+        rng = random.Random(seed)
+        self.seed = seed
+        self.side = "heads" if rng.random() < self.config.heads_share else "tails"
+        self.lenient = self.side == "tails" and rng.random() < self.config.lenient_tails_share
+        self.named: list[str] = []
+        return self.start_episode(CoinTools({"side": self.side}), [{"role": "user", "content": "Which side is up?"}])
+
+    def get_system_prompt(self) -> str:
+        return "Look at the coin, then say which side is up."
+
+    def respond_to_user(self, text: str) -> tuple[str | None, bool]:
+        self.named += [side for side in SIDES if side in text.lower()]
+        return "Thanks.", False
+
+    def oracle_response(self) -> str:
+        if not self.state.tool_calls:
+            return render_tool_call("look", {})
+        return f"It is {self.side}."
+
+    def get_summary(self) -> dict[str, Any]:
+        looked = bool(self.state.tool_calls)
+        if self.config.any_reply_counts:
+            success = self.side in self.named
+        else:
+            success = looked and bool(self.named) and (self.named[0] == self.side or self.lenient)
+        return {"reward": float(success), "steps": self.state.turns, "success": success,
+                "decision_class": self.side,
+                # a constant guess lacks the skill where its guess is wrong
+                "skill_matters": {"always_heads": self.side != "heads", "guess_both_across_turns": self.side != "heads"}}
+
+
+def scripted(texts: list[str]):
+    def make_policy(oracle_texts: list[str]):
+        def policy(turn: int, game: Any, rng: Any) -> str | None:
+            return texts[turn] if turn < len(texts) else None
+        return policy
+    return make_policy
+
+
+LOOK = render_tool_call("look", {})
+ABLATIONS = (Probe("always_heads", "looks, then says heads whatever it saw", scripted([LOOK, "It is heads."])),
+             Probe("guess_both_across_turns", "looks, then says heads, then tails, in two turns",
+                   scripted([LOOK, "It is heads.", "It is tails."])))
+
+
+def coin_spec(**config: Any) -> GameSpec:
+    return GameSpec(name="toy_coin", make_env=lambda cfg=None: CoinGame(cfg or CoinConfig(**config)),
+                    config_cls=CoinConfig, max_turns=4, ablations=ABLATIONS, decision_classes=SIDES)
+
+
+def probe_rows(report: dict) -> dict[str, dict]:
+    return report["checks"]["probes"]["probes"]
+
+
+def test_a_level_honest_coin_passes_with_constant_guesses_at_their_class_share():
+    report = validate(coin_spec(), seeds=200, fuzz_actions=50)
+    rows = probe_rows(report)
+    assert report["checks"]["class_prior"]["status"] == "PASS", report["checks"]["class_prior"]["detail"]
+    for name in ("always_heads", "guess_both_across_turns"):
+        row = rows[name]
+        assert row["status"] == "PASS", row
+        assert abs(row["success_rate"] - 0.5) < 0.1 and row["wins_where_skill_matters"] == 0
+        assert row["limit"] == pytest.approx(max(report["checks"]["probes"]["class_shares"].values()) + PRIOR_MARGIN)
+        assert row["success_by_class"] == {"heads": 1.0, "tails": 0.0}
+
+
+def test_guesses_spread_over_turns_fail_the_prior_rule_when_the_grader_pays_them():
+    report = validate(coin_spec(any_reply_counts=True), seeds=200, fuzz_actions=50)
+    row = probe_rows(report)["guess_both_across_turns"]
+    assert row["success_rate"] == 1.0 and row["status"] == "FAIL"
+    assert row["wins_where_skill_matters"] == row["skill_matters_seeds"] > 50
+    assert "guess_both_across_turns" in report["checks"]["probes"]["detail"] and not report["passed"]
+
+
+def test_a_constant_guess_that_wins_where_the_skill_matters_fails_below_its_limit():
+    # A grader that pays any answer on a few tails coins: the constant "heads" stays under the class-prior limit
+    # but wins where its guess is wrong, so the skill does not decide success there.
+    report = validate(coin_spec(lenient_tails_share=0.06), seeds=200, fuzz_actions=50)
+    row = probe_rows(report)["always_heads"]
+    assert row["success_rate"] <= row["limit"] and row["wins_where_skill_matters"] > 0
+    assert row["status"] == "FAIL" and "where the skill it lacks matters" in report["checks"]["probes"]["detail"]
+
+
+def test_a_70_30_class_split_fails_class_balance():
+    report = validate(coin_spec(heads_share=0.7), seeds=200, fuzz_actions=50)
+    prior = report["checks"]["class_prior"]
+    assert prior["status"] == "FAIL" and "heads 0.7" in prior["detail"], prior["detail"]
+    # the constant guess wins its class's share: the class prior, not the ablation limit, is what fails here
+    assert probe_rows(report)["always_heads"]["status"] == "PASS"
+    assert not report["passed"]
+
+
+def test_a_70_30_split_of_the_precondition_game_fails_at_every_setting():
+    spec = with_overrides(get_game("capability_precondition_verification"), {"violating_fraction": 0.7})
+    report = validate(spec, seeds=20, fuzz_actions=0, probes=False)
+    prior = report["checks"]["class_prior"]
+    assert prior["status"] == "FAIL"
+    for row in prior["settings"]:  # the configured value and each eligibility_claim_rate
+        assert max(row["class_shares"].values()) > MAX_CLASS_SHARE, row
+    assert len(prior["settings"]) == 5
+
+
+def test_a_game_without_decision_classes_keeps_the_strict_ablation_limit():
+    spec = dataclasses.replace(coin_spec(), decision_classes=())
+    report = validate(spec, seeds=200, fuzz_actions=50)
+    assert "class_prior" not in report["checks"]
+    rows = probe_rows(report)
+    assert rows["always_heads"]["limit"] == 0.25 and rows["always_heads"]["status"] == "FAIL"
+
+
+@pytest.mark.parametrize("name", ["capability_precondition_verification", "capability_structured_data_reasoning",
+                                  "capability_tool_calling_precision"])
+def test_storefront_games_hold_one_request_per_episode_by_default(name):
+    spec = get_game(name)
+    game = spec.make_env()
+    assert game.config.requests_per_episode == 1
+    for seed in range(20):
+        game.reset(seed)
+        assert len(game.instance.requests) == 1 and game.instance.follow_ups == []
+        assert game.decision_class() in spec.decision_classes
