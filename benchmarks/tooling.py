@@ -423,6 +423,7 @@ class EpisodeState:
     messages: list[dict[str, Any]] = field(default_factory=list)
     turns: int = 0  # assistant turns taken
     format_errors: int = 0
+    format_error_turns: list[int] = field(default_factory=list)  # the turns that could not be parsed
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     done: bool = False
     termination_reason: str = ""  # user_stop | max_steps | too_many_errors | transfer | agent_stop (subclass)
@@ -581,6 +582,7 @@ class ToolEnvGame(Game):
         else:  # malformed: the model sees why, and it counts toward max_errors
             state.messages.append(action.to_message())
             state.format_errors += 1
+            state.format_error_turns.append(turn)
             why = (action.error or "the output could not be parsed").rstrip(".")
             observations.append({"role": "user", "content": FORMAT_ERROR_TEMPLATE.format(why=why)})
             if state.format_errors > self.max_errors:

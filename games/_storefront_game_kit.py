@@ -677,6 +677,62 @@ class StorefrontCapabilityGame(ToolEnvGame):
                                              or writes_applied(start, calls) != oracle_state)
         return self._skill_matters
 
+    def first_mistake(self, reward: float | None = None) -> str | None:
+        """What went wrong first in an episode that did not succeed (None when it did, or before reset), in
+        classes that count across games (Step 2's report of a game this agent cannot win):
+
+          malformed_turn            a turn the parser rejected
+          unknown_tool              a call of a tool the storefront does not have
+          failed_lookup:<tool>      a read the tools refused (usually a value copied wrong: an id, an email)
+          wrong_value:<arguments>   the planned write's tool with other values (e.g. wrong_value:item_ids)
+          wrong_tool                a write of another tool than the planned one
+          write_where_plan_refuses  a write where the expert changes nothing (e.g. a status ignored)
+          ran_out_of_turns / no_action / transferred   the planned write never made (cut off, customer left,
+                                    handed over)
+          policy_broken             every planned write made, but the procedure broke (a write without a yes)
+          not_reported              the database as expected, the outcome not told honestly
+        Extra successful reads are not mistakes. Calls are compared with the oracle's plan, in turn order.
+        `reward`: the episode's, when the caller has it (else scored here)."""
+        if self.instance is None:
+            return None
+        if reward is None:
+            reward = min(1.0, max(0.0, sum(self.score().values())))
+        if reward >= 1.0:
+            return None
+        instance, state = self.instance, self.state
+        plan = [instance.auth_call, *(c for r in instance.requests for c in r.calls)]
+        planned = [(c.name, c.arguments) for c in plan]
+        planned_writes = [c for c in plan if StorefrontTools.is_write(c.name)]
+        events = sorted([(r.turn, 1, r) for r in state.tool_calls] + [(t, 0, None) for t in state.format_error_turns],
+                        key=lambda e: (e[0], e[1]))
+        names = set(StorefrontTools.tool_names())
+        for _, _, record in events:
+            if record is None:
+                return "malformed_turn"
+            if record.name not in names:
+                return "unknown_tool"
+            if (record.name, record.arguments) in planned:
+                continue
+            if StorefrontTools.is_write(record.name):
+                same = [c for c in planned_writes if c.name == record.name]
+                if not planned_writes:
+                    return "write_where_plan_refuses"
+                if not same:
+                    return "wrong_tool"
+                args = record.arguments if isinstance(record.arguments, dict) else {}
+                differing = sorted(k for k in set(args) | set(same[0].arguments)
+                                   if args.get(k) != same[0].arguments.get(k))
+                return "wrong_value:" + ",".join(differing)
+            if not record.ok:
+                return f"failed_lookup:{record.name}"
+        made = {(r.name, json.dumps(r.arguments, sort_keys=True)) for r in state.tool_calls if r.ok}
+        if any((c.name, json.dumps(c.arguments, sort_keys=True)) not in made for c in planned_writes):
+            return {"max_steps": "ran_out_of_turns", "transfer": "transferred",
+                    "too_many_errors": "malformed_turn"}.get(state.termination_reason, "no_action")
+        if self.policy_violations():
+            return "policy_broken"
+        return "not_reported"
+
     # ---- helpers for scoring --------------------------------------------------------------------
     @property
     def db(self) -> StoreDB:
@@ -878,6 +934,7 @@ class StorefrontCapabilityGame(ToolEnvGame):
                                                                 for r in self.instance.requests]},
                 "reward_parts": {name: round(value, 6) for name, value in parts.items()},
                 "decision_class": self.decision_class(), "skill_matters": self.skill_matters(),
+                "first_mistake": self.first_mistake(reward),
                 "tool_calls": len(self.state.tool_calls), "failed_tool_calls": self.failed_call_count(),
                 "format_errors": self.state.format_errors, "termination_reason": self.state.termination_reason}
 

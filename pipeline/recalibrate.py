@@ -233,9 +233,37 @@ def _measurement(value: Any, simulations: Any, success_threshold: float, source:
         "mean_reward": metrics["mean_reward"],
         "spread_share": spread["spread_share"],
         "n_samples": metrics["n_samples"],
+        **episode_classes(simulations, success_threshold),
         "spread": spread,
         "metrics": metrics,
     }
+
+
+def episode_classes(simulations: Any, success_threshold: float = 1.0) -> dict[str, Any]:
+    """What the simulations' reward_info says beyond the reward (games that record it): {"class_shares": {decision
+    class: share}, "success_by_class": {class: success rate}, "first_mistakes": {class: count over the failed
+    episodes}, "failed": count}; empty for simulations that carry neither field."""
+    infos = [sim.get("reward_info") or {} for sim in simulations]
+    out: dict[str, Any] = {}
+    if any(info.get("decision_class") is not None for info in infos):
+        by_class: dict[str, list[int]] = {}
+        for info in infos:
+            counts = by_class.setdefault(str(info.get("decision_class")), [0, 0])
+            counts[0] += 1
+            counts[1] += int(info["reward"] >= success_threshold)
+        total = sum(n for n, _ in by_class.values())
+        order = sorted(by_class, key=lambda name: (-by_class[name][0], name))
+        out["class_shares"] = {name: by_class[name][0] / total for name in order}
+        out["success_by_class"] = {name: by_class[name][1] / by_class[name][0] for name in order}
+    failed = [info for info in infos if info["reward"] < success_threshold]
+    if any(info.get("first_mistake") is not None for info in failed):
+        mistakes: dict[str, int] = {}
+        for info in failed:
+            name = str(info.get("first_mistake"))
+            mistakes[name] = mistakes.get(name, 0) + 1
+        out["first_mistakes"] = dict(sorted(mistakes.items(), key=lambda item: (-item[1], item[0])))
+        out["failed"] = len(failed)
+    return out
 
 
 def measurement_text(measurement: dict[str, Any]) -> str:
@@ -382,7 +410,8 @@ def policy_collector(
                 simulations.append({
                     "id": f"{spec.name}-{seed}-{sample}", "task_id": seed, "trial": 0, "sample_idx": sample,
                     "seed": seed, "messages": game.get_messages(),
-                    "reward_info": {"reward": float(summary["reward"])},
+                    "reward_info": {"reward": float(summary["reward"]),
+                                    **{k: summary[k] for k in ("decision_class", "first_mistake") if k in summary}},
                     "termination_reason": "done" if game.done else "max_turns",
                 })
         return simulations

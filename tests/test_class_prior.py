@@ -171,3 +171,19 @@ def test_storefront_games_hold_one_request_per_episode_by_default(name):
         game.reset(seed)
         assert len(game.instance.requests) == 1 and game.instance.follow_ups == []
         assert game.decision_class() in spec.decision_classes
+
+
+def test_calibration_counts_classes_and_first_mistakes_of_a_policy_without_the_skill():
+    """What Step 2 reports for a game the agent cannot win: per probed value, the decision classes' shares, the
+    agent's success per class and its first mistakes over the failed episodes (here the expert that never reads
+    the status: every failure is a write on a forbidden order)."""
+    from pipeline.recalibrate import policy_collector, search_knob
+
+    spec = get_game("capability_precondition_verification")
+    collect = policy_collector(lambda game, rng: game.ablated_response("always_act"), n_tasks=40, n_samples=1)
+    search = search_knob(spec, "eligibility_claim_rate", [0.25], collect, band=(0.1, 0.6), max_rounds=1)
+    probe = search["history"][0]
+    assert set(probe["class_shares"]) == {"act", "refuse"} and abs(sum(probe["class_shares"].values()) - 1) < 1e-9
+    assert probe["success_by_class"] == {"act": 1.0, "refuse": 0.0} or probe["success_by_class"] == {
+        "refuse": 0.0, "act": 1.0}
+    assert probe["first_mistakes"] == {"write_where_plan_refuses": probe["failed"]} and probe["failed"] > 10

@@ -451,63 +451,39 @@ def test_step1_with_llm_labelers_goes_through_label_trajectories(tmp_path, demo_
         SelectSettings(labeler_url="http://x")
 
 
-def test_a_record_without_spread_figures_is_judged_by_its_success_rate():
-    """Environments written before calibration measured reward spread hold 0/1 success rates only: their
-    spread is that of 0/1 rewards at that rate, so the old records keep their old verdicts."""
-    from pipeline.demo.trainable import binary_spread_share, not_trained_because
+def test_a_game_is_trained_only_where_the_base_agent_sometimes_wins_it_in_full():
+    """The full-success rule: a calibrated game is trained when the base agent's full-success rate at some value
+    tried is in the band; a game it never wins (partial credit alone, however much its rewards vary) is *not
+    trainable with this agent*, and the reason gives each value's figures and the first mistakes counted there."""
+    from pipeline.demo.trainable import TRAIN_BAND, binary_spread_share, not_trained_because
 
-    assert abs(binary_spread_share(0.0830, 8) - 0.5) < 1e-3  # (1 - p)^8 = 1/2: half the groups of 8 hold no success
+    assert TRAIN_BAND == (0.10, 0.60)
+    assert abs(binary_spread_share(0.0830, 8) - 0.5) < 1e-3  # a record without spread figures gets 0/1 spread
     env = {"status": "in_band", "knob": "k", "value": 1, "success_rate": 0.3}
     assert not_trained_because(env, 8) is None
-    too_hard = {**env, "status": "out_of_range", "value": 2, "success_rate": 0.0,
-                "history": [{"value": 2, "success_rate": 0.0}, {"value": 0, "success_rate": 0.02}]}
-    reason = not_trained_because(too_hard, 8)
-    assert "no learning signal" in reason and "best spread 0.15" in reason, reason
-    assert "2: success 0.00, mean reward -, spread 0.00; 0: success 0.02, mean reward -, spread 0.15" in reason
-    # Just below the band: its groups still vary, so it is trained at the nearest value.
-    near = {**too_hard, "history": [{"value": 0, "success_rate": 0.19}], "success_rate": 0.19}
-    assert not_trained_because(near, 8) is None
-    assert not_trained_because(too_hard, 64) is None  # groups of 64 at 2% mostly hold a success
-    # Above the band at its hardest value: trained.
-    assert not_trained_because({**env, "status": "out_of_range", "success_rate": 0.8}, 8) is None
-    assert not_trained_because({**env, "status": "not_found", "success_rate": 0.1}, 8) is None
-    assert not_trained_because({"status": "invalid", "detail": "probe x scores"}, 8) == "probe x scores"
-    assert not_trained_because({"status": "no_game", "detail": "no registered game"}, 8) == "no registered game"
-    assert not_trained_because({"status": "no_knob", "value": None}, 8) is None
-    assert not_trained_because(too_hard, 8, forced=True) is None  # loop.capabilities: trained anyway
-    two_knobs = {**too_hard, "knob": "b", "history": [{"knob": "a", "value": 2, "success_rate": 0.0},
-                                                      {"knob": "b", "value": 5, "success_rate": 0.01}]}
-    assert "every a / b value tried" in not_trained_because(two_knobs, 8)
-    assert "a=2: success 0.00" in not_trained_because(two_knobs, 8)
-    assert not_trained_because({"status": "invalid", "detail": "bad"}, 8, forced=True) == "bad"
-
-
-def test_the_skip_rule_reads_the_reward_spread_not_the_success_rate():
-    """GRPO learns from any reward difference within a group: a game with partial rewards that vary and no
-    success is trained; one whose rewards are all equal, or whose tasks each always pass or always fail (in
-    the band or not), is skipped, and the message gives each value's figures."""
-    from pipeline.demo.trainable import MIN_SPREAD_SHARE, not_trained_because
-
     partial = {"status": "out_of_range", "knob": "k", "value": 1, "success_rate": 0.0, "mean_reward": 0.3,
                "spread_share": 0.99, "group_size": 8,
                "history": [{"knob": "k", "value": 2, "success_rate": 0.0, "mean_reward": 0.2, "spread_share": 0.4},
-                           {"knob": "k", "value": 1, "success_rate": 0.0, "mean_reward": 0.3, "spread_share": 0.99}]}
-    assert not_trained_because(partial, 8) is None
-    flat = {**partial, "history": [{**h, "spread_share": 0.0, "mean_reward": 0.6} for h in partial["history"]]}
-    reason = not_trained_because(flat, 8)
-    assert reason.startswith(f"no learning signal: at every k value tried, under {MIN_SPREAD_SHARE:.0%} of GRPO groups "
-                             "of 8 would hold rewards that differ (best spread 0.00)"), reason
-    assert "2: success 0.00, mean reward 0.60, spread 0.00; 1: success 0.00, mean reward 0.60, spread 0.00" in reason
-    constant_tasks = {**flat, "status": "in_band", "success_rate": 0.5,
-                      "history": [{"knob": "k", "value": 1, "success_rate": 0.5, "mean_reward": 0.5,
-                                   "spread_share": 0.0}]}
-    assert "no learning signal" in not_trained_because(constant_tasks, 8)
-    just_under = {**flat, "history": [{**flat["history"][0], "spread_share": MIN_SPREAD_SHARE - 0.01}]}
-    assert not_trained_because(just_under, 8) is not None
-    assert not_trained_because({**just_under, "history": [{**flat["history"][0], "spread_share": MIN_SPREAD_SHARE}]},
-                               8) is None
-    assert "groups of 4" in not_trained_because({**flat, "group_size": 4}, 8)  # the size the spread is for
-    assert not_trained_because(flat, 8, forced=True) is None
+                           {"knob": "k", "value": 1, "success_rate": 0.02, "mean_reward": 0.3, "spread_share": 0.99,
+                            "first_mistakes": {"wrong_value:item_ids": 50, "no_action": 10}, "failed": 63}]}
+    reason = not_trained_because(partial, 8)  # rewards that vary, and no success: not trained any more
+    assert reason.startswith("not trainable with this agent: its full-success rate is outside [0.1, 0.6] at every "
+                             "k value tried"), reason
+    assert "2: success 0.00, mean reward 0.20, spread 0.40; 1: success 0.02, mean reward 0.30, spread 0.99" in reason
+    assert "first mistakes at 1: wrong_value:item_ids 50, no_action 10 (of 63 failed)" in reason
+    # One value in the band is enough (the search keeps it); the band's edges count as in it.
+    edge = {**partial, "history": [*partial["history"], {"knob": "k", "value": 0, "success_rate": 0.1}]}
+    assert not_trained_because(edge, 8) is None
+    assert not_trained_because({**env, "status": "out_of_range", "success_rate": 0.8}, 8).startswith("not trainable")
+    assert not_trained_because({**env, "band": [0.0, 0.9], "success_rate": 0.8}, 8) is None  # the record's band
+    assert not_trained_because({"status": "invalid", "detail": "probe x scores"}, 8) == "probe x scores"
+    assert not_trained_because({"status": "no_game", "detail": "no registered game"}, 8) == "no registered game"
+    assert not_trained_because({"status": "no_knob", "value": None}, 8) is None
+    assert not_trained_because(partial, 8, forced=True) is None  # loop.capabilities: trained anyway
+    two_knobs = {**partial, "knob": "b", "history": [{"knob": "a", "value": 2, "success_rate": 0.0},
+                                                     {"knob": "b", "value": 5, "success_rate": 0.01}]}
+    assert "every a / b value tried" in not_trained_because(two_knobs, 8)
+    assert "a=2: success 0.00" in not_trained_because(two_knobs, 8)
     assert not_trained_because({"status": "invalid", "detail": "bad"}, 8, forced=True) == "bad"
 
 

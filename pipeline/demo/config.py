@@ -13,6 +13,7 @@ from typing import Any
 
 from benchmarks.storefront.demos import check_planted
 from common.io import InputError, load_yaml_mapping
+from pipeline.demo.trainable import TRAIN_BAND
 from train.chat_template import TOOLS_VIEWS
 from train.tracking import check_report_to
 
@@ -149,11 +150,15 @@ class SelectSettings:
 class LoopSettings:
     """Steps 2-4 and the baselines (one GRPO budget: groups x group size per iteration for every run)."""
 
-    validate_seeds: int = 60  # seeds pipeline.validate_game plays per check
+    # Seeds pipeline.validate_game plays per check: the class-prior rule judges an ablation above its limit only
+    # over 200 seeds or more (pipeline.probes.PRIOR_MIN_SEEDS); fewer leave a WARN.
+    validate_seeds: int = 200
     fuzz_actions: int = 200
     calibration_tasks: int = 24
     calibration_samples: int = 4
-    band: list[float] = field(default_factory=lambda: [0.2, 0.6])
+    # The base agent's full-success rate calibration aims for, and that a game must reach at some knob value to be
+    # trained (pipeline.demo.trainable.TRAIN_BAND): a game it never wins teaches partial credit alone.
+    band: list[float] = field(default_factory=lambda: list(TRAIN_BAND))
     max_rounds: int = 3
     iterations: int = 10  # GRPO iterations per capability adapter
     gate_sft_epochs: int = 2

@@ -5,8 +5,9 @@
   included), then its declared difficulty knobs are bisected in order (`pipeline.recalibrate.search_knob`)
   with rollouts of the base agent itself until its success rate is in the band: a knob that cannot reach
   the band stays at its value nearest to it while the next knob moves. Each probed value also records its
-  mean reward and the estimated share of GRPO groups whose rewards differ, which decides whether the game
-  is trained (`pipeline.demo.trainable.not_trained_because`).
+  mean reward, the estimated share of GRPO groups whose rewards differ, the decision classes' shares and the
+  first mistakes of the failed episodes; a game is trained only where the base agent's full success reached the
+  band (`pipeline.demo.trainable.not_trained_because`).
 - `train_lora`: one GRPO LoRA run (`train.grpo.GRPOTrainer`, the code of `python -m train`) on any game
   spec: a capability game (Step 3), the storefront itself (the direct-GRPO baseline) or a mix of the
   selected games (the single-adapter baseline). The GRPO loop is the same in all three. Direct GRPO keeps its
@@ -40,6 +41,10 @@ from train.backends import HFBackend
 from train.episodes import ChatTokenizer, EpisodeRequest, run_episodes
 
 HISTORY_KEYS = ("knob", "value", *FIGURES)
+# What calibration keeps of each probe besides the figures: the decision classes and the first mistakes of the
+# failed episodes (`pipeline.recalibrate.episode_classes`), for the report of a game this agent cannot win.
+CLASS_KEYS = ("class_shares", "success_by_class", "first_mistakes", "failed")
+EPISODE_FACTS = ("decision_class", "first_mistake")  # summary fields the collector keeps per episode
 
 GRPO_TINY = Path(__file__).resolve().parents[2] / "configs" / "grpo_tiny.yaml"
 # Step 1's analysis results (pipeline/demo/run.py's `select` step: the base agent sampled on the target storefront),
@@ -69,7 +74,8 @@ def model_collector(model: Any, tokenizer: Any, base_overrides: dict[str, Any], 
         episodes = run_episodes(spec, requests, backend, chat, temperature=temperature,
                                 max_episode_tokens=max_episode_tokens, game_overrides={**base_overrides, **overrides})
         return [make_simulation(task_id=str(ep.request.seed), messages=ep.conversation,
-                                reward_info={"reward": ep.reward}, termination_reason=ep.termination_reason,
+                                reward_info={"reward": ep.reward, **{k: ep.summary.get(k) for k in EPISODE_FACTS}},
+                                termination_reason=ep.termination_reason,
                                 sample_idx=ep.request.sample_idx, seed=ep.request.seed) for ep in episodes]
 
     return collect
@@ -96,8 +102,9 @@ def calibrate_capability(capability: str, model: Any, tokenizer: Any, game_overr
                               settings.calibration_samples)
     search = search_knobs(spec, collect, band=tuple(settings.band), max_rounds=settings.max_rounds,
                           group_size=settings.group_size)
-    history = [{k: probe[k] for k in HISTORY_KEYS} for probe in search["history"]]
-    return {**result, **{k: search[k] for k in ("status", "knob", "value", *FIGURES, "group_size", "settings")},
+    history = [{**{k: probe[k] for k in HISTORY_KEYS}, **{k: probe[k] for k in CLASS_KEYS if k in probe}}
+               for probe in search["history"]]
+    return {**result, **{k: search[k] for k in ("status", "knob", "value", *FIGURES, "group_size", "settings", "band")},
             "history": history, "game_overrides": {**game_overrides, **search["settings"]}}
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.demo.plotting import pyplot, save_figure
-from pipeline.demo.trainable import MIN_SPREAD_SHARE, not_trained_because
+from pipeline.demo.trainable import mistakes_text, not_trained_because
 from pipeline.recalibrate import measurement_text
 
 
@@ -395,6 +395,13 @@ def _figure(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _classes_text(probe: dict[str, Any]) -> str:
+    """'act 0.50 (0.31), refuse 0.50 (0.12)': each decision class's share and the base agent's success on it."""
+    shares = probe.get("class_shares") or {}
+    success = probe.get("success_by_class") or {}
+    return ", ".join(f"{name} {share:.2f} ({success.get(name, 0.0):.2f})" for name, share in shares.items()) or "-"
+
+
 def _environment_tables(envs: dict[str, dict[str, Any]], config: Any, forced: bool) -> list[str]:
     """Step 2: one row per capability (figures at the kept settings), then every probed value's figures."""
 
@@ -408,19 +415,22 @@ def _environment_tables(envs: dict[str, dict[str, Any]], config: Any, forced: bo
                      f"{_figure(e.get('success_rate'))} | {_figure(e.get('mean_reward'))} | "
                      f"{_figure(e.get('spread_share'))} | {e['status']} | {'no: ' + skipped if skipped else 'yes'} |")
         probes += [f"| {capability} | {probe_label(p, e.get('knob'))} | {_figure(p.get('success_rate'))} | "
-                   f"{_figure(p.get('mean_reward'))} | {_figure(p.get('spread_share'))} |"
+                   f"{_figure(p.get('mean_reward'))} | {_figure(p.get('spread_share'))} | {_classes_text(p)} | "
+                   f"{mistakes_text(p) or '-'} |"
                    for p in e.get("history") or []]
-    lines += ["", f"Band: success rate in [{loop.band[0]:g}, {loop.band[1]:g}] for the base agent. Knobs move in the "
+    lines += ["", f"Band: the base agent's full-success rate in [{loop.band[0]:g}, {loop.band[1]:g}] (T=1, "
+              f"{loop.calibration_tasks} tasks x {loop.calibration_samples} samples per value). Knobs move in the "
               "game's declared order; one that cannot reach the band stays at its nearest value while the next moves. "
+              "A game is trained only where some value reached the band; otherwise it is *not trainable with this "
+              "agent* and its row gives the base agent's first mistakes in the failed episodes. "
               f"Groups with spread: the estimated share of GRPO groups of {loop.group_size} episodes of one task whose "
-              f"rewards differ (from {loop.calibration_samples} samples per task: "
-              "`pipeline.calibrate_environment.estimate_reward_spread`); GRPO learns only from those, from a partial "
-              "reward as much as from a success. A game is trained at the value kept (in the band, or nearest to it) "
-              f"unless under {MIN_SPREAD_SHARE:.0%} of its groups have spread at every value tried; capabilities the "
-              "config sets (`loop.capabilities`) are trained whatever calibration found.", ""]
+              f"rewards differ (`pipeline.calibrate_environment.estimate_reward_spread`). Capabilities the config sets "
+              "(`loop.capabilities`) are trained whatever calibration found.", ""]
     if probes:
-        lines += ["Every value calibration tried:", "", "| capability | probe | success | mean reward | "
-                  "groups with spread |", "|---|---|---|---|---|", *probes, ""]
+        lines += ["Every value calibration tried (classes: the share of each decision class and the base agent's "
+                  "success on it; first mistakes: counted over the failed episodes):", "",
+                  "| capability | probe | success | mean reward | groups with spread | classes (share, success) | "
+                  "first mistakes |", "|---|---|---|---|---|---|---|", *probes, ""]
     return lines
 
 

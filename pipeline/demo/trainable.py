@@ -1,4 +1,4 @@
-"""Which calibrated games Step 3 of the demo trains: the reward-spread rule (`not_trained_because`).
+"""Which calibrated games Step 3 of the demo trains: the full-success rule (`not_trained_because`).
 
 Shared by the steps (pipeline/demo/run.py, loop.py) and the report (report.py), which must agree on it.
 """
@@ -10,11 +10,11 @@ from pipeline.recalibrate import measurement_text
 
 FIGURES = ("success_rate", "mean_reward", "spread_share")  # what calibration measured at each probed value
 HISTORY_KEYS = ("knob", "value", *FIGURES)
-# A game gives GRPO a learning signal when at least this share of its groups has rewards that differ: below
-# it, most groups are constant, GRPO drops them, and training only spends rollouts (and raises the
-# baselines' matched budget). For 0/1 rewards the cut matches the success rate at which half the groups of
-# `group_size` hold no success.
-MIN_SPREAD_SHARE = 0.5
+# A capability game is trained only where the base agent sometimes wins it in full: its full-success rate at some
+# value calibration tried lies in this band (loop.band, whose default this is). A game this agent never wins gives
+# GRPO partial credit alone (the adapters of the 2026-12-03 run learned +0.005 to +0.066 of mean reward and no
+# success), and router SFT no successful rollout to label with the capability.
+TRAIN_BAND = (0.10, 0.60)
 
 
 def binary_spread_share(success_rate: float, group_size: int) -> float:
@@ -33,33 +33,41 @@ def _probes(environment: dict[str, Any], group_size: int) -> list[dict[str, Any]
             for probe in tried]
 
 
-def not_trained_because(environment: dict[str, Any], group_size: int, forced: bool = False) -> str | None:
-    """Why Step 3 skips a capability's game (None: it is trained); `group_size` is GRPO's, used for a record
-    that does not say which group size its spread shares were estimated for.
+def mistakes_text(probe: dict[str, Any]) -> str:
+    """'wrong_value:item_ids 41, no_action 12 (of 60 failed)' for a probe that counted first mistakes ('' if none)."""
+    mistakes = probe.get("first_mistakes") or {}
+    if not mistakes:
+        return ""
+    return ", ".join(f"{name} {n}" for name, n in mistakes.items()) + f" (of {probe.get('failed', sum(mistakes.values()))} failed)"
 
-    No game, or one that failed validation, cannot be trained. A calibrated game is skipped for lack of a
-    learning signal when, at every value calibration tried, fewer than MIN_SPREAD_SHARE of GRPO's groups of
-    `group_size` are estimated to hold rewards that differ (`estimate_reward_spread`): GRPO learns only from
-    such groups, and it learns from a partial reward as much as from a success, so a game with no success
-    whose partial rewards vary is trained, and one in the band whose tasks each always pass or always fail
-    is not. A game with spread somewhere is trained at the value calibration kept (the one nearest the
-    band). Capabilities the config forces (`loop.capabilities`, e.g. the fast profile's) are trained
-    whatever calibration found; a game without knobs is trained as it is (nothing was measured).
+
+def not_trained_because(environment: dict[str, Any], group_size: int, forced: bool = False) -> str | None:
+    """Why Step 3 skips a capability's game (None: it is trained); `group_size` is GRPO's, for the spread figures
+    of a record that lacks them.
+
+    No game, or one that failed validation, cannot be trained. A calibrated game is trained only when the base
+    agent's full-success rate at some value calibration tried lies in the band (the record's "band", else
+    TRAIN_BAND): GRPO then sees groups with a win, and router SFT successful rollouts of the capability.
+    Otherwise the game is *not trainable with this agent*, and the reason gives each value's figures and the base
+    agent's first mistakes in the failed episodes at the value kept (what it would have to learn first).
+    Capabilities the config forces (`loop.capabilities`, e.g. the fast profile's) are trained whatever calibration
+    found; a game without knobs is trained as it is (nothing was measured).
     """
     status = environment["status"]
     if status in ("no_game", "invalid"):
         return environment.get("detail") or status
     if forced or environment.get("success_rate") is None:
         return None
-    size = environment.get("group_size") or group_size  # the group size calibration estimated the spread for
-    tried = _probes(environment, size)
-    best = max(probe["spread_share"] for probe in tried)
-    if best >= MIN_SPREAD_SHARE:
+    low, high = environment.get("band") or TRAIN_BAND
+    tried = _probes(environment, environment.get("group_size") or group_size)
+    if any(low <= probe["success_rate"] <= high for probe in tried):
         return None
     knobs = list(dict.fromkeys(probe.get("knob") or environment.get("knob") for probe in tried))
     per_value = "; ".join(
         (f"{probe['value']!r}" if len(knobs) == 1 else f"{probe.get('knob')}={probe['value']!r}")
         + f": {measurement_text(probe)}" for probe in tried)
-    return (f"no learning signal: at every {' / '.join(map(str, knobs))} value tried, under "
-            f"{MIN_SPREAD_SHARE:.0%} of GRPO groups of {size} would hold rewards that differ (best spread "
-            f"{best:.2f}); {per_value}")
+    kept = next((p for p in reversed(tried) if p.get("value") == environment.get("value") and p.get("first_mistakes")),
+                None)
+    mistakes = (f"; the base agent's first mistakes at {kept['value']!r}: {mistakes_text(kept)}" if kept else "")
+    return (f"not trainable with this agent: its full-success rate is outside [{low:g}, {high:g}] at every "
+            f"{' / '.join(map(str, knobs))} value tried ({per_value}){mistakes}")
