@@ -19,7 +19,10 @@ the game's held-out tasks (`train.evaluate`, seed --eval_seed, the demo's own_ga
 --samples samples at temperature 1. Printed per game and setting: base and final own-game pass^1 (greedy and
 T=1, mean over training seeds, and each seed's gain), the same for the T=1 mean episode reward (which moves
 where pass^1 stays at 0), whether a seed collapsed (its T=1 mean reward at the end below half the base's), and
-the wall time. Writes `<out>/results.json` (every curve point) and `<out>/curves.png` (pass^1 and mean reward
+the wall time; per decision class the T=1 success of the base agent and of each final adapter, the game's
+constant policies (its ablations) on the same tasks, and whether each seed's gain counts as learning
+(`learning_verdict`: pass^1 up by 0.15 or more, no class below the base agent's, above the best constant
+policy); the share of constant-reward groups (dropped by the update) per iteration is in results.json. Writes `<out>/results.json` (every curve point) and `<out>/curves.png` (pass^1 and mean reward
 against episodes). Runs whose curve is already in results.json are not run again (the bench resumes). Last
 lines: `min_own_game_reward_gain_t1=` and `min_own_game_gain_t1=`, the last setting's smallest mean T=1 gain
 over the games (the issue's aim for pass^1: >= 0.15).
@@ -69,15 +72,63 @@ def evaluate_point(model_dir: Path, adapter: Path | None, game: str, overrides: 
     """Own-game pass^1 greedy and at T=1 (and the T=1 mean reward) of one checkpoint."""
     from train.evaluate import evaluate_model, load_policy_model
 
+    from pipeline.recalibrate import episode_classes
+
     model, tokenizer = load_policy_model(model_dir, adapter)
-    point: dict[str, float] = {}
+    point: dict[str, Any] = {}
     for mode, temperature, samples in (("greedy", 0.0, 1), ("t1", 1.0, args.samples)):
         simulations, hat = evaluate_model(model, tokenizer, game, n_tasks=args.tasks, seed=args.eval_seed,
                                           samples=samples, temperature=temperature, game_overrides=overrides,
                                           max_episode_tokens=max_episode_tokens)
         point[f"pass1_{mode}"] = hat["all"]["pass_hat_k"][1]
         point[f"reward_{mode}"] = statistics.fmean(s["reward_info"]["reward"] for s in simulations)
+        point[f"by_class_{mode}"] = episode_classes(simulations).get("success_by_class", {})
     return point
+
+
+def constant_policies(game: str, overrides: dict[str, Any], args: Any) -> dict[str, float]:
+    """{ablation: success rate} of the game's skill-less policies (always act, always refuse, the first method,
+    values as written, ...) on the own-game tasks the checkpoints play (seeds --eval_seed.., one episode each)."""
+    from game_registry import get_game
+
+    spec = get_game(game)
+    out = {}
+    for probe in spec.ablations:
+        wins = 0
+        for seed in range(args.eval_seed, args.eval_seed + args.tasks):
+            instance = spec.make(**overrides)
+            instance.reset(seed)
+            turns = 0
+            while not instance.done and turns < spec.max_turns:
+                instance.step(spec.extract_action(instance.ablated_response(probe.name)))
+                turns += 1
+            wins += instance.get_summary()["success"]
+        out[probe.name] = wins / args.tasks
+    return out
+
+
+def learning_verdict(base: dict[str, Any], final: dict[str, Any], constants: dict[str, float], mode: str = "t1",
+                     min_gain: float = 0.15) -> tuple[bool, str]:
+    """Whether a final checkpoint's own-game gain over the base counts as learning (issue 41 point 6): pass^1 up
+    by `min_gain` or more, no decision class's success below the base agent's (a one-decision game is "learned"
+    by turning into a constant policy: always refusing wins every refuse episode and loses every act one), and
+    above the best skill-less policy on the same tasks. Returns (counts, why)."""
+    gain = final[f"pass1_{mode}"] - base[f"pass1_{mode}"]
+    before, after = base.get(f"by_class_{mode}", {}), final.get(f"by_class_{mode}", {})
+    fallen = [f"{name} {before[name]:.2f} -> {after.get(name, 0.0):.2f}" for name in before
+              if after.get(name, 0.0) < before[name] - 1e-9]
+    best_name, best = max(constants.items(), key=lambda item: item[1], default=("none", 0.0))
+    reasons = []
+    if gain < min_gain:
+        reasons.append(f"gain {gain:+.3f} < {min_gain:+.2f}")
+    if fallen:
+        reasons.append(f"class success fell below the base agent's: {', '.join(fallen)}")
+    if final[f"pass1_{mode}"] <= best:
+        reasons.append(f"pass^1 {final[f'pass1_{mode}']:.3f} does not beat the best constant policy {best_name} "
+                       f"({best:.3f})")
+    if reasons:
+        return False, "; ".join(reasons)
+    return True, (f"gain {gain:+.3f}, every class at or above the base agent's, above {best_name} ({best:.3f})")
 
 
 def train_run(game_spec: Any, model_dir: Path, folder: Path, overrides: dict[str, Any], loop: Any, args: Any,
@@ -109,8 +160,10 @@ def train_run(game_spec: Any, model_dir: Path, folder: Path, overrides: dict[str
     return {"ppo_epochs": config.ppo_epochs, "minibatches_per_iteration": config.minibatches_per_iteration,
             "train_seconds": round(time.time() - started, 1),
             "optimizer_steps": sum(m.get("optimizer_steps", 0.0) for m in metrics),
+            # frac_constant_groups: the share of groups whose rewards were all equal, dropped by the update
             "train_curve": [{"iteration": m["iteration"], "mean_reward": m["mean_reward"],
-                             "success_rate": m["success_rate"]} for m in metrics]}
+                             "success_rate": m["success_rate"],
+                             "frac_constant_groups": m.get("frac_constant_groups")} for m in metrics]}
 
 
 def summarize(results: dict[str, Any]) -> list[str]:
@@ -127,6 +180,16 @@ def summarize(results: dict[str, Any]) -> list[str]:
             collapsed = [seed for seed, run in runs.items() if run["curve"][-1]["reward_t1"] < 0.5 * base["reward_t1"]]
             reward_gains = [p["reward_t1"] - base["reward_t1"] for p in finals]
             episodes = runs[next(iter(runs))]["curve"][-1]["episodes"]
+            constants = game.get("constant_policies", {})
+            verdicts = [learning_verdict(base, final, constants) for final in finals]
+            classes = "; ".join(
+                f"seed {seed}: " + ", ".join(f"{name} {base.get('by_class_t1', {}).get(name, 0.0):.2f}->{rate:.2f}"
+                                             for name, rate in run["curve"][-1].get("by_class_t1", {}).items())
+                for seed, run in runs.items())
+            lines.append(f"{capability} {setting}: success per class at T=1 (base->final) {classes or '-'}; "
+                         f"constant policies {', '.join(f'{k} {v:.3f}' for k, v in constants.items()) or '-'}; "
+                         f"learning counts on {sum(ok for ok, _ in verdicts)} of {len(verdicts)} seeds ("
+                         + "; ".join(why for _, why in verdicts) + ")")
             lines.append(
                 f"{capability} {setting}: pass^1 T=1 {base['pass1_t1']:.3f} -> "
                 f"{statistics.fmean(p['pass1_t1'] for p in finals):.3f} (gain per seed "
@@ -216,8 +279,11 @@ def run(args: argparse.Namespace) -> int:
         spec, overrides = game_for(capability), games[capability]
         game = results["games"].setdefault(capability, {"game": spec.name, "game_overrides": overrides,
                                                          "settings": {}})
-        if "base" not in game:
+        if "base" not in game or "by_class_t1" not in game["base"]:
             game["base"] = evaluate_point(model_dir, None, spec.name, overrides, args, loop.max_episode_tokens)
+            atomic_write_json(results_path, results)
+        if "constant_policies" not in game:
+            game["constant_policies"] = constant_policies(spec.name, overrides, args)
             atomic_write_json(results_path, results)
         for name, epochs, minibatches in settings:
             runs = game["settings"].setdefault(name, {})

@@ -11,15 +11,19 @@ shape and only change what is asked:
 - **System prompt**: the storefront's written policy (`benchmarks.storefront.policy.POLICY`), unchanged.
 - **Conversation**: as in the target, the customer opens with a request but not who they are (unless the
   config sets `identity_in_opening`); the expert asks `AUTH_QUESTION`, looks the user up, and for each
-  request makes its look-ups and write, then a statement that closes it. An episode holds
-  `requests_per_episode` requests brought up one at a time (`Instance.follow_ups`: the customer's
-  acknowledgement of a closed request brings the next, "Thanks. I also want to ..."), so each reads as the
-  target's one-request opening while the episode holds several decisions of the game's skill; a game whose
-  skill is keeping track of requests (`reveals_all_at_once`) puts them all in the opening instead.
+  request makes its look-ups and write, then a statement that closes it. An episode holds one request, as
+  the target's do (`requests_per_episode` > 1 brings further ones up one at a time through
+  `Instance.follow_ups`: the customer's acknowledgement of a closed request brings the next, "Thanks. I also
+  want to ..."); a game whose skill is keeping track of requests (`reveals_all_at_once`) puts them all in the
+  opening instead.
+- **Decision classes**: a game that declares `DECISION_CLASSES` says which one each request is in
+  (`request_class`); the summary carries the episode's (`decision_class`), which skill each ablation would
+  have needed on this instance (`skill_matters`: its writes leave another database than the oracle's) and the
+  first mistake of an unsuccessful episode (`first_mistake`), for validate_game's class-prior rule and Step 2.
 - **Ablations**: each game declares `ABLATIONS` (the expert without its skill, constant policies); a
   request's plan carries the ablated plans (`PlannedRequest.ablated`), `ablated_response(name)` plays
-  them, and `ablation_probes` turns them into `GameSpec.ablations`, which validate_game holds to
-  pipeline.probes.ABLATION_LIMIT.
+  them, and `ablation_probes` turns them into `GameSpec.ablations`, which validate_game holds to the
+  largest decision class's share + pipeline.probes.PRIOR_MARGIN (ABLATION_LIMIT for a game without classes).
 - **Customer**: the target's own scripted customer (`benchmarks.storefront.user_sim.UserSimulator`): the
   same question gets the same answer here and in the target ("which order do you mean?" gets the id).
   Its wording is seeded separately from the instance, so the instance stays the same.
@@ -379,9 +383,9 @@ class StorefrontGameConfig:
     storefront: str | dict[str, Any] | None = None
     # Requests per episode, each one decision of the game's skill, brought up one at a time: the opening
     # holds the first, the customer's acknowledgement of a closed request brings the next, so each reads as
-    # the target's one-request opening. With one, a constant policy (always act, always refuse) wins every
-    # episode its constant answer fits; with n independent requests it must fit all n (see the game's
-    # docstring for its measured rates).
+    # the target's one-request opening. One (the target's shape) by default: a constant policy then wins
+    # every episode its constant answer fits, which validate_game's class-prior rule bounds by the largest
+    # decision class's share + 0.05 (pipeline/probes.py); more requests stay a knob, never the way honesty is kept.
     requests_per_episode: int = 1
 
     def __post_init__(self) -> None:

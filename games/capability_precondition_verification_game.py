@@ -107,6 +107,7 @@ REQUESTS_PER_EPISODE = 1  # the target's shape: one customer, one request
 # and two earlier orders; an exchange's product); an instance whose plan does not fit is drawn again.
 ORACLE_TURNS_PER_REQUEST = 4
 MAX_STEPS = 12  # the demo target's turn limit (evaluate.max_steps): one request with look-ups to spare
+MAX_TURNS = 20  # the registered cap on turns: room for requests_per_episode=3 (max_steps=20)
 
 HINT = ("Hint: call get_order_details first and read status. Cancel or change the address only if it is "
         "'pending'; return only if 'delivered'. Otherwise change nothing and tell the user the status.")
@@ -291,7 +292,7 @@ register_game(GameSpec(
     base_prompt="",
     hint_prompt=HINT,
     max_gen_tokens=160,  # as the target: the longest expert turn (an address change) is ~110 tokens
-    max_turns=PreconditionVerificationConfig().max_steps,
+    max_turns=MAX_TURNS,  # a cap: the game ends itself at its config's max_steps (more requests need more)
     capability=CAPABILITY,
     config_cls=PreconditionVerificationConfig,
     target=TARGET_BENCHMARK,

@@ -99,6 +99,7 @@ REQUESTS_PER_EPISODE = 1  # the target's shape: one customer, one request
 # instance whose plan does not fit is drawn again.
 ORACLE_TURNS_PER_REQUEST = 5
 MAX_STEPS = 12  # the demo target's turn limit (evaluate.max_steps): one request with look-ups to spare
+MAX_TURNS = 20  # the registered cap on turns: room for requests_per_episode=3 (max_steps=20)
 GIFT_CARD_SHARE = 0.5  # refunds to the gift card: the two decision classes level
 SURFACE_KINDS = ("return", "exchange")  # the target's kinds where reading nested records applies (when allowed)
 
@@ -426,7 +427,7 @@ register_game(GameSpec(
     base_prompt="",
     hint_prompt=HINT,
     max_gen_tokens=160,  # as the target: the longest expert turn is ~110 tokens
-    max_turns=StructuredDataReasoningConfig().max_steps,
+    max_turns=MAX_TURNS,  # a cap: the game ends itself at its config's max_steps (more requests need more)
     capability=CAPABILITY,
     config_cls=StructuredDataReasoningConfig,
     target=TARGET_BENCHMARK,

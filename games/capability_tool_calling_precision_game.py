@@ -106,6 +106,7 @@ REQUESTS_PER_EPISODE = 1  # the target's shape: one customer, one request
 # instance whose plan does not fit is drawn again.
 ORACLE_TURNS_PER_REQUEST = 4
 MAX_STEPS = 12  # the demo target's turn limit (evaluate.max_steps): one request with look-ups to spare
+MAX_TURNS = 20  # the registered cap on turns: room for requests_per_episode=3 (max_steps=20)
 # The target's rates of the needs `looseness` sets (with a surface), and how each level sets them.
 PRECISION_RATES = ("loose_order_id_rate", "paraphrase_rate", "leading_zero_zip_rate", "two_items_rate")
 
@@ -329,7 +330,7 @@ register_game(GameSpec(
     base_prompt="",
     hint_prompt=HINT,
     max_gen_tokens=160,  # as the target: the longest expert turn (an address change) is ~110 tokens
-    max_turns=ToolCallingPrecisionConfig().max_steps,
+    max_turns=MAX_TURNS,  # a cap: the game ends itself at its config's max_steps (more requests need more)
     capability=CAPABILITY,
     config_cls=ToolCallingPrecisionConfig,
     target=TARGET_BENCHMARK,

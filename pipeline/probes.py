@@ -605,6 +605,7 @@ class ProbeResult:
     wins_where_matters: list[int] = field(default_factory=list)
     tracked_matters: int = 0  # applicable seeds whose summary said whether the skill matters
     min_seeds: int = ABLATION_MIN_SEEDS  # an ablation above its limit on fewer seeds: see too_few_seeds
+    prior_rule: bool = False  # an ablation judged by the class-prior rule (the game declares decision classes)
 
     @property
     def success_rate(self) -> float | None:
@@ -617,8 +618,11 @@ class ProbeResult:
     @property
     def skill_never_matters(self) -> bool:
         """An ablation whose skill matters on none of the seeds (the game says so in every summary): there it is
-        the oracle (`first_items` when every item of the order is named), so it tests nothing."""
-        return self.origin == "ablation" and self.tracked_matters == self.applicable > 0 and self.matters == 0
+        the oracle (`first_items` when every item of the order is named), so it tests nothing. Only under the
+        class-prior rule, whose class-balance check covers a setting where one answer fits every instance; without
+        decision classes such a setting still fails on the ablation's rate (nothing else would catch it)."""
+        return (self.origin == "ablation" and self.prior_rule and self.tracked_matters == self.applicable > 0
+                and self.matters == 0)
 
     @property
     def too_few_seeds(self) -> bool:
@@ -703,7 +707,8 @@ def evaluate_probes(spec: GameSpec, seeds: Sequence[int], oracle_texts: dict[int
     by_name: dict[str, ProbeResult] = {}
     for probe, origin in runnable:
         by_name[probe.name] = (ProbeResult(probe.name, origin, probe.description, ablation_limit, ablation_limit,
-                                           min_seeds=PRIOR_MIN_SEEDS if shares else ABLATION_MIN_SEEDS)
+                                           min_seeds=PRIOR_MIN_SEEDS if shares else ABLATION_MIN_SEEDS,
+                                           prior_rule=bool(shares))
                                if origin == "ablation" else
                                ProbeResult(probe.name, origin, probe.description, probe.expected_success,
                                            probe.expected_success + tolerance))

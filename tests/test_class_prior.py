@@ -187,3 +187,26 @@ def test_calibration_counts_classes_and_first_mistakes_of_a_policy_without_the_s
     assert probe["success_by_class"] == {"act": 1.0, "refuse": 0.0} or probe["success_by_class"] == {
         "refuse": 0.0, "act": 1.0}
     assert probe["first_mistakes"] == {"write_where_plan_refuses": probe["failed"]} and probe["failed"] > 10
+
+
+def test_the_learning_bench_rejects_an_adapter_that_turned_into_always_refuse():
+    """A one-decision game is "learned" by turning into a constant policy: an adapter that always refuses wins
+    every refuse episode (pass^1 0.21 -> 0.50, a +0.29 gain) but falls to 0 on the act class and does not beat
+    the always_refuse ablation; a real gain counts."""
+    import importlib.util
+
+    path = __import__("pathlib").Path(__file__).resolve().parents[1] / "bench" / "grpo_learning.py"
+    spec = importlib.util.spec_from_file_location("grpo_learning_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    base = {"pass1_t1": 0.21, "by_class_t1": {"act": 0.30, "refuse": 0.12}}
+    constants = {"always_act": 0.49, "always_refuse": 0.51}
+    refuser = {"pass1_t1": 0.50, "by_class_t1": {"act": 0.0, "refuse": 1.0}}
+    counts, why = bench.learning_verdict(base, refuser, constants)
+    assert not counts and "act 0.30 -> 0.00" in why and "always_refuse" in why, why
+    skilled = {"pass1_t1": 0.62, "by_class_t1": {"act": 0.55, "refuse": 0.70}}
+    counts, why = bench.learning_verdict(base, skilled, constants)
+    assert counts, why
+    small = {"pass1_t1": 0.30, "by_class_t1": {"act": 0.35, "refuse": 0.25}}
+    assert not bench.learning_verdict(base, small, {})[0]  # +0.09: under the +0.15 the issue asks for

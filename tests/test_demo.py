@@ -512,7 +512,7 @@ def partial_reward_game(monkeypatch):
     return script
 
 
-def test_calibration_records_mean_reward_and_spread_and_trains_a_partial_reward_game(partial_reward_game):
+def test_calibration_records_mean_reward_and_spread_and_skips_a_game_with_partial_credit_alone(partial_reward_game):
     import dataclasses
 
     from pipeline.demo.config import LoopSettings
@@ -522,18 +522,19 @@ def test_calibration_records_mean_reward_and_spread_and_trains_a_partial_reward_
     settings = dataclasses.replace(LoopSettings(), calibration_tasks=6, calibration_samples=2, group_size=8)
     partial_reward_game(lambda overrides: [0.0, 0.6])  # no success at any knob value, rewards that differ
     result = calibrate_capability("toy_partial", None, None, {}, settings)
-    assert result["status"] == "out_of_range" and result["group_size"] == 8
+    assert result["status"] == "out_of_range" and result["group_size"] == 8 and result["band"] == [0.1, 0.6]
     assert result["history"] and all(set(h) == {"knob", "value", "success_rate", "mean_reward", "spread_share"}
                                       for h in result["history"])
     assert all(h["success_rate"] == 0.0 and h["mean_reward"] == pytest.approx(0.3)
                and h["spread_share"] == pytest.approx(1 - 2 * 0.5 ** 8) for h in result["history"])
-    assert not_trained_because(result, settings.group_size) is None
+    # Partial credit that varies, never a win: not trained (it was before issue 41).
+    reason = not_trained_because(result, settings.group_size)
+    assert reason.startswith("not trainable with this agent") and "mean reward 0.30, spread 0.99" in reason, reason
     json.dumps(result)  # the Step 2 artifact is JSON
 
-    partial_reward_game(lambda overrides: [0.6, 0.6])  # partial credit, always the same: nothing to learn from
-    flat = calibrate_capability("toy_partial", None, None, {}, settings)
-    reason = not_trained_because(flat, settings.group_size)
-    assert "no learning signal" in reason and "mean reward 0.60, spread 0.00" in reason, reason
+    partial_reward_game(lambda overrides: [1.0, 0.0])  # a win in half the episodes: in the band, trained
+    won = calibrate_capability("toy_partial", None, None, {}, settings)
+    assert won["status"] == "in_band" and not_trained_because(won, settings.group_size) is None
 
 
 def test_step2_validates_the_game_with_the_overrides_it_calibrates(partial_reward_game, monkeypatch):
@@ -566,13 +567,19 @@ def test_step2_report_and_progress_lines_show_each_values_figures():
                      "    probe k=2: success 0.00, mean reward 0.10, spread 0.41",
                      "    probe k=1: success 0.00, mean reward 0.30, spread 0.99"]
     text = "\n".join(_environment_tables({"x": env}, DemoConfig(), forced=False))
-    assert "| x | capability_x | True | k=1 | 0.00 | 0.30 | 0.99 | out_of_range | yes |" in text, text
-    assert "| x | k=2 | 0.00 | 0.10 | 0.41 |" in text
+    assert "| x | capability_x | True | k=1 | 0.00 | 0.30 | 0.99 | out_of_range | no: not trainable with this agent" in text, text
+    assert "| x | k=2 | 0.00 | 0.10 | 0.41 | - | - |" in text
+    classes = {**env, "history": [{**env["history"][1], "class_shares": {"act": 0.5, "refuse": 0.5},
+                                   "success_by_class": {"act": 0.25, "refuse": 0.0},
+                                   "first_mistakes": {"write_where_plan_refuses": 30, "no_action": 10}, "failed": 40}]}
+    text = "\n".join(_environment_tables({"x": classes}, DemoConfig(), forced=False))
+    assert "| act 0.50 (0.25), refuse 0.50 (0.00) | write_where_plan_refuses 30, no_action 10 (of 40 failed) |" in text
+    assert "first mistakes at 1: write_where_plan_refuses 30, no_action 10 (of 40 failed)" in text
     old = {"game": "capability_y", "validated": True, "status": "in_band", "knob": "k", "value": 1,
            "success_rate": 0.3, "history": [{"value": 1, "success_rate": 0.3}]}  # written before the spread
     old_text = "\n".join(_environment_tables({"y": old}, DemoConfig(), forced=False))
     assert "| y | capability_y | True | k=1 | 0.30 | - | - | in_band | yes |" in old_text
-    assert "| y | k=1 | 0.30 | - | - |" in old_text
+    assert "| y | k=1 | 0.30 | - | - | - | - |" in old_text
 
 
 def test_evaluate_max_steps_limits_the_episodes_the_demo_plays_but_not_the_demonstrations(tmp_path):

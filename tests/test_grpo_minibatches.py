@@ -159,7 +159,8 @@ def test_learning_bench_summary_reports_pass_rate_and_mean_reward_gains_per_seed
     results = {"games": {"tool_calling_precision": {
         "base": point(0.0, 0.125),
         "settings": {"default": {"0": {"curve": [point(0.0, 0.25)]}, "1": {"curve": [point(0.0, 0.05)]}}}}}}
-    [line] = grpo_learning.summarize(results)
+    per_class, line = grpo_learning.summarize(results)
+    assert "learning counts on 0 of 2 seeds (gain +0.000 < +0.15" in per_class
     # pass^1 does not move; the mean reward does, by seed, and seed 1 fell below half the base's reward
     assert "pass^1 T=1 0.000 -> 0.000 (gain per seed +0.000, +0.000)" in line
     assert "mean reward T=1 0.125 -> 0.150 (gain per seed +0.125, -0.075)" in line
