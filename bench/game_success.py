@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=64)
     parser.add_argument("--temperatures", nargs="+", type=float, default=[0.0, 1.0])
     parser.add_argument("--hint", action="store_true", help="also measure the hint prompt at each game's defaults")
+    parser.add_argument("--defaults_only", action="store_true", help="only each game's defaults (no knob values)")
     parser.add_argument("--max_episode_tokens", type=int, default=3072)
     parser.add_argument("--out", default="bench_out/game_success.json")
     args = parser.parse_args(argv)
@@ -106,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         spec = get_game(f"capability_{name}")
         print(f"{name}:", flush=True)
         cells: dict[str, Any] = {}
-        settings = [("defaults", {})] + [(f"{knob.name}={value!r}", {knob.name: value})
-                                         for knob in spec.difficulty_knobs for value in knob.values]
+        settings = [("defaults", {})] + ([] if args.defaults_only else [
+            (f"{knob.name}={value!r}", {knob.name: value}) for knob in spec.difficulty_knobs for value in knob.values])
         for label, overrides in settings:
             for temperature in args.temperatures:
                 key = f"{label} T={temperature:g}"
