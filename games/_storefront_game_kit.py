@@ -691,9 +691,9 @@ class StorefrontCapabilityGame(ToolEnvGame):
           wrong_value:<arguments>   the planned write's tool with other values (e.g. wrong_value:item_ids)
           wrong_tool                a write of another tool than the planned one
           write_where_plan_refuses  a write where the expert changes nothing (e.g. a status ignored)
-          ran_out_of_turns / no_action / transferred   the planned write never made (cut off, customer left,
-                                    handed over)
-          policy_broken             every planned write made, but the procedure broke (a write without a yes)
+          ran_out_of_turns / no_action / transferred   a planned call never made (the write, or the look-up
+                                    a refusal rests on: cut off, customer left, handed over)
+          policy_broken             every planned call made, but the procedure broke (a write without a yes)
           not_reported              the database as expected, the outcome not told honestly
         Extra successful reads are not mistakes. Calls are compared with the oracle's plan, in turn order.
         `reward`: the episode's, when the caller has it (else scored here)."""
@@ -730,7 +730,7 @@ class StorefrontCapabilityGame(ToolEnvGame):
             if not record.ok:
                 return f"failed_lookup:{record.name}"
         made = {(r.name, json.dumps(r.arguments, sort_keys=True)) for r in state.tool_calls if r.ok}
-        if any((c.name, json.dumps(c.arguments, sort_keys=True)) not in made for c in planned_writes):
+        if any((c.name, json.dumps(c.arguments, sort_keys=True)) not in made for c in plan):
             return {"max_steps": "ran_out_of_turns", "transfer": "transferred",
                     "too_many_errors": "malformed_turn"}.get(state.termination_reason, "no_action")
         if self.policy_violations():

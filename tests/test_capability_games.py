@@ -566,8 +566,12 @@ def test_summary_records_seed_and_knobs(name):
     game.reset(11)
     summary = game.get_summary()
     assert summary["seed"] == 11 and summary["capability"] == name.removeprefix("capability_")
-    assert summary["config"]["max_steps"] == get_game(name).max_turns
+    # The game ends itself at its config's max_steps; the registered max_turns is a cap at least that large.
+    assert summary["config"]["max_steps"] <= get_game(name).max_turns
     assert summary["instance"]["requests"] and not summary["success"]
+    if get_game(name).decision_classes:
+        assert summary["decision_class"] in get_game(name).decision_classes
+        assert set(summary["skill_matters"]) == set(game.ABLATIONS) and summary["first_mistake"] == "no_action"
     json.dumps(summary)
 
 
