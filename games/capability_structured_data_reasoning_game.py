@@ -33,7 +33,9 @@ larger class's share + 0.05 at every knob value. Ablations: `first_payment_metho
 charging the customer's first method, the storefront's `wrong_refund_method` flaw) wins only where the first
 method is the right one; `first_items` (the order's first items instead of the named ones) only where they
 are the named ones (`n_distractor_items=0`: every item of the order is named, so the reading of the items
-decides nothing and the refund target alone decides success). Neither ever wins where its skill decides.
+decides nothing and the refund target alone decides success); `always_original_method` wins exactly the
+original-method class. Measured over 200 seeds on the demo's surface (classes 0.53 / 0.47, limit 0.58):
+0.34, 0.43 and 0.53; none wins an episode where its skill decides.
 
 Expert (oracle): ask who the customer is, look them up, then per request read the order (and the user or
 product record), confirm, write, then state the amount: 2 + 4 or 5 turns per request; with a surface up to
