@@ -195,11 +195,12 @@ def identity_sentence(user: User, auth: str) -> str:
                     auth=auth).sentences()[0]
 
 
-def apply_calls(db: StoreDB, calls: list[PlannedCall]) -> StoreDB:
+def apply_calls(db: StoreDB, calls: list[PlannedCall], strict: bool = True) -> StoreDB:
     """A copy of `db` after running the write calls among `calls` with the storefront's tools.
 
-    A planned write that the tools refuse is a bug in the game's generator: the ValueError is re-raised
-    naming the call.
+    `strict`: a planned write that the tools refuse is a bug in the game's generator, and the ValueError is
+    re-raised naming the call. Not strict (an ablated plan, `skill_matters`): a refused write changes nothing,
+    as in an episode.
     """
     copy = db.clone()
     tools = StorefrontTools(copy)
@@ -208,22 +209,9 @@ def apply_calls(db: StoreDB, calls: list[PlannedCall]) -> StoreDB:
             try:
                 tools.call(call.name, call.arguments)
             except ValueError as err:
-                raise ValueError(f"generated instance is inconsistent: planned call {call.name}"
-                                 f"({call.arguments}) fails: {err}") from err
-    return copy
-
-
-def writes_applied(db: StoreDB, calls: list[PlannedCall]) -> StoreDB:
-    """A copy of `db` after the write calls among `calls`, each as the storefront's tools run it; a write the
-    tools refuse (a loose id, a wrong type) changes nothing, as in an episode."""
-    copy = db.clone()
-    tools = StorefrontTools(copy)
-    for call in calls:
-        if StorefrontTools.is_write(call.name):
-            try:
-                tools.call(call.name, call.arguments)
-            except ValueError:
-                pass
+                if strict:
+                    raise ValueError(f"generated instance is inconsistent: planned call {call.name}"
+                                     f"({call.arguments}) fails: {err}") from err
     return copy
 
 
@@ -678,7 +666,7 @@ class StorefrontCapabilityGame(ToolEnvGame):
                 ablated_auth = instance.ablated_auth.get(name, instance.auth_call)
                 calls = [c for r in instance.requests for c in r.ablated.get(name, r).calls]
                 self._skill_matters[name] = ((ablated_auth.name, ablated_auth.arguments) != auth
-                                             or writes_applied(start, calls) != oracle_state)
+                                             or apply_calls(start, calls, strict=False) != oracle_state)
         return self._skill_matters
 
     def first_mistake(self, reward: float | None = None) -> str | None:

@@ -230,27 +230,26 @@ class ReadingBuilder(RequestBuilder):
         return self.rng.sample(order.items, 2) if two_items else [self.rng.choice(order.items)]
 
 
+def refund_plan(request: PlannedRequest, method: str) -> PlannedRequest:
+    """`request` with its refund or charge on payment method `method` (in its write, statement and question)."""
+    write = next(c for c in request.calls if StorefrontTools.is_write(c.name))
+    right = write.arguments["payment_method_id"]
+    calls = [PlannedCall(c.name, {**c.arguments, "payment_method_id": method}) if c is write else c
+             for c in request.calls]
+    return dataclasses.replace(request, calls=calls, statement=request.statement.replace(right, method),
+                               confirm_text=request.confirmation.replace(right, method), ablated={})
+
+
 def first_method_plan(request: PlannedRequest, user: User) -> PlannedRequest:
     """`request` with the refund or charge on the customer's first payment method, whatever the order was paid
     with (the expert that does not read payment_history: the storefront's `wrong_refund_method` flaw)."""
-    first = user.payment_methods[0].id
-    write = next(c for c in request.calls if StorefrontTools.is_write(c.name))
-    right = write.arguments["payment_method_id"]
-    calls = [PlannedCall(c.name, {**c.arguments, "payment_method_id": first}) if c is write else c
-             for c in request.calls]
-    return dataclasses.replace(request, calls=calls, statement=request.statement.replace(right, first),
-                               confirm_text=request.confirmation.replace(right, first), ablated={})
+    return refund_plan(request, user.payment_methods[0].id)
 
 
 def original_method_plan(request: PlannedRequest, paid_with: str) -> PlannedRequest:
     """`request` with the refund on the method the order was paid with even when the customer asked for their gift
     card (the constant decision 'always the original method')."""
-    write = next(c for c in request.calls if StorefrontTools.is_write(c.name))
-    right = write.arguments["payment_method_id"]
-    calls = [PlannedCall(c.name, {**c.arguments, "payment_method_id": paid_with}) if c is write else c
-             for c in request.calls]
-    return dataclasses.replace(request, calls=calls, statement=request.statement.replace(right, paid_with),
-                               confirm_text=request.confirmation.replace(right, paid_with), ablated={})
+    return refund_plan(request, paid_with)
 
 
 def first_items_plan(request: PlannedRequest, order: Order) -> PlannedRequest:
