@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.recalibrate import measurement_text
+from pipeline.recalibrate import DEFAULT_BAND, measurement_text
 
 FIGURES = ("success_rate", "mean_reward", "spread_share")  # what calibration measured at each probed value
 HISTORY_KEYS = ("knob", "value", *FIGURES)
@@ -14,7 +14,7 @@ HISTORY_KEYS = ("knob", "value", *FIGURES)
 # value calibration tried lies in this band (loop.band, whose default this is). A game this agent never wins gives
 # GRPO partial credit alone (the adapters of the 2026-12-03 run learned +0.005 to +0.066 of mean reward and no
 # success), and router SFT no successful rollout to label with the capability.
-TRAIN_BAND = (0.10, 0.60)
+TRAIN_BAND = DEFAULT_BAND  # (0.10, 0.60)
 
 
 def binary_spread_share(success_rate: float, group_size: int) -> float:
