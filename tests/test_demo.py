@@ -470,7 +470,7 @@ def test_a_game_is_trained_only_where_the_base_agent_sometimes_wins_it_in_full()
     assert reason.startswith("not trainable with this agent: its full-success rate is outside [0.1, 0.6] at every "
                              "k value tried"), reason
     assert "2: success 0.00, mean reward 0.20, spread 0.40; 1: success 0.02, mean reward 0.30, spread 0.99" in reason
-    assert "first mistakes at 1: wrong_value:item_ids 50, no_action 10 (of 63 failed)" in reason
+    assert "first mistakes at k=1: wrong_value:item_ids 50, no_action 10 (of 63 failed)" in reason
     # One value in the band is enough (the search keeps it); the band's edges count as in it.
     edge = {**partial, "history": [*partial["history"], {"knob": "k", "value": 0, "success_rate": 0.1}]}
     assert not_trained_because(edge, 8) is None
@@ -574,7 +574,7 @@ def test_step2_report_and_progress_lines_show_each_values_figures():
                                    "first_mistakes": {"write_where_plan_refuses": 30, "no_action": 10}, "failed": 40}]}
     text = "\n".join(_environment_tables({"x": classes}, DemoConfig(), forced=False))
     assert "| act 0.50 (0.25), refuse 0.50 (0.00) | write_where_plan_refuses 30, no_action 10 (of 40 failed) |" in text
-    assert "first mistakes at 1: write_where_plan_refuses 30, no_action 10 (of 40 failed)" in text
+    assert "first mistakes at k=1: write_where_plan_refuses 30, no_action 10 (of 40 failed)" in text
     old = {"game": "capability_y", "validated": True, "status": "in_band", "knob": "k", "value": 1,
            "success_rate": 0.3, "history": [{"value": 1, "success_rate": 0.3}]}  # written before the spread
     old_text = "\n".join(_environment_tables({"y": old}, DemoConfig(), forced=False))

@@ -68,6 +68,7 @@ def not_trained_because(environment: dict[str, Any], group_size: int, forced: bo
         + f": {measurement_text(probe)}" for probe in tried)
     kept = next((p for p in reversed(tried) if p.get("value") == environment.get("value") and p.get("first_mistakes")),
                 None)
-    mistakes = (f"; the base agent's first mistakes at {kept['value']!r}: {mistakes_text(kept)}" if kept else "")
+    where = f"{kept.get('knob') or environment.get('knob')}={kept['value']!r}" if kept else ""
+    mistakes = f"; the base agent's first mistakes at {where}: {mistakes_text(kept)}" if kept else ""
     return (f"not trainable with this agent: its full-success rate is outside [{low:g}, {high:g}] at every "
             f"{' / '.join(map(str, knobs))} value tried ({per_value}){mistakes}")
