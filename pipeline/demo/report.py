@@ -468,8 +468,7 @@ def _own_game_section(run_dir: Path, records: dict[str, dict[str, Any]], config:
     lines = ["## Each adapter on its own game", "",
              f"{g.tasks} held-out tasks (seed {g.seed}) of each capability's game, at the settings calibration chose; "
              f"pass^1 greedy and at T={temperature:g} (mean over {g.samples} samples), and the mean episode reward "
-             "(partial credit per request: it moves where pass^1, which needs every request of an episode right, "
-             "stays at 0). An adapter has to learn its skill here before anything can transfer to the target.", "",
+             "(partial credit: it can move where pass^1, a full success, does not). An adapter has to learn its skill here before anything can transfer to the target.", "",
              f"| capability | game overrides | pass^1 greedy: base → LoRA | pass^1 T={temperature:g}: base → LoRA | "
              f"mean reward greedy: base → LoRA | mean reward T={temperature:g}: base → LoRA |",
              "|---|---|---|---|---|---|"]
