@@ -16,7 +16,6 @@ does the hint help this agent?). Last lines: `in_band_games=N` (games with some 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path

@@ -63,7 +63,6 @@ from benchmarks.storefront.db import StoreDB, User, add_order, generate_db
 from benchmarks.storefront.policy import POLICY
 from benchmarks.storefront.probes import GUESS_STATUSES, NAME_EVERY_STATUS
 from benchmarks.storefront.tasks import CANNOT, RequestBuilder, SubRequest, descriptions_unique, draw_customer
-from benchmarks.storefront.tools import StorefrontTools
 from game_registry import DifficultyKnob, GameSpec, register_game
 from games._storefront_game_kit import (
     TARGET_BENCHMARK,

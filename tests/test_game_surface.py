@@ -21,7 +21,7 @@ from benchmarks.storefront.policy import policy_text
 from benchmarks.storefront.tasks import make_task
 from benchmarks.storefront.tools import StorefrontTools
 from benchmarks.storefront.user_sim import REQUEST_KINDS
-from game_registry import get_game, parse_hermes_action, render_tool_call
+from game_registry import get_game, render_tool_call
 from games._storefront_game_kit import AUTH_QUESTION, surface_fields
 from pipeline.demo.config import load_demo_config
 from pipeline.validate_game import validate

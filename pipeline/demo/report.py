@@ -1163,7 +1163,7 @@ def efficiency_section(run_dir: Path, records: dict[str, dict[str, Any]], evalua
     for text in (headline, _trace_headline(rows, trace_names, modes, temperature)):
         if text:
             lines += [text, ""]
-    header = f"| model | training episodes | share of TRACE's | all episodes | " + " | ".join(
+    header = "| model | training episodes | share of TRACE's | all episodes | " + " | ".join(
         f"{_mode_name(m, temperature)} pass^1" for m in modes) + " |"
     if has_trace:
         header += "".join(f" TRACE − model, {_mode_name(m, temperature)} [95% CI] |" for m in modes)
