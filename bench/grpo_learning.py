@@ -22,7 +22,8 @@ where pass^1 stays at 0), whether a seed collapsed (its T=1 mean reward at the e
 the wall time; per decision class the T=1 success of the base agent and of each final adapter, the game's
 constant policies (its ablations) on the same tasks, and whether each seed's gain counts as learning
 (`learning_verdict`: pass^1 up by 0.15 or more, no class below the base agent's, above the best constant
-policy); the share of constant-reward groups (dropped by the update) per iteration is in results.json. Writes `<out>/results.json` (every curve point) and `<out>/curves.png` (pass^1 and mean reward
+policy); the share of constant-reward groups (dropped by the update) per iteration is in results.json.
+Writes `<out>/results.json` (every curve point) and `<out>/curves.png` (pass^1 and mean reward
 against episodes). Runs whose curve is already in results.json are not run again (the bench resumes). Last
 lines: `min_own_game_reward_gain_t1=` and `min_own_game_gain_t1=`, the last setting's smallest mean T=1 gain
 over the games (the issue's aim for pass^1: >= 0.15).
@@ -90,20 +91,15 @@ def constant_policies(game: str, overrides: dict[str, Any], args: Any) -> dict[s
     """{ablation: success rate} of the game's skill-less policies (always act, always refuse, the first method,
     values as written, ...) on the own-game tasks the checkpoints play (seeds --eval_seed.., one episode each)."""
     from game_registry import get_game
+    from pipeline.recalibrate import policy_collector
 
     spec = get_game(game)
     out = {}
     for probe in spec.ablations:
-        wins = 0
-        for seed in range(args.eval_seed, args.eval_seed + args.tasks):
-            instance = spec.make(**overrides)
-            instance.reset(seed)
-            turns = 0
-            while not instance.done and turns < spec.max_turns:
-                instance.step(spec.extract_action(instance.ablated_response(probe.name)))
-                turns += 1
-            wins += instance.get_summary()["success"]
-        out[probe.name] = wins / args.tasks
+        collect = policy_collector(lambda instance, rng, name=probe.name: instance.ablated_response(name),
+                                   n_tasks=args.tasks, n_samples=1, first_seed=args.eval_seed)
+        simulations = collect(spec, overrides)
+        out[probe.name] = sum(s["reward_info"]["reward"] >= 1.0 for s in simulations) / len(simulations)
     return out
 
 

@@ -563,7 +563,7 @@ class StorefrontCapabilityGame(ToolEnvGame):
         self.start_db: StoreDB | None = None  # the database as generated (for "nothing else changed")
         self.expected_db: StoreDB | None = None  # the starting database after the oracle's writes
         self._replies: list[Reply] = []  # every reply the customer received, with the request it was on
-        self._skill_matters: dict[str, bool] | None = None
+        self._skill_matters: dict[str, bool] = {}
 
     # ---- for subclasses -------------------------------------------------------------------------
     def build_instance(self, rng: random.Random) -> Instance:
@@ -655,19 +655,21 @@ class StorefrontCapabilityGame(ToolEnvGame):
         `always_refuse`), the skill decides nothing and the ablation may win; everywhere else it must fail
         (validate_game). Compared by the state the plans' writes leave (a write the tools refuse changes
         nothing), as success is: two plans that differ only in words or in the order of a list are the same."""
-        if self.instance is None:
-            return {}
-        if self._skill_matters is None:  # computed once, in reset
-            instance = self.instance
-            start, oracle_state = self.start_db, self.expected_db  # as generated, and after the oracle's writes
-            auth = (instance.auth_call.name, instance.auth_call.arguments)
-            self._skill_matters = {}
-            for name in self.ABLATIONS:
-                ablated_auth = instance.ablated_auth.get(name, instance.auth_call)
-                calls = [c for r in instance.requests for c in r.ablated.get(name, r).calls]
-                self._skill_matters[name] = ((ablated_auth.name, ablated_auth.arguments) != auth
-                                             or apply_calls(start, calls, strict=False) != oracle_state)
-        return self._skill_matters
+        return self._skill_matters  # {} before the first reset
+
+    def _ablations_that_matter(self) -> dict[str, bool]:
+        """`skill_matters` computed (in reset, before any write: a plan's user look-up names the live user's
+        address)."""
+        instance = self.instance
+        start, oracle_state = self.start_db, self.expected_db  # as generated, and after the oracle's writes
+        auth = (instance.auth_call.name, instance.auth_call.arguments)
+        out = {}
+        for name in self.ABLATIONS:
+            ablated_auth = instance.ablated_auth.get(name, instance.auth_call)
+            calls = [c for r in instance.requests for c in r.ablated.get(name, r).calls]
+            out[name] = ((ablated_auth.name, ablated_auth.arguments) != auth
+                         or apply_calls(start, calls, strict=False) != oracle_state)
+        return out
 
     def first_mistake(self, reward: float | None = None) -> str | None:
         """What went wrong first in an episode that did not succeed (None when it did, or before reset), in
@@ -717,8 +719,8 @@ class StorefrontCapabilityGame(ToolEnvGame):
                 return "wrong_value:" + ",".join(differing)
             if not record.ok:
                 return f"failed_lookup:{record.name}"
-        made = {(r.name, json.dumps(r.arguments, sort_keys=True)) for r in state.tool_calls if r.ok}
-        if any((c.name, json.dumps(c.arguments, sort_keys=True)) not in made for c in plan):
+        made = [(r.name, r.arguments) for r in state.tool_calls if r.ok]
+        if any(call not in made for call in planned):
             return {"max_steps": "ran_out_of_turns", "transfer": "transferred",
                     "too_many_errors": "malformed_turn"}.get(state.termination_reason, "no_action")
         if self.policy_violations():
@@ -854,9 +856,7 @@ class StorefrontCapabilityGame(ToolEnvGame):
                                       revealed_identity=self.config.identity_in_opening,
                                       own_order_ids=tuple(instance.user.orders), follow_ups=tuple(instance.follow_ups))
         self._replies = []
-        # Now, before any write: the user look-up a plan names is built from the live user's address.
-        self._skill_matters = None
-        self._skill_matters = self.skill_matters()
+        self._skill_matters = self._ablations_that_matter()
         # The orders' statuses as generated (the live database is the instance's: a write changes it).
         self._start_statuses = {oid: order.status for oid, order in instance.db.orders.items()}
         return self.start_episode(self.toolkit_class(instance.db), [{"role": "user", "content": instance.opening}])

@@ -604,8 +604,12 @@ class ProbeResult:
     matters: int = 0
     wins_where_matters: list[int] = field(default_factory=list)
     tracked_matters: int = 0  # applicable seeds whose summary said whether the skill matters
-    min_seeds: int = ABLATION_MIN_SEEDS  # an ablation above its limit on fewer seeds: see too_few_seeds
     prior_rule: bool = False  # an ablation judged by the class-prior rule (the game declares decision classes)
+
+    @property
+    def min_seeds(self) -> int:
+        """An ablation above its limit on fewer seeds is judged by chance (`too_few_seeds`)."""
+        return PRIOR_MIN_SEEDS if self.prior_rule else ABLATION_MIN_SEEDS
 
     @property
     def success_rate(self) -> float | None:
@@ -667,10 +671,10 @@ class ProbeResult:
         matters = summary.get("skill_matters")
         if self.origin == "ablation" and isinstance(matters, dict) and self.name in matters:
             self.tracked_matters += 1
-        if self.origin == "ablation" and isinstance(matters, dict) and matters.get(self.name):
-            self.matters += 1
-            if succeeded:
-                self.wins_where_matters.append(seed)
+            if matters[self.name]:
+                self.matters += 1
+                if succeeded:
+                    self.wins_where_matters.append(seed)
 
 
 def episode_succeeded(episode: Any) -> bool:
@@ -707,7 +711,6 @@ def evaluate_probes(spec: GameSpec, seeds: Sequence[int], oracle_texts: dict[int
     by_name: dict[str, ProbeResult] = {}
     for probe, origin in runnable:
         by_name[probe.name] = (ProbeResult(probe.name, origin, probe.description, ablation_limit, ablation_limit,
-                                           min_seeds=PRIOR_MIN_SEEDS if shares else ABLATION_MIN_SEEDS,
                                            prior_rule=bool(shares))
                                if origin == "ablation" else
                                ProbeResult(probe.name, origin, probe.description, probe.expected_success,

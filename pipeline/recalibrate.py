@@ -29,15 +29,20 @@ import random
 import sys
 import types
 import typing
+from collections import Counter
 from typing import Any, Callable
 
 from game_registry import DifficultyKnob, Game, GameSpec, get_game
 from common.io import InputError, atomic_write_json, check_number, check_output_path, load_json
 from pipeline.calibrate_environment import compute_metrics, estimate_reward_spread
+from pipeline.probes import class_shares
 
 # The base agent's full-success rate a knob value should give: sometimes a win (GRPO needs groups with one, router
 # SFT successful rollouts), not mostly wins (issue 41: measured on one-request games, 0.10 is within reach).
 DEFAULT_BAND = (0.10, 0.60)
+# Summary fields a collector keeps in each simulation's reward_info (games that record them): what
+# `episode_classes` counts per probed value.
+EPISODE_FACTS = ("decision_class", "first_mistake")
 DEFAULT_GROUP_SIZE = 16  # GRPO's episodes per task (train.config's default, the paper's K=16)
 HARDER_CHOICES = ("increase", "decrease")  # which way of moving the knob makes the game harder
 
@@ -248,21 +253,16 @@ def episode_classes(simulations: Any, success_threshold: float = 1.0) -> dict[st
     infos = [sim.get("reward_info") or {} for sim in simulations]
     out: dict[str, Any] = {}
     if any(info.get("decision_class") is not None for info in infos):
-        by_class: dict[str, list[int]] = {}
+        out["class_shares"] = class_shares([str(info.get("decision_class")) for info in infos])
+        counts = {name: [0, 0] for name in out["class_shares"]}  # {class: [episodes, successes]}
         for info in infos:
-            counts = by_class.setdefault(str(info.get("decision_class")), [0, 0])
-            counts[0] += 1
-            counts[1] += int(info["reward"] >= success_threshold)
-        total = sum(n for n, _ in by_class.values())
-        order = sorted(by_class, key=lambda name: (-by_class[name][0], name))
-        out["class_shares"] = {name: by_class[name][0] / total for name in order}
-        out["success_by_class"] = {name: by_class[name][1] / by_class[name][0] for name in order}
+            tally = counts[str(info.get("decision_class"))]
+            tally[0] += 1
+            tally[1] += int(info["reward"] >= success_threshold)
+        out["success_by_class"] = {name: wins / n for name, (n, wins) in counts.items()}
     failed = [info for info in infos if info["reward"] < success_threshold]
     if any(info.get("first_mistake") is not None for info in failed):
-        mistakes: dict[str, int] = {}
-        for info in failed:
-            name = str(info.get("first_mistake"))
-            mistakes[name] = mistakes.get(name, 0) + 1
+        mistakes = Counter(str(info.get("first_mistake")) for info in failed)
         out["first_mistakes"] = dict(sorted(mistakes.items(), key=lambda item: (-item[1], item[0])))
         out["failed"] = len(failed)
     return out
@@ -413,7 +413,7 @@ def policy_collector(
                     "id": f"{spec.name}-{seed}-{sample}", "task_id": seed, "trial": 0, "sample_idx": sample,
                     "seed": seed, "messages": game.get_messages(),
                     "reward_info": {"reward": float(summary["reward"]),
-                                    **{k: summary[k] for k in ("decision_class", "first_mistake") if k in summary}},
+                                    **{k: summary[k] for k in EPISODE_FACTS if k in summary}},
                     "termination_reason": "done" if game.done else "max_turns",
                 })
         return simulations

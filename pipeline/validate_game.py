@@ -578,7 +578,7 @@ def knob_settings(spec: GameSpec) -> list[tuple[str, GameSpec]]:
                 continue
             settings.append((f"{knob.name}={value!r}",
                              dataclasses.replace(spec, make_env=lambda cfg=None, changed=changed: spec.make_env(
-                                 cfg or dataclasses.replace(changed)))))
+                                 cfg or changed))))
     return settings
 
 

@@ -36,7 +36,7 @@ from benchmarks.results import load_results, make_simulation
 from game_registry import GameSpec, get_game
 from pipeline.demo.plotting import pyplot, save_figure
 from pipeline.demo.trainable import FIGURES
-from pipeline.recalibrate import search_knobs
+from pipeline.recalibrate import EPISODE_FACTS, search_knobs
 from train.backends import HFBackend
 from train.episodes import ChatTokenizer, EpisodeRequest, run_episodes
 
@@ -44,7 +44,6 @@ HISTORY_KEYS = ("knob", "value", *FIGURES)
 # What calibration keeps of each probe besides the figures: the decision classes and the first mistakes of the
 # failed episodes (`pipeline.recalibrate.episode_classes`), for the report of a game this agent cannot win.
 CLASS_KEYS = ("class_shares", "success_by_class", "first_mistakes", "failed")
-EPISODE_FACTS = ("decision_class", "first_mistake")  # summary fields the collector keeps per episode
 
 GRPO_TINY = Path(__file__).resolve().parents[2] / "configs" / "grpo_tiny.yaml"
 # Step 1's analysis results (pipeline/demo/run.py's `select` step: the base agent sampled on the target storefront),
