@@ -738,7 +738,8 @@ def test_storefront_refuses_empty_kinds(no_benchmark, tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------------------------------
-# bench/aggregate.py, bench/gate_overhead.py, bench/sft_step.py (issue 28): one line, no traceback
+# bench/aggregate.py, bench/gate_overhead.py, bench/sft_step.py (issue 28), bench/game_success.py: one line, no
+# traceback
 # --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("script, work, flags, message", [
     ("aggregate", "write_synthetic_runs", ["--runs", "0"], "--runs must be an integer >= 1, got 0"),
@@ -751,6 +752,9 @@ def test_storefront_refuses_empty_kinds(no_benchmark, tmp_path, capsys):
     ("sft_step", "run", ["--batch-tokens", "1"],
      "--batch-tokens / --epochs: SFTConfig.batch_tokens must be an int >= 64"),
     ("sft_step", "run", ["--epochs", "inf"], "--epochs must be a finite number > 0, got inf"),
+    ("game_success", "play", ["--episodes", "0"], "--episodes must be >= 1, got 0"),
+    ("game_success", "play", ["--temperatures", "nan"], "--temperatures must lie in [0, 2], got [nan]"),
+    ("game_success", "play", ["--model", "no/such/model"], "--model no/such/model: no config.json there"),
 ])
 def test_bench_scripts_refuse_bad_flags(script, work, flags, message, monkeypatch, capsys):
     # Before: ValueError (aggregate --runs 0, sft_step --batch-tokens 1 after building the demonstrations) and
