@@ -114,8 +114,7 @@ def measure(args: argparse.Namespace, *, hidden: int, layers: int, adapters: int
                     parameter.zero_()
         with models["routed"].record_routing() as record:
             tokens_per_second(models["routed"], prompts[:2], 4)
-        shares = torch.bincount(torch.cat([s.flatten() for s in record.slots().values()]),
-                                minlength=models["routed"].n_slots).float()
+        shares = torch.bincount(record.all_slots(), minlength=models["routed"].n_slots).float()
         shares = (shares / shares.sum()).tolist()
         best = {name: 0.0 for name in models}
         for round_index in range(args.rounds):

@@ -132,11 +132,20 @@ class RoutingRecord:
         self.events.append(RoutingEvent(event.layer, event.slots.detach().cpu(), logits))
 
     def slots(self) -> dict[int, torch.Tensor]:
-        """Per layer, the chosen slot of every token seen, passes concatenated along time: {layer: [B, T_total]}."""
+        """Per layer, the chosen slot of every token seen, passes concatenated along time: {layer: [B, T_total]}.
+        Needs every pass to have the same rows (one conversation, or a batch run to the end); a sampler that packs
+        or drops rows between passes (train.backends.HFBackend) is read with `all_slots()` instead."""
         per_layer: dict[int, list[torch.Tensor]] = {}
         for event in self.events:
             per_layer.setdefault(event.layer, []).append(event.slots)
+        if any(len({part.shape[0] for part in parts}) > 1 for parts in per_layer.values()):
+            raise ValueError("the recorded passes have different numbers of rows (packed or dropped by the sampler): "
+                             "they cannot be laid out per row; use all_slots() for the chosen slots of all tokens")
         return {layer: torch.cat(parts, dim=1) for layer, parts in per_layer.items()}
+
+    def all_slots(self) -> torch.Tensor:
+        """The chosen slot of every token of every pass and layer, flattened: [N]."""
+        return torch.cat([event.slots.flatten() for event in self.events]) if self.events else torch.zeros(0, dtype=torch.long)
 
 
 def _decoder_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:

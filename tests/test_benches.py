@@ -54,15 +54,15 @@ def test_rollout_backends_bench_compares_merged_and_unmerged_lora_sampling():
     result, figures = _run("bench/rollout_backends.py", "--groups", "1", "--group-size", "2", "--max-episode-tokens",
                            "2080", "--single-turn-tokens", "4", "--threads", "1", "--lora", "--target", "1e12")
     assert result.returncode == 1, result.stderr[-2000:]
-    assert figures["identical_samples"] == 1  # merged or not, cached or not: the same samples
-    speedup = _headline(result, "prefix_cache_speedup")
-    ratio = figures["multi_turn_hf_cache_tokens_per_s"] / figures["multi_turn_hf_nocache_tokens_per_s"]
+    assert figures["identical_samples"] == 1  # merged or not, cached or not, either layout: the same samples
+    speedup = _headline(result, "tokens_per_s_speedup")
+    ratio = figures["multi_turn_shared_prefix_tokens_per_s"] / figures["multi_turn_padded_tokens_per_s"]
     assert speedup == pytest.approx(ratio, rel=0.01, abs=0.002)
-    ratio = figures["multi_turn_hf_cache_tokens_per_s"] / figures["multi_turn_hf_cache_unmerged_tokens_per_s"]
+    ratio = figures["multi_turn_shared_prefix_tokens_per_s"] / figures["multi_turn_shared_prefix_unmerged_tokens_per_s"]
     assert figures["lora_merge_speedup"] == pytest.approx(ratio, rel=0.01, abs=0.002)
 
 
-def test_rollout_backends_bench_reports_the_prefix_cache_speedup_and_puts_a_vllm_server_side_by_side():
+def test_rollout_backends_bench_reports_the_layout_speedups_and_puts_a_vllm_server_side_by_side():
     sys.path.insert(0, str(REPO / "tests"))
     from test_vllm_backend import StubVLLM  # an OpenAI-protocol stub of vLLM on 127.0.0.1
 
@@ -75,14 +75,21 @@ def test_rollout_backends_bench_reports_the_prefix_cache_speedup_and_puts_a_vllm
         server.close()
     assert result.returncode == 0, result.stderr[-2000:]
     ratio = _headline(result, "hf_vs_vllm")
-    expected = figures["multi_turn_hf_cache_tokens_per_s"] / figures["multi_turn_vllm_tokens_per_s"]
+    expected = figures["multi_turn_shared_prefix_tokens_per_s"] / figures["multi_turn_vllm_tokens_per_s"]
     assert ratio == pytest.approx(expected, rel=0.01, abs=0.002)
     assert figures["single_turn_vllm_tokens_per_s"] > 0
-    # The prefix cache on the plain model: the same samples from fewer prefill tokens.
+    # Every HF side samples the same tokens; the prefix cache runs fewer prefill tokens.
     assert figures["identical_samples"] == 1
-    assert figures["multi_turn_hf_cache_prefill_tokens"] < figures["multi_turn_hf_nocache_prefill_tokens"]
-    ratio = figures["multi_turn_hf_cache_tokens_per_s"] / figures["multi_turn_hf_nocache_tokens_per_s"]
+    assert figures["multi_turn_padded_prefill_tokens"] < figures["multi_turn_padded_nocache_prefill_tokens"]
+    ratio = figures["multi_turn_padded_tokens_per_s"] / figures["multi_turn_padded_nocache_tokens_per_s"]
     assert figures["multi_turn_prefix_cache_speedup"] == pytest.approx(ratio, rel=0.01, abs=0.002)
+    # The two ratios, each on a line of its own: the shared-prefix layout over today's padded one.
+    ratio = figures["multi_turn_shared_prefix_tokens_per_s"] / figures["multi_turn_padded_tokens_per_s"]
+    assert figures["tokens_per_s_speedup"] == pytest.approx(ratio, rel=0.01, abs=0.002)
+    ratio = figures["evaluation_shared_prefix_episodes_per_s"] / figures["evaluation_padded_episodes_per_s"]
+    assert figures["episodes_per_s_speedup"] == pytest.approx(ratio, rel=0.01, abs=0.002)
+    for side in ("padded", "shared_prefix"):
+        assert 0 < figures[f"multi_turn_{side}_attention_share"] < 1
 
 
 @pytest.mark.slow  # ~9 s; test_demo's shared-opening SFT test checks the same equality

@@ -33,6 +33,11 @@ import torch
 from transformers import StaticCache
 from transformers.cache_utils import StaticLayer
 
+from train.sampling import choose_tokens, step_uniforms
+from train.shared_prefix import MIN_SHARED_PREFIX, SharedPrefixSampler, common_prefix_lengths, supports_shared_prefix
+
+KV_LAYOUTS = ("shared_prefix", "padded")
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -125,36 +130,6 @@ class _FilledColumnsLayer(StaticLayer):
         return int(self.get_seq_length()) + query_length, 0
 
 
-# A shared prefix within one call is prefilled on its own only when at least this long (a separate forward
-# for a few tokens costs more than it saves).
-MIN_SHARED_PREFIX = 16
-# Entries of the token-equality tensor built at once when matching prompts against cached sequences.
-MATCH_CHUNK_ELEMENTS = 1 << 24
-
-
-def common_prefix_lengths(queries: Sequence[Sequence[int]], keys: Sequence[Sequence[int]]) -> torch.Tensor:
-    """[Q, K] number of leading tokens query q shares with key k (vectorised, in chunks of queries)."""
-    out = torch.zeros((len(queries), len(keys)), dtype=torch.long)  # [Q, K]
-    if not queries or not keys:
-        return out
-    width = min(max(len(q) for q in queries), max(len(k) for k in keys))
-    if width == 0:
-        return out
-    key_ids = torch.full((len(keys), width), -1, dtype=torch.long)  # [K, W]; -1 never equals a query's -2
-    for row, ids in enumerate(keys):
-        key_ids[row, : min(len(ids), width)] = torch.tensor(list(ids[:width]), dtype=torch.long)
-    chunk = max(1, MATCH_CHUNK_ELEMENTS // max(1, len(keys) * width))
-    for first in range(0, len(queries), chunk):
-        part = queries[first : first + chunk]
-        query_ids = torch.full((len(part), width), -2, dtype=torch.long)  # [q, W]
-        for row, ids in enumerate(part):
-            query_ids[row, : min(len(ids), width)] = torch.tensor(list(ids[:width]), dtype=torch.long)
-        differs = query_ids[:, None, :] != key_ids[None, :, :]  # [q, K, W]
-        first_difference = differs.int().argmax(-1)  # [q, K]; 0 when nothing differs
-        out[first : first + len(part)] = torch.where(differs.any(-1), first_difference, width)
-    return out
-
-
 class HFBackend(RolloutBackend):
     """Batched sampling from an in-process Hugging Face causal LM (with or without LoRA).
 
@@ -201,9 +176,14 @@ class HFBackend(RolloutBackend):
     """
 
     def __init__(self, model: torch.nn.Module, pad_token_id: int, *, seed: int = 0, max_batch_size: int = 256,
-                 prefix_cache: bool = True, merge_lora: bool = True):
+                 prefix_cache: bool = True, merge_lora: bool = True, kv_layout: str = "shared_prefix"):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if kv_layout not in KV_LAYOUTS:
+            raise ValueError(f"kv_layout must be one of {', '.join(KV_LAYOUTS)}, got {kv_layout!r}")
+        self.kv_layout = kv_layout
+        self._shared = SharedPrefixSampler(pad_token_id, keep=prefix_cache)
+        self._shared_weights: list[tuple[Any, ...]] = []  # the weights the shared-prefix store was computed with
         self.model = model
         self.pad_token_id = pad_token_id
         self.max_batch_size = max_batch_size
@@ -226,6 +206,10 @@ class HFBackend(RolloutBackend):
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
         if any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token")
+        if not prompts:
+            return []
+        if self._shared_layout():
+            return self._generate_shared(prompts, params)
         use_cache = self.prefix_cache and bool(getattr(self.model, "supports_prefix_cache", True))
         merge = self.merge_lora and self._mergeable()
         weights = self._weights_version() if use_cache or merge else []
@@ -243,14 +227,44 @@ class HFBackend(RolloutBackend):
         self._kept, self._kept_weights = (produced, weights) if use_cache else ([], [])
         return out
 
+    def _shared_layout(self) -> bool:
+        """The shared-prefix layout applies: chosen, the model may continue a cache and drop finished rows
+        (token routing, plain models), and every layer is full attention."""
+        return (self.kv_layout == "shared_prefix" and bool(getattr(self.model, "supports_prefix_cache", True))
+                and bool(getattr(self.model, "supports_row_dropping", True)) and supports_shared_prefix(self.model))
+
+    @torch.no_grad()
+    def _generate_shared(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Completion]:
+        merge = self.merge_lora and self._mergeable()
+        weights = self._weights_version()
+        if weights != self._shared_weights:
+            self._shared.clear()
+        self._runner = self._merged_copy(weights) if merge else self.model
+        was_training = self._runner.training
+        self._runner.eval()
+        before = self._shared.prefill_tokens
+        try:
+            samples = self._shared.sample(self._runner, prompts, params.max_new_tokens, params.temperature,
+                                          params.stop_token_ids, self.generator, self.max_batch_size)
+        finally:
+            if was_training:
+                self._runner.train()
+        self._shared_weights = weights
+        self.prefill_stats.prompt_tokens += sum(len(p) for p in prompts)
+        self.prefill_stats.prefill_tokens += self._shared.prefill_tokens - before
+        stop = set(params.stop_token_ids)
+        return [Completion(ids, logprobs, "stop" if ids and ids[-1] in stop else "length") for ids, logprobs in samples]
+
     def sync_weights(self, policy: Any, version: int) -> None:
         """The live model is sampled already; the kept keys/values were computed with the old weights."""
         del policy, version
-        self._kept, self._kept_weights = [], []
+        self.clear_prefix_cache()
 
     def clear_prefix_cache(self) -> None:
         """Drop the kept keys/values (the next call prefills everything)."""
         self._kept, self._kept_weights = [], []
+        self._shared.clear()
+        self._shared_weights = []
 
     def close(self) -> None:
         self.clear_prefix_cache()
@@ -345,15 +359,11 @@ class HFBackend(RolloutBackend):
         fed = 0  # sampled tokens that went through the model (their keys/values are in the cache)
         dropped: list[_CachedRows] = []  # keys/values of rows that left the batch early (prefix cache on)
         for step in range(params.max_new_tokens):
-            if params.temperature == 0:
-                step_logprobs = torch.log_softmax(logits.float(), dim=-1)  # [A, V]
-                token = step_logprobs.argmax(dim=-1)  # [A]
-            else:
-                step_logprobs = torch.log_softmax(logits.float() / params.temperature, dim=-1)  # [A, V]
-                token = torch.multinomial(step_logprobs.exp(), 1, generator=self.generator).squeeze(-1)  # [A]
+            uniforms = step_uniforms(batch, self.generator, device)  # [B]: one per row of the call, every step
+            token, token_logprobs = choose_tokens(logits, params.temperature, uniforms[alive])  # [A], [A]
             token = torch.where(finished, torch.full_like(token, self.pad_token_id), token)
             tokens[alive, step] = token
-            logprobs[alive, step] = step_logprobs.gather(-1, token[:, None]).squeeze(-1)
+            logprobs[alive, step] = token_logprobs
             hit_stop = torch.isin(token, stop) & ~finished
             lengths[alive[hit_stop]] = step + 1
             finished |= hit_stop

@@ -1,0 +1,146 @@
+"""Shared-prefix attention (train/shared_prefix.py): the merged attention equals plain attention over the whole
+sequence, and the sampler built on it gives the padded layout's episodes on the demo's base agent."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from game_registry import get_game
+from train import shared_prefix
+from train.backends import HFBackend
+from train.episodes import ChatTokenizer, EpisodeRequest, run_episodes
+from train.policy import load_base_model
+from train.shared_prefix import SharedPrefixStep, SharedPrefixStore, _attend, _attend_reference
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO_AGENT = REPO / "assets/demo_base_agent"
+
+
+def _store(n_kv: int, head_dim: int, prefix_len: int, lengths: list[int], seed: int = 0
+           ) -> tuple[SharedPrefixStore, torch.Generator]:
+    """A one-layer store: a random prefix and random keys/values in slots 0..len(lengths)-1 (plus a spare slot
+    holding large values, which a wrong mask would read)."""
+    generator = torch.Generator().manual_seed(seed)
+    store = SharedPrefixStore()
+    like = torch.empty((1, n_kv, 1, head_dim))
+    store.reserve(1, like, len(lengths) + 1, max(lengths) + 8)
+    keys, values = store.pool[0]
+    keys.normal_(generator=generator)
+    values.normal_(generator=generator)
+    keys[len(lengths)] *= 50
+    if prefix_len:
+        store.prefix = [(torch.randn((1, n_kv, prefix_len, head_dim), generator=generator),
+                         torch.randn((1, n_kv, prefix_len, head_dim), generator=generator))]
+        store.prefix_ids = list(range(prefix_len))
+    return store, generator
+
+
+def _plain_attention(store: SharedPrefixStore, slot: int, columns: int, query: torch.Tensor, first: int,
+                     scale: float) -> torch.Tensor:
+    """Causal attention of query [Hq, n, D] (tokens at suffix columns first..first+n-1) over prefix + slot
+    columns, computed over one concatenated sequence: [n, Hq, D]."""
+    keys, values = store.pool[0]
+    if store.prefix_len:
+        prefix_keys, prefix_values = store.prefix[0]
+        all_keys = torch.cat([prefix_keys[0], keys[slot, :, :columns]], 1)  # [Hkv, P + L, D]
+        all_values = torch.cat([prefix_values[0], values[slot, :, :columns]], 1)
+    else:
+        all_keys, all_values = keys[slot, :, :columns], values[slot, :, :columns]
+    groups = query.shape[0] // all_keys.shape[0]
+    all_keys = all_keys.repeat_interleave(groups, 0)  # [Hq, P + L, D]
+    all_values = all_values.repeat_interleave(groups, 0)
+    n = query.shape[1]
+    scores = query @ all_keys.transpose(-1, -2) * scale  # [Hq, n, P + L]
+    seen = torch.arange(all_keys.shape[1])[None, :] <= store.prefix_len + first + torch.arange(n)[:, None]
+    scores = scores.masked_fill(~seen, float("-inf"))
+    return (scores.softmax(-1) @ all_values).transpose(0, 1)  # [n, Hq, D]
+
+
+@pytest.mark.parametrize("prefix_len", [0, 23])
+@pytest.mark.parametrize("groups", [1, 3])  # 3: grouped-query attention (3 query heads per key/value head)
+def test_decoding_step_equals_plain_attention(prefix_len, groups):
+    n_kv, head_dim, scale = 2, 8, 0.3
+    lengths = [5, 9, 30, 31, 2, 400, 7]  # rows in consecutive slots join calls; 400 reads alone
+    store, generator = _store(n_kv, head_dim, prefix_len, lengths)
+    starts = [n - 1 for n in lengths]  # each row's new token is its last column
+    step = SharedPrefixStep(store, list(range(len(lengths))), starts, [1] * len(lengths), torch.device("cpu"))
+    assert len(step._runs) < len(lengths)  # some rows share a call (the padding rule)
+    query = torch.randn((len(lengths), n_kv * groups, 1, head_dim), generator=generator)  # [A, Hq, 1, D]
+    got = step.attend(0, query, scale)  # [A, 1, Hq, D]
+    for row, length in enumerate(lengths):
+        expected = _plain_attention(store, row, length, query[row], length - 1, scale)
+        torch.testing.assert_close(got[row], expected, atol=2e-6, rtol=1e-5)
+    if prefix_len:  # the prefix's share is really merged in: leaving it out changes the output
+        assert not torch.allclose(step.attend(0, query, scale, use_prefix=False), got, atol=1e-3)
+
+
+@pytest.mark.parametrize("prefix_len", [0, 17])
+def test_packed_prefill_equals_plain_causal_attention(prefix_len):
+    n_kv, head_dim, scale, groups = 2, 8, 0.25, 2
+    held = [0, 12, 3]  # columns each slot holds before the step
+    new = [6, 1, 9]  # tokens each row runs (packed into one sequence)
+    store, generator = _store(n_kv, head_dim, prefix_len, [h + n for h, n in zip(held, new)])
+    slots = [2, 0, 1]  # rows need not sit in slot order
+    step = SharedPrefixStep(store, slots, held, new, torch.device("cpu"))
+    assert step.packed
+    query = torch.randn((1, n_kv * groups, sum(new), head_dim), generator=generator)  # [1, Hq, N, D]
+    # the keys/values of the new tokens go into the slots first, as the model's cache.update does
+    new_keys = torch.randn((1, n_kv, sum(new), head_dim), generator=generator)
+    step.update(new_keys, new_keys * 2, 0)
+    got = step.attend(0, query, scale)[0]  # [N, Hq, D]
+    keys, values = store.pool[0]
+    offset = 0
+    for slot, start, n in zip(slots, held, new):
+        torch.testing.assert_close(keys[slot, :, start : start + n], new_keys[0, :, offset : offset + n])
+        torch.testing.assert_close(values[slot, :, start : start + n], 2 * new_keys[0, :, offset : offset + n])
+        expected = _plain_attention(store, slot, start + n, query[0, :, offset : offset + n], start, scale)
+        torch.testing.assert_close(got[offset : offset + n], expected, atol=2e-6, rtol=1e-5)
+        offset += n
+
+
+def test_fused_kernel_and_reference_agree():
+    generator = torch.Generator().manual_seed(1)
+    query = torch.randn((3, 2, 4, 8), generator=generator)
+    keys, values = torch.randn((3, 2, 11, 8), generator=generator), torch.randn((3, 2, 11, 8), generator=generator)
+    mask = torch.zeros((3, 1, 1, 11))
+    mask[1, ..., 7:] = float("-inf")
+    out, lse = _attend(query, keys, values, mask, 0.4)
+    ref_out, ref_lse = _attend_reference(query, keys, values, mask, 0.4)
+    torch.testing.assert_close(out, ref_out, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(lse, ref_lse, atol=1e-6, rtol=1e-5)
+
+
+def test_the_attention_refuses_to_run_outside_a_step():
+    with pytest.raises(ValueError, match="shared-prefix sampler"):
+        shared_prefix.shared_prefix_attention(torch.nn.Module(), torch.zeros(1, 1, 1, 2), None, None, None)
+
+
+def test_greedy_storefront_episodes_equal_the_padded_layout_on_the_demo_agent():
+    """The demo's base agent plays 24 storefront tasks greedily with each layout: the same episodes token for
+    token, and the same log-probs to 1e-4 (and those of a full forward, which the trainer uses)."""
+    model, tokenizer = load_base_model(str(DEMO_AGENT))
+    spec = get_game("storefront")
+    overrides = yaml.safe_load((REPO / "configs/storefront/cpu_demo.yaml").read_text())
+    chat = ChatTokenizer(tokenizer)
+    requests = [EpisodeRequest(2_000_000 + task, 0) for task in range(24)]
+    runs = {}
+    for layout in ("padded", "shared_prefix"):
+        backend = HFBackend(model, tokenizer.pad_token_id, seed=0, kv_layout=layout)
+        runs[layout] = run_episodes(spec, requests, backend, chat, temperature=0.0, max_episode_tokens=1100,
+                                    game_overrides=overrides)
+    padded, shared = runs["padded"], runs["shared_prefix"]
+    assert max(ep.n_turns for ep in shared) >= 3  # multi-turn: the kept slots are continued
+    for a, b in zip(shared, padded, strict=True):
+        assert a.token_ids == b.token_ids and a.loss_mask == b.loss_mask and a.summary == b.summary
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
+    # the sampler's log-probs are the model's: a plain forward over the whole episode gives them
+    episode = shared[0]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([episode.token_ids])).logits[0, :-1]  # [T-1, V]
+    scored = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(episode.token_ids[1:])[:, None])[:, 0]
+    sampled = torch.tensor(episode.logprobs[1:])
+    generated = torch.tensor(episode.loss_mask[1:], dtype=torch.bool)
+    torch.testing.assert_close(sampled[generated], scored[generated], atol=1e-4, rtol=0)
