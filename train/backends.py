@@ -11,13 +11,16 @@ The GRPO loop and the rollout collector talk only to `RolloutBackend`:
   bitwise resume) and no per-step logits-processor overhead, which dominates on tiny models.
   Between calls it keeps the keys/values of the sequences it produced (a prefix cache keyed by exact token
   ids): the next turn of an episode prefills only its new tokens, and a GRPO group's shared prompt is
-  prefilled once (see `HFBackend`; `prefix_cache=False` turns it off, bench/rollout_backends.py measures it).
+  prefilled once. Its default KV layout (train/shared_prefix.py) stores the prefix all prompts of a call share
+  once and each row's rest in a slot it keeps across turns; `kv_layout="padded"` is the earlier layout, kept
+  for comparison (bench/rollout_backends.py measures both).
 - `VLLMBackend` (train/vllm_backend.py) sends the same token ids to a vLLM server's `/v1/completions`.
 
 Log-probs are those of the sampling distribution: log_softmax(logits / temperature). The trainer scores
 with the same temperature. Whether the trainer can use a backend's log-probs as the PPO "old" log-probs
 is the backend's `logprobs_match_trainer`: only the in-process sampler in fp32 runs the very model the
-trainer scores with (its log-probs agree with a full forward to ~5e-7); any other sampler (vLLM: bf16,
+trainer scores with (its log-probs agree with a full forward to ~2e-5 on the demo's ~1,000-token storefront
+episodes, in either layout); any other sampler (vLLM: bf16,
 other kernels; in-process bf16: KV-cached decoding rounds differently) has its sequences re-scored by the
 trainer, so that every old log-prob in a batch comes from one source and the step-0 ratio is exactly 1.
 """
@@ -133,9 +136,19 @@ class _FilledColumnsLayer(StaticLayer):
 class HFBackend(RolloutBackend):
     """Batched sampling from an in-process Hugging Face causal LM (with or without LoRA).
 
-    Prefix cache (`prefix_cache=True`, the default). A multi-turn rollout calls `generate` once per turn with
-    every episode's whole history, and a GRPO group sends the same prompt many times; prefilling all of it
-    each time dominated rollout time (a ~2k-token storefront prompt x 16 rows x every turn). So:
+    KV layouts (`kv_layout`). "shared_prefix" (the default; train/shared_prefix.py): the prefix common to all
+    prompts of a call (the system prompt and tool list of a rollout batch) is stored once and attended with one
+    product for all rows, each row's rest lives in a slot it keeps across calls (the next turn writes in place),
+    prefills are packed without padding, and rows that stop leave the decoding batch with no copy. Used when
+    the model may continue a cache and drop rows (`supports_prefix_cache` and `supports_row_dropping`, true
+    for plain models and token routing) and every layer is full attention; otherwise, and with "padded", the
+    layout below. Both sample with one rule (train/sampling.py), so they give the same tokens up to float
+    rounding (the parity tests run the demo's agent through both).
+
+    The padded layout's prefix cache (`prefix_cache=True`, the default). A multi-turn rollout calls `generate`
+    once per turn with every episode's whole history, and a GRPO group sends the same prompt many times;
+    prefilling all of it each time dominated rollout time (a ~2k-token storefront prompt x 16 rows x every turn).
+    So:
     - after each call the backend keeps the keys/values of the sequences it just produced (prompt + the
       sampled tokens that went through the model), with their exact token ids. A prompt of the next call
       takes the longest cached sequence it shares a prefix with (a prefix only: an episode may cut a
@@ -150,21 +163,19 @@ class HFBackend(RolloutBackend):
     from each row's first token), so a cached row's keys/values (computed at the same positions) are copied
     column for column into the new static cache, and one forward prefills the last U columns of every row,
     U being the longest uncached tail; a row whose tail is shorter recomputes a few cached columns, which
-    gives the same values. Sampled tokens and log-probs equal those without the cache up to float rounding
-    (~1e-7 in fp32). Hand-written on top of transformers' `StaticCache` (filled with `Cache.update`, rows
-    copied with `Cache.reorder_cache`) because transformers has no cross-call prefix cache for a
+    gives the same values. Hand-written on top of transformers' `StaticCache` (filled with `Cache.update`,
+    rows copied with `Cache.reorder_cache`) because transformers has no cross-call prefix cache for a
     hand-driven sampling loop; `generate`'s own cache cannot continue left-padded rows of different lengths.
-    The cache is bypassed (and dropped) when the weights change (every parameter's and buffer's in-place
-    version counter and storage, and PEFT's adapter switches, are compared at each call; `sync_weights`
-    drops it too), when the model says it cannot continue a cache (`supports_prefix_cache` False, e.g. a
-    router that decides per sequence) or when a layer's cache is not a plain static one (sliding window):
-    those calls prefill everything.
-    `prefill_stats` sums what the prefill passes cost.
+    In either layout the cache is bypassed (and dropped) when the weights change (every parameter's and
+    buffer's in-place version counter and storage, and PEFT's adapter switches, are compared at each call;
+    `sync_weights` drops it too), when the model says it cannot continue a cache (`supports_prefix_cache`
+    False, e.g. a router that decides per sequence) or when a layer's cache is not a plain static one (sliding
+    window): those calls prefill everything. `prefill_stats` sums what the prefill passes cost.
 
-    Decoding reads every row's keys/values at every step, so it runs only what is needed: rows that stopped
-    leave the batch once they are a quarter of it (their keys/values are kept for the prefix cache), unless
-    the model keeps per-row state between passes (`supports_row_dropping` False: trajectory/global routing),
-    and attention sees only the cache columns filled so far (`_FilledColumnsLayer`).
+    Decoding reads every row's keys/values at every step, so the padded layout runs only what is needed: rows
+    that stopped leave the batch once they are a quarter of it (their keys/values are kept for the prefix
+    cache), unless the model keeps per-row state between passes (`supports_row_dropping` False:
+    trajectory/global routing), and attention sees only the cache columns filled so far (`_FilledColumnsLayer`).
 
     A PEFT LoRA policy is sampled through a copy with the adapter merged into its weights (`merge_lora=True`,
     the default; PEFT's `merge_and_unload`), re-made whenever the policy's weights change: an unmerged LoRA
