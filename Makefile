@@ -1,5 +1,6 @@
 # Two entry points a newcomer needs (see README):
-#   make demo   - set up .venv if missing, install, run the embedded CPU demo (all four steps + baselines)
+#   make demo   - set up .venv if missing, install, run the embedded CPU demo (all four steps + the baselines the
+#                 paper's claims need); make demo-full - every row, diagnostics included (runs/demo_full)
 #   make demo-fast - the same with small budgets (minutes); make demo-tau2 - Step 1 on real τ²-bench results
 #   make test   - set up .venv if missing, install, run the default test suite (under 5 minutes; slow tests excluded)
 #   make test-slow - the tests marked slow (run by .ci/run after make test); installs requirements-trackers.txt
@@ -11,7 +12,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-requirements
 
-.PHONY: demo demo-fast demo-tau2 test test-slow test-real test-vllm venv clean
+.PHONY: demo demo-full demo-fast demo-tau2 test test-slow test-real test-vllm venv clean
 
 venv: $(STAMP)
 
@@ -23,6 +24,11 @@ $(STAMP): requirements.txt
 
 demo: $(STAMP)
 	$(PY) -m pipeline.demo
+
+# The same steps and budgets with every row: each adapter alone and on its own game, direct GRPO on fresh tasks
+# too, the 1/2 checkpoints (runs/demo_full/).
+demo-full: $(STAMP)
+	$(PY) -m pipeline.demo --profile full
 
 # Every step of the demo with small budgets, a few minutes (runs/demo_fast/); .ci/run runs it.
 demo-fast: $(STAMP)

@@ -2,6 +2,7 @@
 results, game mixes with overrides, the demo config; and (slow) the whole fast profile end to end."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -318,7 +319,7 @@ def test_demo_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
     from common.io import InputError
     from pipeline.demo.config import load_demo_config
 
-    for name in ("demo.yaml", "demo_fast.yaml"):
+    for name in ("demo.yaml", "demo_full.yaml", "demo_fast.yaml"):
         config = load_demo_config(REPO / "configs" / name)
         config.storefront_config(REPO)
     cases = {"base: {hidden: 3}\n": "unknown key", "select: {k: 11, runs: 10}\n": "k=11",
@@ -328,12 +329,56 @@ def test_demo_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
              "evaluate: {max_steps: 0}\n": "evaluate.max_steps must be an int >= 1",
              "own_game: {tasks: 0}\n": "own_game.tasks must be an int >= 1",
              "evaluate: {efficiency_fractions: [0.5, 1.0]}\n": r"efficiency_fractions must list fractions .* \[\] turns "
-                                                              "the efficiency step off"}
+                                                              "the efficiency step off",
+             "loop: {direct_fresh: false, direct_task_pool: 0}\n": "direct_fresh false needs loop.direct_task_pool > 0",
+             "own_game: {enabled: 1}\n": "own_game.enabled must be true or false",
+             "evaluate: {each_adapter: no-thanks}\n": "evaluate.each_adapter must be true or false"}
     for text, message in cases.items():
         path = tmp_path / "bad.yaml"
         path.write_text(text)
         with pytest.raises(InputError, match=message):
             load_demo_config(path)
+
+
+def test_make_demo_is_make_demo_full_without_the_diagnostic_rows():
+    """The claims profile (configs/demo.yaml) and the full one differ only in the diagnostic switches, so they share
+    the base agent, Steps 1-2 and every budget; the claims profile keeps the rows the paper's claims need."""
+    from pipeline.demo.config import load_demo_config
+
+    claims, full = (dataclasses.asdict(load_demo_config(REPO / "configs" / name)) for name in ("demo.yaml", "demo_full.yaml"))
+    switches = {("evaluate", "each_adapter"), ("evaluate", "efficiency_fractions"), ("loop", "direct_fresh"),
+                ("own_game", "enabled")}
+    differing = {(section, key) for section, values in full.items() if isinstance(values, dict)
+                 for key in values if claims[section][key] != values[key]}
+    assert differing == switches
+    assert {k: v for k, v in full.items() if not isinstance(v, dict)} == \
+        {k: v for k, v in claims.items() if not isinstance(v, dict)}
+    assert claims["evaluate"]["efficiency_fractions"] == [0.25]  # TRACE @1/4 against direct GRPO's final and @1/4
+    assert claims["loop"]["baselines"] and claims["loop"]["direct_task_pool"] > 0  # direct GRPO on the task pool
+
+
+@pytest.mark.slow  # ~3 min: the fast profile's budgets with the claims profile's switches
+def test_the_claims_profile_trains_direct_grpo_on_the_pool_and_evaluates_only_the_claims_rows(tmp_path):
+    fast = yaml.safe_load((REPO / "configs" / "demo_fast.yaml").read_text())
+    fast["evaluate"]["each_adapter"] = False
+    fast["loop"]["direct_fresh"] = False
+    fast["own_game"]["enabled"] = False
+    config = tmp_path / "claims_fast.yaml"
+    config.write_text(yaml.safe_dump(fast))
+    demo = tmp_path / "demo"
+    run = subprocess.run([sys.executable, "-m", "pipeline.demo", "--config", str(config), "--run-dir", str(demo)],
+                         cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    baselines = json.loads((demo / "baselines" / "step.json").read_text())["figures"]
+    assert "direct_pool" not in baselines and not (demo / "baselines" / "direct_pool").exists()
+    assert baselines["direct"]["tasks"]["pool"] == fast["loop"]["direct_task_pool"]  # the one direct run: the pool
+    (checkpoint,) = baselines["direct"]["checkpoints"]
+    assert checkpoint["label"] == "direct GRPO @1/2"
+    results = json.loads((demo / "results.json").read_text())
+    assert set(results["evaluation"]) == {"base", "TRACE", "TRACE @1/2", "direct GRPO", "direct GRPO @1/2",
+                                          "single-adapter GRPO"}
+    assert json.loads((demo / "own_game" / "step.json").read_text())["figures"] == {}
+    assert "fixed pool of 2 target tasks" in (demo / "report.md").read_text()
 
 
 @pytest.mark.slow

@@ -99,11 +99,16 @@ class EvaluateSettings:
     # direct GRPO's finals. [] turns the step off. Not part of the evaluate, select or final steps' settings:
     # changing it re-runs Step 3 and the baselines (which save the checkpoints) and the steps after them.
     efficiency_fractions: list[float] = field(default_factory=lambda: [0.25, 0.5])
+    # The final step also evaluates each capability LoRA alone (a diagnostic row: `make demo-full`); false keeps
+    # the rows that decide the paper's claims. Only the final step's setting.
+    each_adapter: bool = True
 
     def __post_init__(self) -> None:
         for name in ("tasks", "samples", "max_episode_tokens"):
             _positive_int("evaluate", name, getattr(self, name))
         check_efficiency_fractions(self.efficiency_fractions)
+        if not isinstance(self.each_adapter, bool):
+            raise ValueError(f"evaluate.each_adapter must be true or false, got {self.each_adapter!r}")
         if self.max_steps is not None:
             _positive_int("evaluate", "max_steps", self.max_steps)
         if not isinstance(self.seeds, list) or not self.seeds or not all(
@@ -177,6 +182,9 @@ class LoopSettings:
     # evaluation's), gone through pass after pass, beside its run on unlimited fresh tasks; 0 leaves it out. The
     # default is τ²-Bench's task count (50 airline + 114 retail), the finite set the paper's GRPO trains on.
     direct_task_pool: int = 164
+    # Direct GRPO's run on unlimited fresh target tasks (the efficiency step's checkpoints are then its). false: the
+    # only direct GRPO run is the fixed-pool one, which then keeps the checkpoints (the claims profile, `make demo`).
+    direct_fresh: bool = True
     # Train these capabilities whatever Step 1 selected ([] = Step 1's selection). For runs that must exercise
     # every step even when the base agent is too weak for Step 1 (the fast profile); the report says so.
     capabilities: list[str] = field(default_factory=list)
@@ -198,6 +206,11 @@ class LoopSettings:
         _number("loop", "hint_fraction", self.hint_fraction, 0.0, 1.0)
         if not isinstance(self.baselines, bool):
             raise ValueError(f"loop.baselines must be true or false, got {self.baselines!r}")
+        if not isinstance(self.direct_fresh, bool):
+            raise ValueError(f"loop.direct_fresh must be true or false, got {self.direct_fresh!r}")
+        if not self.direct_fresh and self.direct_task_pool == 0:
+            raise ValueError("loop.direct_fresh false needs loop.direct_task_pool > 0 (direct GRPO then trains on that "
+                             "fixed pool of target tasks alone); set a pool, e.g. 40, or direct_fresh true")
         from pipeline.demo.rule_labeler import candidate_names
 
         known = list(candidate_names())
@@ -216,10 +229,13 @@ class OwnGameSettings:
     tasks: int = 40
     seed: int = 7000
     samples: int = 2  # temperature-1 samples per task (greedy plays each task once)
+    enabled: bool = True  # a diagnostic step: `make demo-full` runs it, the claims profile (`make demo`) does not
 
     def __post_init__(self) -> None:
         for name in ("tasks", "samples"):
             _positive_int("own_game", name, getattr(self, name))
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"own_game.enabled must be true or false, got {self.enabled!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"own_game.seed must be an int >= 0, got {self.seed!r}")
 

@@ -307,10 +307,14 @@ def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: An
     if curves:
         results["training_curves"] = curves
         png = plot_training_curves(curves, per_iteration, run_dir / "training_curves.png")
+        direct_pool = (baselines.get("direct") or {}).get("tasks", {}).get("pool")
+        setting = (f" Direct GRPO trains on a fixed pool of {direct_pool} target tasks "
+                   f"({baselines['direct']['tasks'].get('passes') or 0:.2f} passes; `loop.direct_fresh` is false: its run "
+                   "on fresh tasks is a row of `make demo-full`)." if direct_pool else "")
         lines += ["## Steps 3-4 and baselines: training", "",
                   f"Every run: {loop.groups_per_iteration} groups × {loop.group_size} episodes per iteration, "
                   f"lr {loop.learning_rate:g}. Baselines get the episodes TRACE's Steps 3-4 used "
-                  f"({baselines.get('budget_episodes', '-')}).", ""]
+                  f"({baselines.get('budget_episodes', '-')}).{setting}", ""]
         if png:
             lines += ["![training curves](training_curves.png)", ""]
     lines += _own_game_section(run_dir, records, config, results, summarize)

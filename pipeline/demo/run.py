@@ -1,6 +1,7 @@
 """The embedded CPU demo (`make demo`): TRACE's loop on a world whose ground truth is known.
 
-    python -m pipeline.demo [--config configs/demo.yaml] [--run-dir runs/demo] [--fresh]
+    python -m pipeline.demo [--config configs/demo.yaml] [--run-dir runs/demo] [--fresh]   (the claims' rows)
+    python -m pipeline.demo --profile full        (configs/demo_full.yaml: every row, diagnostics included)
     python -m pipeline.demo --profile fast        (configs/demo_fast.yaml: every step, small budgets)
     python -m pipeline.demo --report-to tensorboard   (then: tensorboard --logdir runs/demo)
     python -m pipeline.demo --repeat 3           (Steps 3-4 and the baselines with 3 training seeds: mean, spread)
@@ -72,7 +73,7 @@ from common.run_folder import Interrupted, check_output_dir, exit_code, follow_u
 from pipeline.demo.report import BASELINE_LABELS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PROFILES = {"default": "configs/demo.yaml", "fast": "configs/demo_fast.yaml"}
+PROFILES = {"default": "configs/demo.yaml", "full": "configs/demo_full.yaml", "fast": "configs/demo_fast.yaml"}
 STEP_FILE = "step.json"
 # The steps a repeat (`--repeat N`) runs again with its own training seed, under <run-dir>/repeats/<r>/: everything
 # that trains, and the evaluations of what it trained. The base agent, its evaluation, Step 1 and Step 2's
@@ -380,6 +381,9 @@ class Demo:
         from pipeline.demo.loop import game_for
 
         g, loop = self.config.own_game, self.config.loop
+        if not g.enabled:
+            print("  skipped (own_game.enabled is false: a diagnostic of make demo-full)", flush=True)
+            return {}
         overrides = self.trainable()
         out = {}
         for capability, run in self.records["train"]["figures"]["adapters"].items():
@@ -424,16 +428,28 @@ class Demo:
             return {}
         out = {"budget_episodes": budget}
         plan = checkpoint_plan(iterations, self.config.evaluate.efficiency_fractions)
-        print(f"  direct GRPO on the storefront: {iterations} iterations ({iterations * per_iteration} episodes)"
-              + (f"; checkpoints kept for the efficiency step at iterations "
-                 f"{', '.join(str(p['iteration']) for p in plan)}" if plan else ""), flush=True)
-        out["direct"] = train_lora(get_game("storefront"), self.run_dir / "base" / "model", folder / "direct",
-                                   self.storefront_fields(), dataclasses.replace(loop, hint_fraction=0.0), iterations,
-                                   report_to=self.config.report_to, checkpoints_at=[p["iteration"] for p in plan],
-                                   seed=self.training_seed)
+        kept = (f"; checkpoints kept for the efficiency step at iterations {', '.join(str(p['iteration']) for p in plan)}"
+                if plan else "")
+        pool = loop.direct_task_pool
+        if not loop.direct_fresh:  # the claims profile: direct GRPO is the fixed-pool run, and keeps the checkpoints
+            self.check_pool_is_held_out(pool)
+            print(f"  direct GRPO on a fixed pool of {pool} storefront tasks: {iterations} iterations "
+                  f"({iterations * loop.groups_per_iteration} groups, {iterations * loop.groups_per_iteration / pool:.2f} "
+                  f"passes over the pool){kept}", flush=True)
+            out["direct"] = train_lora(get_game("storefront"), self.run_dir / "base" / "model", folder / "direct",
+                                       self.storefront_fields(), dataclasses.replace(loop, hint_fraction=0.0),
+                                       iterations, report_to=self.config.report_to, task_pool=pool,
+                                       checkpoints_at=[p["iteration"] for p in plan], seed=self.training_seed)
+            pool = 0  # no second run
+        else:
+            print(f"  direct GRPO on the storefront: {iterations} iterations ({iterations * per_iteration} episodes)"
+                  + kept, flush=True)
+            out["direct"] = train_lora(get_game("storefront"), self.run_dir / "base" / "model", folder / "direct",
+                                       self.storefront_fields(), dataclasses.replace(loop, hint_fraction=0.0),
+                                       iterations, report_to=self.config.report_to,
+                                       checkpoints_at=[p["iteration"] for p in plan], seed=self.training_seed)
         if plan:  # each checkpoint with the fraction of the budget it stands for and its model label
             out["direct"]["checkpoints"] = planned_checkpoints(plan, out["direct"])
-        pool = loop.direct_task_pool
         if pool:
             self.check_pool_is_held_out(pool)
             print(f"  direct GRPO on a fixed pool of {pool} storefront tasks: {iterations} iterations "
@@ -474,7 +490,8 @@ class Demo:
         e = self.config.evaluate
         models: dict[str, Path] = {}
         for capability, run in self.records["train"]["figures"]["adapters"].items():
-            models[f"lora:{capability}"] = Path(run["adapter"])
+            if self.config.evaluate.each_adapter:  # a diagnostic row (make demo-full)
+                models[f"lora:{capability}"] = Path(run["adapter"])
         gate = self.records["gate"]["figures"].get("gate")
         if gate:
             models["TRACE"] = Path(gate)
@@ -693,8 +710,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _loop_steps(demo: Demo, config: Any, sections: dict[str, Any], storefront: dict[str, Any], fractions: list[float],
-                pool: int) -> None:
-    """The steps after Step 2 (REPEATED_STEPS), in order; a repeat's settings carry its training seed."""
+                pool: int, own: dict[str, dict[str, Any]]) -> None:
+    """The steps after Step 2 (REPEATED_STEPS), in order; a repeat's settings carry its training seed. `own`: the
+    settings only one step has, by step (non-default values only)."""
     seed = {"training_seed": demo.training_seed} if demo.training_seed else {}  # repeat 1's settings: the run's own
     loop = {**sections["loop"], **seed}
     # The fractions are also Step 3's setting (its adapters keep checkpoints for TRACE at those shares); [] keeps
@@ -707,9 +725,10 @@ def _loop_steps(demo: Demo, config: Any, sections: dict[str, Any], storefront: d
     demo.step("gate", loop, ("train",), demo.gate)
     # Without efficiency fractions the baselines' settings are what they were before the step existed.
     demo.step("baselines", {**loop, **storefront, **({"efficiency_fractions": fractions} if fractions else {}),
-                            **({"direct_task_pool": pool} if pool else {})},
+                            **({"direct_task_pool": pool} if pool else {}), **own["baselines"]},
               ("train", "gate"), demo.baselines)
-    demo.step("final", {**sections["evaluate"], **seed}, ("evaluate", "train", "gate", "baselines"), demo.final)
+    demo.step("final", {**sections["evaluate"], **seed, **own["final"]},
+              ("evaluate", "train", "gate", "baselines"), demo.final)
     demo.step("efficiency", {**sections["evaluate"], **seed, **storefront, "efficiency_fractions": fractions},
               ("train", "gate", "baselines"), demo.efficiency)
 
@@ -725,8 +744,14 @@ def _run_steps(demo: Demo, config: Any, config_path: Path, run_dir: Path, profil
     # not the evaluate, select or final steps' (whose fingerprints stay those of runs made before the key existed):
     # changing them re-runs the baselines and the steps after them.
     fractions = sections["evaluate"].pop("efficiency_fractions")
-    # Likewise the fixed task pool is only the baselines' (direct GRPO's second run) setting.
+    # Likewise the fixed task pool is only the baselines' (direct GRPO's second run) setting, and whether direct GRPO
+    # also runs on fresh tasks; whether each adapter is evaluated alone is only the final step's. (Their defaults
+    # leave the fingerprints of runs made before the keys existed.)
     pool = sections["loop"].pop("direct_task_pool")
+    direct_fresh = sections["loop"].pop("direct_fresh")
+    each_adapter = sections["evaluate"].pop("each_adapter")
+    own = {"baselines": {} if direct_fresh else {"direct_fresh": False},
+           "final": {} if each_adapter else {"each_adapter": False}}
     storefront = {"storefront": demo.storefront_fields()}
     try:
         demo.step("base", demo.base_step_settings(), (), demo.base, force=demo.rebuild_base)
@@ -734,12 +759,12 @@ def _run_steps(demo: Demo, config: Any, config_path: Path, run_dir: Path, profil
         demo.step("select", {**sections["select"], **storefront, "evaluate": sections["evaluate"]}, ("base",),
                   demo.select)
         demo.step("environments", sections["loop"], ("base", "select"), demo.environments)
-        _loop_steps(demo, config, sections, storefront, fractions, pool)
+        _loop_steps(demo, config, sections, storefront, fractions, pool, own)
         for number in range(1, config.repeats):
             repeat = demo.repeat(number)
             print(f"repeat {number + 1} of {config.repeats}: Steps 3-4, the baselines and their evaluations with "
                   f"training seed {number} -> {repeat.steps_root}", flush=True)
-            _loop_steps(repeat, config, sections, storefront, fractions, pool)
+            _loop_steps(repeat, config, sections, storefront, fractions, pool, own)
             demo.repeats.append(repeat)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
