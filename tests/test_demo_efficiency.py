@@ -39,7 +39,7 @@ def test_the_fractions_are_validated_with_the_fix_spelled_out(tmp_path):
 
     assert EvaluateSettings().efficiency_fractions == [0.25, 0.5]
     assert EvaluateSettings(efficiency_fractions=[]).efficiency_fractions == []
-    for name, fractions in (("demo.yaml", [0.25, 0.5]), ("demo_fast.yaml", [0.5])):
+    for name, fractions in (("demo.yaml", [0.25]), ("demo_full.yaml", [0.25, 0.5]), ("demo_fast.yaml", [0.5])):
         assert load_demo_config(REPO / "configs" / name).evaluate.efficiency_fractions == fractions
     for bad in ("[0.5, 0.25]", "[0.25, 0.25]", "[0, 0.5]", "[1]", "[1.5]", "0.25", "[true]", "['1/4']"):
         path = tmp_path / "bad.yaml"
@@ -132,11 +132,11 @@ def fake_train_lora(calls: list):
     return train
 
 
-def demo_with(tmp_path, fractions=(0.25, 0.5)):
+def demo_with(tmp_path, fractions=(0.25, 0.5), config_name="demo_full.yaml"):
     from pipeline.demo.run import Demo
     from pipeline.demo.config import load_demo_config
 
-    config = load_demo_config(REPO / "configs" / "demo.yaml")
+    config = load_demo_config(REPO / "configs" / config_name)
     config.evaluate = dataclasses.replace(config.evaluate, efficiency_fractions=list(fractions))
     demo = Demo(config, tmp_path, fresh=False, profile="default")
     demo.records.update(loop_records())
@@ -153,7 +153,7 @@ def test_the_baselines_step_keeps_direct_grpos_checkpoints_at_the_fractions(tmp_
     assert figures["budget_episodes"] == 1280
     assert calls[0] == {"game": "storefront", "folder": "direct", "iterations": 20, "checkpoints_at": [5, 10],
                         "task_pool": 0}
-    # direct GRPO's second setting (configs/demo.yaml: a fixed pool of 40 tasks), same budget, no checkpoints
+    # direct GRPO's second setting (configs/demo_full.yaml: a fixed pool of 40 tasks), same budget, no checkpoints
     assert calls[1] == {"game": "storefront", "folder": "direct_pool", "iterations": 20, "checkpoints_at": [],
                         "task_pool": 40}
     assert calls[2]["folder"] == "mixed" and calls[2]["checkpoints_at"] == []  # only direct GRPO keeps them
@@ -165,6 +165,20 @@ def test_the_baselines_step_keeps_direct_grpos_checkpoints_at_the_fractions(tmp_
     calls.clear()
     assert "checkpoints" not in demo_with(tmp_path, fractions=()).baselines(tmp_path / "b2")["direct"]
     assert calls[0]["checkpoints_at"] == []
+
+
+def test_the_claims_profile_trains_one_direct_grpo_run_on_the_pool_with_the_checkpoints(tmp_path, monkeypatch):
+    import pipeline.demo.loop
+
+    calls: list = []
+    monkeypatch.setattr(pipeline.demo.loop, "train_lora", fake_train_lora(calls))
+    demo = demo_with(tmp_path, fractions=(0.25,), config_name="demo.yaml")  # loop.direct_fresh false
+    figures = demo.baselines(tmp_path / "baselines")
+    assert [call["folder"] for call in calls] == ["direct", "mixed"]
+    assert calls[0] == {"game": "storefront", "folder": "direct", "iterations": 20, "checkpoints_at": [5],
+                        "task_pool": 40}
+    assert [c["label"] for c in figures["direct"]["checkpoints"]] == ["direct GRPO @1/4"]
+    assert "direct_pool" not in figures
 
 
 def test_the_efficiency_step_evaluates_each_checkpoint_on_the_final_steps_tasks(tmp_path, monkeypatch):
