@@ -10,10 +10,11 @@ import yaml
 
 from game_registry import get_game
 from train import shared_prefix
-from train.backends import HFBackend
+from train.backends import HFBackend, SamplingParams
 from train.episodes import ChatTokenizer, EpisodeRequest, run_episodes
 from train.policy import load_base_model
-from train.shared_prefix import SharedPrefixStep, SharedPrefixStore, _attend, _attend_reference
+from train.shared_prefix import (SharedPrefixStep, SharedPrefixStore, _attend, _attend_reference,
+                                 supports_shared_prefix)
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_AGENT = REPO / "assets/demo_base_agent"
@@ -144,3 +145,31 @@ def test_greedy_storefront_episodes_equal_the_padded_layout_on_the_demo_agent():
     sampled = torch.tensor(episode.logprobs[1:])
     generated = torch.tensor(episode.loss_mask[1:], dtype=torch.bool)
     torch.testing.assert_close(sampled[generated], scored[generated], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_other_architectures_with_grouped_query_attention_sample_the_same(family):
+    """A Llama (SmolLM2's architecture: no q/k norms) and a Qwen2 model with 3 query heads per key/value head, random
+    weights: both layouts give the same tokens and log-probs over two turns, prompts sharing a 24-token prefix."""
+    import transformers
+
+    config_class, model_class = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+                                 "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)}[family]
+    torch.manual_seed(0)
+    config = config_class(vocab_size=300, hidden_size=96, intermediate_size=192, num_hidden_layers=2,
+                          num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=512)
+    model = model_class(config).eval()
+    assert supports_shared_prefix(model)
+    shared = [(7 * i) % 250 + 20 for i in range(24)]
+    prompts = [shared + [30 + row] * (3 + row) for row in range(4)]
+    params = SamplingParams(max_new_tokens=6, temperature=1.0)
+    runs = {}
+    for layout in ("padded", "shared_prefix"):
+        backend = HFBackend(model, 0, seed=5, kv_layout=layout)
+        first = backend.generate(prompts, params)
+        second = backend.generate([p + c.token_ids + [9, 10] for p, c in zip(prompts, first)], params)
+        runs[layout] = first + second
+    for a, b in zip(runs["shared_prefix"], runs["padded"], strict=True):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
+    assert model.config._attn_implementation != shared_prefix.ATTENTION_NAME  # switched back after each pass
