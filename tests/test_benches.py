@@ -48,7 +48,7 @@ def test_env_step_bench_exits_by_its_target(target, code):
     assert ("BELOW TARGET" in result.stdout) == (code == 1)
 
 
-@pytest.mark.slow  # ~9 s; the bench's vLLM/prefix-cache test below stays in the default suite
+@pytest.mark.slow  # ~9 s
 def test_rollout_backends_bench_compares_merged_and_unmerged_lora_sampling():
     # An unreachable target: exit 1 (the vLLM test below reaches its target, 0, and exits 0).
     result, figures = _run("bench/rollout_backends.py", "--groups", "1", "--group-size", "2", "--max-episode-tokens",
@@ -62,6 +62,7 @@ def test_rollout_backends_bench_compares_merged_and_unmerged_lora_sampling():
     assert figures["lora_merge_speedup"] == pytest.approx(ratio, rel=0.01, abs=0.002)
 
 
+@pytest.mark.slow  # ~11 s: three HF sides and a vLLM stub over three workloads (make test stays under 5 minutes)
 def test_rollout_backends_bench_reports_the_layout_speedups_and_puts_a_vllm_server_side_by_side():
     sys.path.insert(0, str(REPO / "tests"))
     from test_vllm_backend import StubVLLM  # an OpenAI-protocol stub of vLLM on 127.0.0.1

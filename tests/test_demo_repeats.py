@@ -33,11 +33,11 @@ def test_repeats_are_validated_with_the_fix_spelled_out(tmp_path):
     assert not (tmp_path / "run").exists()  # refused before any step
 
 
-def demo_with(tmp_path, repeats: int):
+def demo_with(tmp_path, repeats: int, config_name: str = "demo.yaml"):
     from pipeline.demo.config import load_demo_config
     from pipeline.demo.run import Demo
 
-    config = load_demo_config(REPO / "configs" / "demo.yaml")
+    config = load_demo_config(REPO / "configs" / config_name)
     config.repeats = repeats
     return Demo(config, tmp_path, fresh=False, profile="default")
 
@@ -103,7 +103,7 @@ def test_every_training_run_of_a_repeat_takes_its_seed(tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline.demo.loop, "train_gate", train_gate)
     (tmp_path / "select").mkdir()
     (tmp_path / "select" / "analysis_seed500_sampled.json").write_text("{}")
-    demo = demo_with(tmp_path, 2)
+    demo = demo_with(tmp_path, 2, "demo_full.yaml")  # every training run, direct GRPO's two settings included
     capabilities = ("precondition_verification", "tool_calling_precision")
     demo.records["environments"] = {"figures": {"capabilities": {c: {"status": "no_knob", "value": None,
                                                                      "game_overrides": {}} for c in capabilities},

@@ -561,6 +561,7 @@ def test_ddp_logged_loss_and_stats_describe_the_whole_step(tiny_model_dir, tmp_p
         assert ddp[key] == pytest.approx(single[key], rel=1e-4, abs=1e-6), key
 
 
+@pytest.mark.slow  # ~5 s: two torchrun workers start to refuse the config (make test stays under 5 minutes)
 def test_fewer_groups_than_processes_exits_2(tiny_model_dir, tmp_path):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master-port={_free_port()}",
                "--master-addr=127.0.0.1", "-m", "train", "--game", GAME, "--model", str(tiny_model_dir),
