@@ -496,10 +496,9 @@ class SharedPrefixSampler:
             uniforms = step_uniforms(batch, generator, device)  # [B]: one per row of the batch, every step
             tokens, token_logprobs = choose_tokens(logits, temperature, uniforms[torch.tensor(alive, device=device)])
             still = []
-            for index, r in enumerate(alive):
-                token = int(tokens[index])
+            for r, token, logprob in zip(alive, tokens.tolist(), token_logprobs.tolist()):
                 sampled[r].append(token)
-                logprobs[r].append(float(token_logprobs[index]))
+                logprobs[r].append(logprob)
                 if token not in stop:
                     still.append((r, token))
             if not still or step + 1 == max_new_tokens:
