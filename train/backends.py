@@ -26,18 +26,20 @@ trainer, so that every old log-prob in a batch comes from one source and the ste
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from transformers import StaticCache
 from transformers.cache_utils import StaticLayer
 
 from train.sampling import choose_tokens, step_uniforms
-from train.shared_prefix import MIN_SHARED_PREFIX, SharedPrefixSampler, common_prefix_lengths, supports_shared_prefix
+from train.shared_prefix import (MIN_SHARED_PREFIX, SharedPrefixSampler, base_config, common_prefix_lengths,
+                                 supports_shared_prefix)
 
 KV_LAYOUTS = ("shared_prefix", "padded")
 
@@ -131,6 +133,18 @@ class _FilledColumnsLayer(StaticLayer):
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return int(self.get_seq_length()) + query_length, 0
+
+
+@contextlib.contextmanager
+def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """`model` in eval mode inside the block (no dropout while sampling), its training flag restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        if was_training:
+            model.train()
 
 
 class HFBackend(RolloutBackend):
@@ -251,15 +265,10 @@ class HFBackend(RolloutBackend):
         if weights != self._shared_weights:
             self._shared.clear()
         self._runner = self._merged_copy(weights) if merge else self.model
-        was_training = self._runner.training
-        self._runner.eval()
         before = self._shared.prefill_tokens
-        try:
+        with _eval_mode(self._runner):
             samples = self._shared.sample(self._runner, prompts, params.max_new_tokens, params.temperature,
                                           params.stop_token_ids, self.generator, self.max_batch_size)
-        finally:
-            if was_training:
-                self._runner.train()
         self._shared_weights = weights
         self.prefill_stats.prompt_tokens += sum(len(p) for p in prompts)
         self.prefill_stats.prefill_tokens += self._shared.prefill_tokens - before
@@ -324,14 +333,8 @@ class HFBackend(RolloutBackend):
         the sequences produced, for the next call. `sources` are cached rows the prompts may continue."""
         if not prompts:
             return [], []
-        device = next(self._runner.parameters()).device
-        was_training = self._runner.training
-        self._runner.eval()
-        try:
-            return self._sample(prompts, params, sources, device)
-        finally:
-            if was_training:
-                self._runner.train()
+        with _eval_mode(self._runner):
+            return self._sample(prompts, params, sources, next(self._runner.parameters()).device)
 
     def _sample(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, sources: list[_CachedRows] | None,
@@ -544,14 +547,9 @@ class HFBackend(RolloutBackend):
 
     def _new_cache(self, columns: int) -> StaticCache:
         """A static cache of `columns` columns whose plain layers attend over the filled columns only."""
-        cache = StaticCache(config=self._config(), max_cache_len=columns)
+        cache = StaticCache(config=base_config(self.model), max_cache_len=columns)
         cache.layers = [_FilledColumnsLayer(columns) if type(layer) is StaticLayer else layer for layer in cache.layers]
         return cache
-
-    def _config(self) -> Any:
-        """The base model's config (through a PEFT wrapper if there is one)."""
-        model = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-        return model.config
 
     def state_dict(self) -> dict[str, Any]:
         return {"generator": self.generator.get_state()}

@@ -105,7 +105,6 @@ class ChatTokenizer:
         """The window's text equals the whole render's for every assistant turn of the probe conversation."""
         from jinja2 import TemplateError
 
-        self.incremental = False
         for end, message in enumerate(_PROBE_CONVERSATION):
             if message["role"] != "assistant" or end + 1 == len(_PROBE_CONVERSATION):
                 continue

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -135,7 +136,7 @@ class SharedPrefixStep:
             raise ValueError(f"every row of a step runs at least one token, got {list(new)}")
         self.store, self.slots, self.starts, self.new = store, list(slots), list(starts), list(new)
         self.packed = max(self.new) > 1
-        self.offsets = [sum(self.new[:r]) for r in range(len(self.new))] if self.packed else [0] * len(self.new)
+        self.offsets = list(itertools.accumulate(self.new, initial=0))[:-1] if self.packed else [0] * len(self.new)
         rows = [r for r, n in enumerate(self.new) for _ in range(n)]
         columns = [start + i for start, n in zip(self.starts, self.new) for i in range(n)]
         # where each token sits in the model's input [Bq, Lq]: (batch row, position)
@@ -272,9 +273,14 @@ def shared_prefix_attention(module: torch.nn.Module, query: torch.Tensor, key: t
 AttentionInterface.register(ATTENTION_NAME, shared_prefix_attention)
 
 
+def base_config(model: torch.nn.Module) -> Any:
+    """The base model's config (through a PEFT wrapper if there is one)."""
+    return model.get_base_model().config if hasattr(model, "get_base_model") else model.config
+
+
 def supports_shared_prefix(model: torch.nn.Module) -> bool:
     """Every layer is full attention (the store has no sliding windows)."""
-    config = model.get_base_model().config if hasattr(model, "get_base_model") else model.config
+    config = base_config(model)
     layer_types = getattr(config, "layer_types", None)
     if layer_types is not None:  # transformers' per-layer mask kinds, where the model declares them
         return all(kind == "full_attention" for kind in layer_types)
@@ -284,7 +290,7 @@ def supports_shared_prefix(model: torch.nn.Module) -> bool:
 @contextlib.contextmanager
 def stepping(model: torch.nn.Module, step: SharedPrefixStep) -> Iterator[None]:
     """Inside the block `step` is the active step and `model` attends with ATTENTION_NAME (restored after)."""
-    config = model.get_base_model().config if hasattr(model, "get_base_model") else model.config
+    config = base_config(model)
     before = config._attn_implementation
     config._attn_implementation = ATTENTION_NAME
     token = _ACTIVE_STEP.set(step)
@@ -354,7 +360,7 @@ class SharedPrefixSampler:
         like = self._kv_like(runner, device)
         if not self.keep:
             self.clear()
-        n_layers = int(self._config(runner).num_hidden_layers)
+        n_layers = int(base_config(runner).num_hidden_layers)
         self._ensure_prefix(runner, prompts, like, n_layers)
         rows = self._claim([list(p[self.store.prefix_len :]) for p in prompts], like, n_layers, max_new_tokens)
         out: list[tuple[list[int], list[float]]] = []
@@ -367,13 +373,9 @@ class SharedPrefixSampler:
                                 stop_token_ids, generator, device)
         return out
 
-    @staticmethod
-    def _config(runner: torch.nn.Module) -> Any:
-        return runner.get_base_model().config if hasattr(runner, "get_base_model") else runner.config
-
     def _kv_like(self, runner: torch.nn.Module, device: torch.device) -> torch.Tensor:
         """An empty [1, Hkv, 1, D] tensor of the model's dtype: the shape of one column of one layer."""
-        config = self._config(runner)
+        config = base_config(runner)
         n_kv = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         return torch.empty((1, n_kv, 1, head_dim), dtype=next(runner.parameters()).dtype, device=device)

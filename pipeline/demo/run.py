@@ -431,23 +431,21 @@ class Demo:
         kept = (f"; checkpoints kept for the efficiency step at iterations {', '.join(str(p['iteration']) for p in plan)}"
                 if plan else "")
         pool = loop.direct_task_pool
-        if not loop.direct_fresh:  # the claims profile: direct GRPO is the fixed-pool run, and keeps the checkpoints
+        # The claims profile (`loop.direct_fresh` false): direct GRPO is the fixed-pool run, and keeps the checkpoints.
+        headline_pool = 0 if loop.direct_fresh else pool
+        if headline_pool:
             self.check_pool_is_held_out(pool)
             print(f"  direct GRPO on a fixed pool of {pool} storefront tasks: {iterations} iterations "
                   f"({iterations * loop.groups_per_iteration} groups, {iterations * loop.groups_per_iteration / pool:.2f} "
                   f"passes over the pool){kept}", flush=True)
-            out["direct"] = train_lora(get_game("storefront"), self.run_dir / "base" / "model", folder / "direct",
-                                       self.storefront_fields(), dataclasses.replace(loop, hint_fraction=0.0),
-                                       iterations, report_to=self.config.report_to, task_pool=pool,
-                                       checkpoints_at=[p["iteration"] for p in plan], seed=self.training_seed)
-            pool = 0  # no second run
         else:
             print(f"  direct GRPO on the storefront: {iterations} iterations ({iterations * per_iteration} episodes)"
                   + kept, flush=True)
-            out["direct"] = train_lora(get_game("storefront"), self.run_dir / "base" / "model", folder / "direct",
-                                       self.storefront_fields(), dataclasses.replace(loop, hint_fraction=0.0),
-                                       iterations, report_to=self.config.report_to,
-                                       checkpoints_at=[p["iteration"] for p in plan], seed=self.training_seed)
+        out["direct"] = train_lora(get_game("storefront"), self.run_dir / "base" / "model", folder / "direct",
+                                   self.storefront_fields(), dataclasses.replace(loop, hint_fraction=0.0), iterations,
+                                   report_to=self.config.report_to, task_pool=headline_pool,
+                                   checkpoints_at=[p["iteration"] for p in plan], seed=self.training_seed)
+        pool -= headline_pool  # the second, fixed-pool run: only beside a fresh-task one
         if plan:  # each checkpoint with the fraction of the budget it stands for and its model label
             out["direct"]["checkpoints"] = planned_checkpoints(plan, out["direct"])
         if pool:
