@@ -8,11 +8,12 @@ It needs a demo run folder (`make demo`, or `python -m pipeline.demo` until its 
 the base agent (`<run_dir>/base/model`) and the game overrides calibration chose for each capability
 (`<run_dir>/environments/step.json`), so every game is played as the demo's Step 3 plays it. Each GRPO run is
 the demo's (`pipeline.demo.loop.grpo_config`: configs/grpo_tiny.yaml with the loop's budget from --config),
-with only `ppo_epochs` and `minibatches_per_iteration` changed per setting:
+with only `ppo_epochs`, `minibatches_per_iteration` and the learning rate changed per setting:
 
     one_step=1x1   one optimizer step per iteration (the old default)
     default        configs/grpo_tiny.yaml as it is
     NAME=ExM       E passes (ppo_epochs) x M mini-batches (minibatches_per_iteration)
+    NAME=ExM@LR    the same at learning rate LR (else the demo's loop.learning_rate)
 
 The adapter is checkpointed every --eval_every iterations and each checkpoint (and the base agent, once) plays
 the game's held-out tasks (`train.evaluate`, seed --eval_seed, the demo's own_game tasks): greedy once, and
@@ -45,15 +46,24 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: make the repo's packages 
 from common.io import InputError, atomic_write_json, load_json  # noqa: E402
 
 
-def parse_setting(text: str) -> tuple[str, int | None, int | None]:
-    """NAME=ExM -> (NAME, E, M); `default` -> ("default", None, None) (configs/grpo_tiny.yaml's values)."""
+def parse_setting(text: str) -> tuple[str, int | None, int | None, float | None]:
+    """NAME=ExM[@LR] -> (NAME, E, M, LR or None); `default` -> ("default", None, None, None) (the demo's values)."""
     if text == "default":
-        return "default", None, None
+        return "default", None, None, None
     name, _, shape = text.partition("=")
+    shape, at, lr_text = shape.partition("@")
     epochs, _, minibatches = shape.partition("x")
-    if not name or not epochs.isdigit() or not minibatches.isdigit() or int(epochs) < 1 or int(minibatches) < 1:
-        raise InputError(f"--settings: {text!r} is not NAME=ExM (e.g. one_step=1x1, four_steps=1x4) or 'default'")
-    return name, int(epochs), int(minibatches)
+    learning_rate = None
+    if at:
+        try:
+            learning_rate = float(lr_text)
+        except ValueError:
+            learning_rate = -1.0  # refused below with the others
+    if (not name or not epochs.isdigit() or not minibatches.isdigit() or int(epochs) < 1 or int(minibatches) < 1
+            or (learning_rate is not None and not 0.0 < learning_rate < 1.0)):
+        raise InputError(f"--settings: {text!r} is not NAME=ExM or NAME=ExM@LR (e.g. one_step=1x1, "
+                         "four_steps=1x4@3e-3, LR in (0, 1)) or 'default'")
+    return name, int(epochs), int(minibatches), learning_rate
 
 
 def trainable_games(run_dir: Path, group_size: int) -> dict[str, dict[str, Any]]:
@@ -89,15 +99,18 @@ def evaluate_point(model_dir: Path, adapter: Path | None, game: str, overrides: 
 
 def constant_policies(game: str, overrides: dict[str, Any], args: Any) -> dict[str, float]:
     """{ablation: success rate} of the game's skill-less policies (always act, always refuse, the first method,
-    values as written, ...) on the own-game tasks the checkpoints play (seeds --eval_seed.., one episode each)."""
+    values as written, ...) on the own-game tasks the checkpoints play (`train.evaluate`'s task seeds for
+    --eval_seed and --tasks, one episode each)."""
     from game_registry import get_game
     from pipeline.recalibrate import policy_collector
+    from train.evaluate import evaluation_requests
 
     spec = get_game(game)
+    seeds = [request.seed for request in evaluation_requests(spec, args.tasks, args.eval_seed, samples=1)]
     out = {}
     for probe in spec.ablations:
         collect = policy_collector(lambda instance, rng, name=probe.name: instance.ablated_response(name),
-                                   n_tasks=args.tasks, n_samples=1, first_seed=args.eval_seed)
+                                   n_samples=1, task_seeds=seeds)
         simulations = collect(spec, overrides)
         out[probe.name] = sum(s["reward_info"]["reward"] >= 1.0 for s in simulations) / len(simulations)
     return out
@@ -128,7 +141,7 @@ def learning_verdict(base: dict[str, Any], final: dict[str, Any], constants: dic
 
 
 def train_run(game_spec: Any, model_dir: Path, folder: Path, overrides: dict[str, Any], loop: Any, args: Any,
-              epochs: int | None, minibatches: int | None, seed: int) -> dict[str, Any]:
+              epochs: int | None, minibatches: int | None, learning_rate: float | None, seed: int) -> dict[str, Any]:
     """One GRPO run as the demo's Step 3 (with this setting and seed), checkpointed every --eval_every."""
     import dataclasses
 
@@ -143,6 +156,8 @@ def train_run(game_spec: Any, model_dir: Path, folder: Path, overrides: dict[str
     changes: dict[str, Any] = {"seed": seed, "save_every": args.eval_every}
     if epochs is not None:
         changes.update(ppo_epochs=epochs, minibatches_per_iteration=minibatches)
+    if learning_rate is not None:
+        changes["learning_rate"] = learning_rate
     config = dataclasses.replace(config, **changes)  # __post_init__ validates the result again
     torch.manual_seed(config.seed)
     base, tokenizer = load_base_model(config.model, config.dtype, torch.device("cpu"))
@@ -154,6 +169,7 @@ def train_run(game_spec: Any, model_dir: Path, folder: Path, overrides: dict[str
     backend.close()
     metrics = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return {"ppo_epochs": config.ppo_epochs, "minibatches_per_iteration": config.minibatches_per_iteration,
+            "learning_rate": config.learning_rate,
             "train_seconds": round(time.time() - started, 1),
             "optimizer_steps": sum(m.get("optimizer_steps", 0.0) for m in metrics),
             # frac_constant_groups: the share of groups whose rewards were all equal, dropped by the update
@@ -278,17 +294,19 @@ def run(args: argparse.Namespace) -> int:
         if "base" not in game or "by_class_t1" not in game["base"]:
             game["base"] = evaluate_point(model_dir, None, spec.name, overrides, args, loop.max_episode_tokens)
             atomic_write_json(results_path, results)
-        if "constant_policies" not in game:
+        if game.get("constant_policy_tasks") != "evaluation":  # before 2026-12-05 they played other seeds
             game["constant_policies"] = constant_policies(spec.name, overrides, args)
+            game["constant_policy_tasks"] = "evaluation"
             atomic_write_json(results_path, results)
-        for name, epochs, minibatches in settings:
+        for name, epochs, minibatches, learning_rate in settings:
             runs = game["settings"].setdefault(name, {})
             for seed in args.seeds:
                 if str(seed) in runs:
                     continue  # measured by an earlier invocation
                 folder = args.out / "runs" / capability / name / f"seed{seed}"
                 print(f"[{capability} / {name} / seed {seed}] GRPO {args.iterations} iterations", flush=True)
-                run_figures = train_run(spec, model_dir, folder, overrides, loop, args, epochs, minibatches, seed)
+                run_figures = train_run(spec, model_dir, folder, overrides, loop, args, epochs, minibatches,
+                                        learning_rate, seed)
                 curve = []
                 for done in sorted(set(range(args.eval_every, args.iterations + 1, args.eval_every)) | {args.iterations}):
                     adapter = folder / "checkpoints" / f"iter_{done:06d}" / "adapter"

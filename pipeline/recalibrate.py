@@ -30,7 +30,7 @@ import sys
 import types
 import typing
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from game_registry import DifficultyKnob, Game, GameSpec, get_game
 from common.io import InputError, atomic_write_json, check_number, check_output_path, load_json
@@ -387,19 +387,24 @@ def search_knobs(spec: GameSpec, collect: Collect, band: tuple[float, float] = D
 
 def policy_collector(
     policy: Callable[[Game, random.Random], str], n_tasks: int = 20, n_samples: int = 4, first_seed: int = 0,
-    rng_seed: int = 0,
+    rng_seed: int = 0, task_seeds: Sequence[int] | None = None,
 ) -> Collect:
-    """A `collect` callable that plays `policy(game, rng) -> text` on seeds first_seed.. (n_samples each).
+    """A `collect` callable that plays `policy(game, rng) -> text` on seeds first_seed.. (n_samples each), or on
+    exactly `task_seeds` where given (e.g. the tasks a model's evaluation played: `train.evaluate` draws them by
+    hash, not in a row).
 
     The policy's rng depends only on (rng_seed, task seed, sample index), so every knob value sees the same
     random draws (common random numbers: differences come from the knob, not the noise).
     """
     if n_tasks < 1 or n_samples < 1:
         raise ValueError(f"n_tasks and n_samples must be >= 1, got {n_tasks}, {n_samples}")
+    seeds = list(range(first_seed, first_seed + n_tasks)) if task_seeds is None else list(task_seeds)
+    if not seeds:
+        raise ValueError("task_seeds is empty: give at least one task seed")
 
     def collect(spec: GameSpec, overrides: dict[str, Any]) -> list[dict[str, Any]]:
         simulations = []
-        for seed in range(first_seed, first_seed + n_tasks):
+        for seed in seeds:
             for sample in range(n_samples):
                 game = spec.make(**overrides)
                 rng = random.Random((rng_seed * 1_000_003 + seed) * 1_009 + sample)

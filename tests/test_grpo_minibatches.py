@@ -136,10 +136,11 @@ def test_learning_bench_reads_settings_and_refuses_a_run_folder_without_the_demo
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
     import grpo_learning
 
-    assert grpo_learning.parse_setting("one_step=1x1") == ("one_step", 1, 1)
-    assert grpo_learning.parse_setting("wide=2x4") == ("wide", 2, 4)
-    assert grpo_learning.parse_setting("default") == ("default", None, None)
-    for bad in ("x=0x1", "x=2", "=1x1", "x=ax2"):
+    assert grpo_learning.parse_setting("one_step=1x1") == ("one_step", 1, 1, None)
+    assert grpo_learning.parse_setting("wide=2x4") == ("wide", 2, 4, None)
+    assert grpo_learning.parse_setting("fast=2x4@3e-3") == ("fast", 2, 4, 3e-3)
+    assert grpo_learning.parse_setting("default") == ("default", None, None, None)
+    for bad in ("x=0x1", "x=2", "=1x1", "x=ax2", "x=1x1@", "x=1x1@fast", "x=1x1@0", "x=1x1@2"):
         with pytest.raises(InputError, match="is not NAME=ExM"):
             grpo_learning.parse_setting(bad)
     assert grpo_learning.main(["--run_dir", str(tmp_path), "--out", str(tmp_path / "out")]) == 2

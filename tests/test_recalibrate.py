@@ -157,6 +157,15 @@ def test_collector_writes_tau2_simulations():
     assert sims[0]["messages"][0]["role"] == "system"
 
 
+def test_collector_plays_exactly_the_task_seeds_given():
+    # The learning bench plays constant policies on the tasks an evaluation played (seeds drawn by hash).
+    sims = policy_collector(toy.skilled_policy(1.0), n_samples=1, task_seeds=[907, 12, 907])(toy.make_spec(), {})
+    assert [s["task_id"] for s in sims] == [907, 12, 907]
+    assert sims[0]["messages"] == sims[2]["messages"]
+    with pytest.raises(ValueError, match="task_seeds is empty"):
+        policy_collector(toy.skilled_policy(1.0), task_seeds=[])
+
+
 def _collector_with_rates(rate_of):
     """A collector whose success rate is a set function of the knob settings: it tests the order in which
     knobs are searched, not a model. Records every call's settings in `.calls`."""
