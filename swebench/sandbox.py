@@ -73,6 +73,8 @@ UNSHARE_FLAGS = ("--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kil
 Isolation = Literal["auto", "namespace", "fallback"]
 UNSAFE_FLAG = "--unsafe-no-isolation"
 UNSAFE_ENV = "TRACE_UNSAFE_NO_ISOLATION"  # "1": the same opt-in, for tools that start other tools
+# "1": the sandbox must work here (`.ci/run`): the tests that need namespaces fail instead of skipping
+REQUIRE_ENV = "TRACE_REQUIRE_SANDBOX"
 # pytest's own plugins that scenario tests never need (less start-up per tree)
 UNUSED_PLUGINS = tuple(arg for name in ("cacheprovider", "doctest", "junitxml", "pastebin", "legacypath", "setuponly",
                                         "setupplan", "stepwise", "nose", "unittest", "logging", "faulthandler",
@@ -168,9 +170,25 @@ def _nobody() -> tuple[int, int]:
         return 65534, 65534
 
 
+def sandbox_interpreter() -> str:
+    """This interpreter at a path the sandbox shows: its folder resolved (a `.venv` that is a symlink to a venv
+    elsewhere, a venv reached through /tmp, which the sandbox replaces by a private tmpfs), its own name kept
+    (a venv's `bin/python` is itself a symlink to the base interpreter, and Python finds the venv's
+    pyvenv.cfg from the unresolved name: resolving it too would lose the venv's packages)."""
+    return os.path.join(os.path.realpath(os.path.dirname(sys.executable)), os.path.basename(sys.executable))
+
+
+def sandbox_required() -> bool:
+    """True where the namespace sandbox must work (REQUIRE_ENV=1, set by `.ci/run`): tests that need it fail
+    rather than skip, and the test fixtures do not opt in to the unisolated fallback."""
+    return os.environ.get(REQUIRE_ENV, "").strip() == "1"
+
+
 def _exposed_paths() -> list[str]:
-    """Folders the sandboxed interpreter needs: its installation, the venv, the sandbox's pytest plugins."""
-    paths = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)), str(PLUGIN_DIR)}
+    """Folders the sandboxed interpreter needs: its installation, the venv, the folder it is run from, the
+    sandbox's pytest plugins."""
+    paths = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)),
+             os.path.dirname(sandbox_interpreter()), str(PLUGIN_DIR)}
     return sorted(os.path.realpath(p) for p in paths)
 
 
@@ -205,7 +223,7 @@ def _hidden_paths() -> list[str]:
 
 
 def _boot_command(uid: int, gid: int, workdir: Path | None, tmpfs_mb: int, command: list[str]) -> list[str]:
-    boot = [shutil.which("unshare") or "unshare", *UNSHARE_FLAGS, sys.executable, "-I", "-S", str(BOOT_SCRIPT),
+    boot = [shutil.which("unshare") or "unshare", *UNSHARE_FLAGS, sandbox_interpreter(), "-I", "-S", str(BOOT_SCRIPT),
             "--uid", str(uid), "--gid", str(gid), "--tmpfs-mb", str(tmpfs_mb)]
     if workdir is not None:
         boot += ["--workdir", str(workdir)]
@@ -227,14 +245,33 @@ def namespace_support() -> tuple[bool, str]:
     if unshare is None:
         return False, "the `unshare` command (util-linux) is not installed"
     uid, gid = _nobody()
-    probe = _boot_command(uid, gid, None, 1, [sys.executable, "-I", "-S", "-c", "print('probe ok')"])
+    interpreter = sandbox_interpreter()
+    ok, why = _probe(uid, gid, [interpreter, "-I", "-S", "-c", "print('probe ok')"])
+    if ok:
+        return True, ""
+    # Which part failed: the namespaces themselves, or this interpreter inside them (a hidden path)?
+    shell_ok, _ = _probe(uid, gid, ["/bin/sh", "-c", "echo probe ok"])
+    if shell_ok:
+        return False, (f"the namespace sandbox starts, but this interpreter cannot run inside it ({why}): "
+                       f"{interpreter} (from {sys.executable}) is not visible there, or a library it loads lies "
+                       f"outside the folders the sandbox shows ({', '.join(_exposed_paths())}; every other "
+                       "top-level folder but the system ones is hidden, and /tmp is a private tmpfs). Fix: "
+                       "run the grader with a Python installed under one of those folders or under /usr, or "
+                       "a venv whose folder is not inside /tmp")
+    return False, (f"namespaces are refused here ({why}); a container without CAP_SYS_ADMIN? Fix: run as root on "
+                   "the host, or give the container CAP_SYS_ADMIN (docker run --cap-add SYS_ADMIN)")
+
+
+def _probe(uid: int, gid: int, command: list[str]) -> tuple[bool, str]:
+    """Run `command` in the sandbox without a scenario folder; (printed 'probe ok', the last error line)."""
     try:
-        done = subprocess.run(probe, capture_output=True, text=True, timeout=20, env={"PATH": "/usr/bin:/bin"})
+        done = subprocess.run(_boot_command(uid, gid, None, 1, command), capture_output=True, text=True,
+                              timeout=20, env={"PATH": "/usr/bin:/bin"})
     except (OSError, subprocess.TimeoutExpired) as err:
-        return False, f"probe `unshare ... --probe` failed: {err}"
+        return False, f"`unshare ...` failed: {err}"
     if done.returncode != 0 or "probe ok" not in done.stdout:
         reason = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
-        return False, f"namespaces are refused here ({reason[0][:200]}); a container without CAP_SYS_ADMIN?"
+        return False, reason[0][:200]
     return True, ""
 
 
@@ -496,7 +533,7 @@ def run_pytest_batch(trees: list[dict[str, str]], config: SandboxConfig | None =
             for folder in writable:
                 _chown_tree(folder, *drop_to)
         os.chmod(workdir, 0o711)
-        runner = [sys.executable, "-s", str(trace / "runner.py"), str(trace / "spec.json"), str(verdict_w)]
+        runner = [sandbox_interpreter(), "-s", str(trace / "runner.py"), str(trace / "spec.json"), str(verdict_w)]
         if isolation == "namespace":
             command = _boot_command(uid, gid, workdir, config.tmpfs_mb, runner)
             preexec = functools.partial(_limits, config)
@@ -597,7 +634,7 @@ class CommandRun:
 
 
 def _command_environment(home: str, tmp: str) -> dict[str, str]:
-    venv_bin = os.path.dirname(sys.executable)  # `python`, `python3` and `pytest` are the grader's interpreter
+    venv_bin = os.path.dirname(sandbox_interpreter())  # `python`, `python3`, `pytest`: the grader's interpreter
     return {"PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": tmp, "LANG": "C.UTF-8",
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
             "PAGER": "cat", "MANPAGER": "cat", "LESS": "-R", "PIP_PROGRESS_BAR": "off", "TQDM_DISABLE": "1"}

@@ -11,10 +11,11 @@ import pytest
 def _own_scenarios_may_run_unisolated(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where namespaces are missing (a container without CAP_SYS_ADMIN), the tests, which run only the
     repository's own scenarios, opt in to the unisolated sandbox explicitly (swebench/sandbox.py
-    refuses it otherwise); tests of the refusal itself clear the variable in their own fixtures."""
+    refuses it otherwise); tests of the refusal itself clear the variable in their own fixtures. Not where the
+    sandbox is required (TRACE_REQUIRE_SANDBOX=1, `.ci/run`): there a missing sandbox fails the tests."""
     from swebench import sandbox
 
-    if not sandbox.namespace_support()[0]:
+    if not sandbox.namespace_support()[0] and not sandbox.sandbox_required():
         monkeypatch.setenv(sandbox.UNSAFE_ENV, "1")
 
 

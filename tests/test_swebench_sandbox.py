@@ -6,6 +6,8 @@ import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -26,7 +28,9 @@ from swebench.selftest import main as selftest_main
 from swebench.selftest import self_test, self_test_many
 
 NAMESPACES, WHY_NOT = sandbox.namespace_support()
-needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason=f"namespace sandbox unavailable here: {WHY_NOT}")
+# Where the sandbox is required (`.ci/run` sets TRACE_REQUIRE_SANDBOX=1) these tests run, and fail, without it.
+needs_namespaces = pytest.mark.skipif(not NAMESPACES and not sandbox.sandbox_required(),
+                                      reason=f"namespace sandbox unavailable here: {WHY_NOT}")
 FAST = SandboxConfig(timeout_s=3.0, cpu_s=5)
 # Hostile code only ever runs with namespaces: as root, the fallback would let it write where root can.
 NS = SandboxConfig(timeout_s=3.0, cpu_s=5, isolation="namespace")
@@ -164,6 +168,49 @@ def test_fallback_blocks_sockets_and_cleans_the_environment(listener, monkeypatc
     assert run.isolation == "fallback"
     assert run.outcome(scenario.target_test) == "failed" and "disabled in the TRACE scenario sandbox" in run.output_tail
     assert not connected(listener)
+
+
+@needs_namespaces
+def test_a_venv_reached_through_a_symlink_runs_scenarios(tmp_path):
+    # A `.venv` that is a symlink to a venv elsewhere: here a link under /tmp, which the sandbox replaces by a
+    # private tmpfs, so the interpreter's own name is hidden inside; it used to fail every scenario with
+    # "namespaces are refused here (FileNotFoundError)".
+    link = tmp_path / "venv-link"
+    link.symlink_to(Path(sys.prefix).resolve())
+    python = link / "bin" / Path(sys.executable).name
+    script = """
+import sys
+from swebench import sandbox
+ok, why = sandbox.namespace_support()
+assert ok, why
+run = sandbox.run_pytest({"test_a.py": "def test_a():\\n    assert 1 + 1 == 2\\n"},
+                         sandbox.SandboxConfig(timeout_s=20, isolation="namespace"))
+print(sys.executable, run.isolation, run.outcome("test_a.py::test_a"))
+"""
+    done = subprocess.run([str(python), "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [str(python), "namespace", "passed"]
+
+
+@needs_namespaces
+def test_an_interpreter_the_sandbox_cannot_show_is_named_not_blamed_on_namespaces(tmp_path, monkeypatch):
+    hidden = tmp_path / "python"  # under /tmp: a private tmpfs inside the sandbox, so this name is not there
+    hidden.symlink_to(sys.executable)
+    monkeypatch.setattr(sandbox, "sandbox_interpreter", lambda: str(hidden))
+    sandbox.namespace_support.cache_clear()
+    try:
+        ok, why = sandbox.namespace_support()
+    finally:
+        sandbox.namespace_support.cache_clear()
+    assert not ok
+    assert "cannot run inside it" in why and str(hidden) in why and "refused" not in why
+
+
+def test_the_sandbox_is_required_where_ci_asks_for_it():
+    # `.ci/run` sets TRACE_REQUIRE_SANDBOX=1: there a machine without namespaces fails here instead of skipping
+    # the tampering and isolation tests silently.
+    if sandbox.sandbox_required():
+        assert NAMESPACES, f"TRACE_REQUIRE_SANDBOX=1 but the namespace sandbox does not work: {WHY_NOT}"
 
 
 def test_missing_namespaces_are_refused_or_announced(monkeypatch, capsys):
