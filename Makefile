@@ -7,19 +7,23 @@
 #                    first (wandb, trackio, mlflow for their read-back tests; ~15-25 s, ~200 MB)
 #   make test-vllm - the same against a real vLLM server (builds .venv-vllm; run by .ci/run after make test)
 #   make test-real - a real pretrained model (SmolLM2-135M-Instruct from the package index; run by .ci/run)
+#   make lint  - ruff over the tree (requirements-lint.txt; run by .ci/run)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-requirements
 
-.PHONY: demo demo-full demo-fast demo-tau2 test test-slow test-real test-vllm venv clean
+.PHONY: demo demo-full demo-fast demo-tau2 test test-slow test-real test-vllm lint venv clean
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt
+# requirements.txt, then the project itself, editable (pyproject.toml): `python -m train ...` works from any
+# folder (-qq: without setuptools' banner on editable installs)
+$(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install -qq --no-deps -e .
 	@cp requirements.txt $(STAMP)
 
 demo: $(STAMP)
@@ -40,6 +44,16 @@ demo-tau2: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# ruff (pinned in requirements-lint.txt; settings in pyproject.toml): pyflakes' checks over every Python file.
+LINT_STAMP := $(VENV)/.installed-requirements-lint
+
+$(LINT_STAMP): requirements-lint.txt $(STAMP)
+	$(PY) -m pip install --quiet -r requirements-lint.txt
+	@cp requirements-lint.txt $(LINT_STAMP)
+
+lint: $(LINT_STAMP)
+	$(VENV)/bin/ruff check .
 
 # wandb, trackio and MLflow (the trackers besides TensorBoard, which requirements.txt has) for their slow
 # read-back tests in tests/test_tracking.py; no training command needs them.

@@ -58,7 +58,6 @@ from games._storefront_game_kit import (
     check_int,
     draw_kind,
     identity_sentence,
-    phrase_pattern,
     money,
     new_address,
     original_payment_method,

@@ -29,7 +29,6 @@ checked before any rollout).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path

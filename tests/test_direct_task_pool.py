@@ -52,7 +52,7 @@ def test_a_bad_pool_says_what_to_give(bad):
         config(task_pool=bad)
 
 
-def test_the_trainer_plays_only_the_pools_tasks(tiny_model_dir, tmp_path, letter_game):
+def test_the_trainer_plays_only_the_pools_tasks(tiny_model_dir, tmp_path, letter_game):  # noqa: F811
     """GRPO with task_pool 2 plays the pool's two seeds in every iteration's rollouts (3 passes in 6 groups); without
     a pool, six different seeds."""
     from benchmarks.results import load_results

@@ -8,7 +8,6 @@ before, changes the decision between turns for some of the same gates. Token rou
 from __future__ import annotations
 
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from benchmarks.agents import HFAgent, VLLMAgent, render_prompt
 from moe_gate import build_capability_model, save_gate
 from moe_gate.model_builder import (CapabilityModel, assistant_header_ids, assistant_header_text, first_prompt_ends,
                                     first_prompt_text)
-from moe_gate.serve import GlobalRouterFront, make_server
+from moe_gate.serve import GlobalRouterFront
 from moe_gate.smoke_test import make_random_adapter, randomise_gate
 from train.backends import HFBackend, SamplingParams
 from train.logprobs import token_logprobs

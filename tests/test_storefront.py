@@ -7,7 +7,6 @@ import json
 import random
 import re
 import threading
-import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path

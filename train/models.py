@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.util
-import json
 import shutil
 import sys
 import time

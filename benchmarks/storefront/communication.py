@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
 
 from benchmarks.storefront.db import ORDER_STATUSES
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.agents import Agent
-from benchmarks.storefront.env import StorefrontGame, tool_call_text
+from benchmarks.storefront.env import StorefrontGame
 from benchmarks.storefront.tasks import Step, SubRequest
 from game_registry import Game
 

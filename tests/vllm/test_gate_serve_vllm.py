@@ -6,7 +6,6 @@ import json
 import threading
 import urllib.request
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
