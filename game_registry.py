@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-REPO_ROOT = Path(__file__).resolve().parent
+from common.paths import REPO_ROOT
+
 DEFAULT_GAME_DIRS = (REPO_ROOT, REPO_ROOT / "games")
 GAME_FILE_GLOB = "capability_*_game.py"
 # Built-in games that are not capability games (the target benchmark itself, for direct-RL baselines).
@@ -428,8 +429,6 @@ def discover_games() -> None:
                                   "fix or remove that entry (entries are separated by "
                                   f"{os.pathsep!r}, relative ones start at the current folder)")
     _DISCOVERED = True
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))  # game files import benchmarks.* and game_registry
     for module in BUILTIN_GAME_MODULES:
         if importlib.util.find_spec(module.rsplit(".", 1)[0]) is not None:
             importlib.import_module(module)
@@ -485,7 +484,6 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     # Run through the importable module so game files that `import game_registry` share one registry.
-    sys.path.insert(0, str(REPO_ROOT))
     import game_registry
 
     sys.exit(game_registry.main())

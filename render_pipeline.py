@@ -45,8 +45,8 @@ import jinja2
 import jinja2.meta
 
 from common.io import InputError, atomic_write_text, check_output_path, check_url, load_yaml_mapping
+from common.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent
 PROMPTS_DIR = REPO_ROOT / "prompts"
 RENDERED_DIR = PROMPTS_DIR / "rendered"
 STAGES = ("capability", "environment")

@@ -13,8 +13,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from the repo root
-
 import numpy as np
 
 from common.io import InputError, check_int

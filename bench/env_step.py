@@ -14,14 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:  # run as a script: make game_registry importable
-    sys.path.insert(0, str(REPO_ROOT))
-
-from game_registry import GameSpec, get_game, list_games  # noqa: E402
-from common.io import InputError, check_number  # noqa: E402
+from game_registry import GameSpec, get_game, list_games
+from common.io import InputError, check_number
 
 TARGET_BENCHMARK = "storefront"
 

@@ -21,11 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:  # run as a script: make the repo's packages importable
-    sys.path.insert(0, str(REPO_ROOT))
-
-from common.io import InputError, atomic_write_json, check_output_path  # noqa: E402
+from common.paths import REPO_ROOT
+from common.io import InputError, atomic_write_json, check_output_path
 
 GAMES = ("precondition_verification", "structured_data_reasoning", "tool_calling_precision")
 BAND = (0.10, 0.60)
@@ -94,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from game_registry import get_game
-    from games._storefront_game_kit import surface_fields
+    from benchmarks.storefront.config import surface_fields
     from train.policy import load_base_model
 
     started = time.perf_counter()

@@ -34,17 +34,13 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:  # run as a script: make the repo's packages importable
-    sys.path.insert(0, str(REPO_ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from common.io import InputError, check_int, check_number  # noqa: E402
-from moe_gate import build_capability_model  # noqa: E402
-from moe_gate.model_builder import MASKED_MAX_MACS  # noqa: E402
-from moe_gate.smoke_test import make_random_adapter, make_tiny_base, randomise_gate  # noqa: E402
-from train.backends import HFBackend, SamplingParams  # noqa: E402
+from common.io import InputError, check_int, check_number
+from moe_gate import build_capability_model
+from moe_gate.model_builder import MASKED_MAX_MACS
+from moe_gate.smoke_test import make_random_adapter, make_tiny_base, randomise_gate
+from train.backends import HFBackend, SamplingParams
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 # The targets: routed >= 0.9x a single LoRA at 2 adapters of rank 8, >= 0.8x at 8 of rank 64 (4096 wide).

@@ -39,11 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:  # run as a script: make the repo's packages importable
-    sys.path.insert(0, str(REPO_ROOT))
-
-from common.io import InputError, atomic_write_json, load_json  # noqa: E402
+from common.io import InputError, atomic_write_json, load_json
 
 
 def parse_setting(text: str) -> tuple[str, int | None, int | None, float | None]:

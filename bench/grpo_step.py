@@ -35,15 +35,11 @@ import time
 import traceback
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:  # run as a script: make the repo's packages importable
-    sys.path.insert(0, str(REPO_ROOT))
+import torch
+from tqdm import tqdm
 
-import torch  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from game_registry import GameImportError, GameSpec, get_game  # noqa: E402
-from common.io import InputError  # noqa: E402
+from game_registry import GameImportError, GameSpec, get_game
+from common.io import InputError
 
 DEFAULT_GAME = "capability_precondition_verification"
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

@@ -41,18 +41,15 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:  # run as a script: make the repo's packages importable
-    sys.path.insert(0, str(REPO_ROOT))
+import torch
+import yaml
 
-import torch  # noqa: E402
-import yaml  # noqa: E402
-
-from common.io import InputError  # noqa: E402
-from game_registry import get_game  # noqa: E402
-from train.backends import HFBackend, RolloutBackend, SamplingParams  # noqa: E402
-from train.episodes import ChatTokenizer, EpisodeRequest, run_episodes, start_episode  # noqa: E402
-from train.shared_prefix import ATTENTION_NAME  # noqa: E402
+from common.paths import REPO_ROOT
+from common.io import InputError
+from game_registry import get_game
+from train.backends import HFBackend, RolloutBackend, SamplingParams
+from train.episodes import ChatTokenizer, EpisodeRequest, run_episodes, start_episode
+from train.shared_prefix import ATTENTION_NAME
 
 GAME = "storefront"
 GAME_CONFIG = REPO_ROOT / "configs/storefront/cpu_demo.yaml"

@@ -16,17 +16,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:  # run as a script: make pipeline importable
-    sys.path.insert(0, str(REPO_ROOT))
-
-from swebench.generators import GENERATORS, generate_one  # noqa: E402
-from swebench.mutations import mutate_rounds  # noqa: E402
-from swebench.sandbox import (UNSAFE_FLAG, SandboxConfig, SandboxUnavailable,  # noqa: E402
+from swebench.generators import GENERATORS, generate_one
+from swebench.mutations import mutate_rounds
+from swebench.sandbox import (UNSAFE_FLAG, SandboxConfig, SandboxUnavailable,
                                       resolve_isolation)
-from swebench.selftest import self_test_many  # noqa: E402
+from swebench.selftest import self_test_many
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,13 +20,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:  # run as a script: make the repo's packages importable
-    sys.path.insert(0, str(REPO_ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from common.io import InputError, check_int, check_model_folder, check_number  # noqa: E402
+from common.paths import REPO_ROOT
+from common.io import InputError, check_int, check_model_folder, check_number
 
 DEMO_CONFIG = REPO_ROOT / "configs/demo.yaml"
 

@@ -13,7 +13,7 @@ frame them:
 
 These are the same bytes train/chat_template.py's template writes natively (tests check it), so a model sees
 one format whichever template it ships, and game_registry.parse_hermes_action reads its answers. Every agent
-(benchmarks/agents.py), the trainer (train/episodes.py's ChatTokenizer) and the gate server render with it.
+(train/agents.py), the trainer (train/episodes.py's ChatTokenizer) and the gate server render with it.
 
 Lives in common/ because environments (benchmarks/) must not import train/.
 """

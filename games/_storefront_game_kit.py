@@ -75,7 +75,7 @@ from typing import Any, Callable, ClassVar
 
 from benchmarks.storefront.communication import LegitValues, Replies, Reply
 from benchmarks.storefront.compliance import just_confirmed, policy_violations
-from benchmarks.storefront.config import StorefrontConfig
+from benchmarks.storefront.config import StorefrontConfig, surface_fields
 from benchmarks.storefront.db import CITIES, Address, IdFormat, Order, StoreDB, User, random_address
 from benchmarks.storefront.policy import POLICY, policy_text
 from benchmarks.storefront.tasks import GREETINGS as TARGET_GREETINGS
@@ -83,11 +83,11 @@ from benchmarks.storefront.tasks import Customer, SubRequest
 from benchmarks.storefront.tools import StorefrontTools
 from benchmarks.storefront.user_sim import REQUEST_KINDS, Identity, UserRequest, UserSimulator, is_question
 from benchmarks.tooling import ToolCallRecord, ToolEnvGame
+from common.paths import REPO_ROOT
 from common.io import InputError, load_yaml_mapping
 from game_registry import Game, Policy, Probe, render_tool_call
 
 TARGET_BENCHMARK = "storefront"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 # The target's expert asks exactly this (benchmarks/storefront/env.py); the same words keep the two aligned.
 AUTH_QUESTION = "Please give me your email, or your name and zip code."
 GREETINGS = ("Hi.", "Hello!", "Hi there.", "")
@@ -266,12 +266,6 @@ SHORT_IDS = IdFormat(order_digits=3, item_digits=3, product_digits=3, user_digit
 MAX_EPISODE_REQUESTS = 4
 SURFACE_FILE_KEY = "file"  # in a `storefront` mapping: the storefront YAML its other keys override
 ALONE_EMAIL_AUTH_RATE = 0.75  # share of customers who identify by email in a game run alone
-
-
-def surface_fields(config: StorefrontConfig) -> dict[str, Any]:
-    """Every field of `config`, JSON-ready (lists, not tuples): how a surface is passed to a game and saved
-    with its results, so a saved and reloaded surface compares equal to the one a game holds."""
-    return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
 @functools.lru_cache(maxsize=16)

@@ -2,7 +2,7 @@
 
     vllm serve BASE --enable-lora --max-loras 4 --lora-modules NAME=ADAPTER_DIR ... --port 8000
     python -m moe_gate.serve --gate GATE_DIR --upstream http://127.0.0.1:8000 [--port 8100]
-    python -m benchmarks.storefront.run --agent vllm:http://127.0.0.1:8100 --tokenizer BASE ...
+    python -m train.play --agent vllm:http://127.0.0.1:8100 --tokenizer BASE ...
 
 An OpenAI-compatible front (`/v1/models`, `/v1/completions`, `/v1/chat/completions`) in front of one vLLM
 server that has every capability adapter loaded under its slot name (`--lora-modules NAME=DIR`, names as

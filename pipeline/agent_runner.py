@@ -40,10 +40,10 @@ from typing import Any, Callable
 import yaml
 
 from game_registry import game_dirs
+from common.paths import REPO_ROOT
 from common.io import InputError, load_json
 from pipeline.capabilities import load_selected, next_pending
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_AGENTS_FILE = REPO_ROOT / "configs" / "agents.yaml"
 SELECTED_RELATIVE = Path("pipeline") / "selected_capabilities.json"
 DEFAULT_VALIDATE_SEEDS = 200

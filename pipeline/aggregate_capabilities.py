@@ -60,9 +60,6 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-if __package__ in (None, ""):  # run as `python pipeline/aggregate_capabilities.py`: make `pipeline` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import numpy as np
 
 from common.io import InputError, atomic_write_json, check_output_path, load_json

@@ -28,13 +28,9 @@ import math
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: make `common.io` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from common.io import InputError, atomic_write_json, check_number, check_output_path, load_json  # noqa: E402
+from common.io import InputError, atomic_write_json, check_number, check_output_path, load_json
 
 PASS_AT_K = (1, 4, 8, 16)
 # Band attribute -> the reference implementation's flag for it (accepted as an alias).

@@ -49,9 +49,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-if __package__ in (None, ""):  # run as `python pipeline/label_trajectories.py`: make `pipeline` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from tqdm import tqdm
 
 from common.io import (InputError, atomic_write_json, check_distinct_paths, check_number, check_output_folder,

@@ -52,7 +52,6 @@ live in swebench/games/; put that folder on TRACE_GAMES_DIRS to use them:
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import tempfile
@@ -67,7 +66,7 @@ from swebench.generators import GENERATORS, generate_one
 from swebench.grading import Grade, GradeConfig, Grader
 from swebench.patches import apply_patch, replacements
 from swebench.sandbox import CommandRun, SandboxConfig, resolve_isolation, run_command
-from swebench.scenario import Scenario, default_scenarios_path, load_scenarios
+from swebench.scenario import Scenario, load_scenarios
 from benchmarks.tooling import EpisodeState
 from game_registry import render_tool_call
 
@@ -744,15 +743,3 @@ def make_spec(capability: str, interface: str | None = None) -> GameSpec:
         difficulty_knobs=(DifficultyKnob("mutation_rounds", "increase", (0, 1, 2, 3, 4, 5)),),
         probes=SCENARIO_PROBES,
     )
-
-
-def default_scenarios(capability: str) -> str:
-    """The calibrated set's path when it exists (pipeline/swebench/<capability>/scenarios_parsed.json), else ""."""
-    path = default_scenarios_path(capability)
-    return str(path) if path.is_file() else ""
-
-
-def describe(game: ScenarioGame) -> str:
-    """One line about the current scenario (for logs)."""
-    ws = game.workspace
-    return json.dumps({"scenario": ws.scenario.id, "difficulty": ws.scenario.metadata.get("difficulty")}) if ws else "{}"

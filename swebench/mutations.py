@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from swebench.generators.common import shortcut_patch
-from swebench.patches import apply_patch, make_patch
+from swebench.patches import make_patch
 from swebench.scenario import Scenario
 
 ROUND_ORDER = ("A", "B", "C", "A", "B")
@@ -719,11 +719,3 @@ def mutate_rounds(scenario: Scenario, rounds: int) -> Scenario:
     for index in range(rounds):
         scenario = mutate_round(scenario, index)
     return scenario
-
-
-def oracle_still_applies(scenario: Scenario) -> bool:
-    try:
-        apply_patch(scenario.files, scenario.oracle_patch)
-    except ValueError:
-        return False
-    return True

@@ -151,11 +151,6 @@ def apply_patch(files: dict[str, str], patch: str) -> dict[str, str]:
     return out
 
 
-def patched_paths(patch: str) -> list[str]:
-    """The paths a patch changes."""
-    return [file.path for file in parse_patch(patch)]
-
-
 def replacements(before: str, after: str) -> list[tuple[str, str]]:
     """(old, new) text replacements turning `before` into `after`, applied one after the other.
 

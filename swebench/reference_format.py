@@ -65,8 +65,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from swebench.patches import PatchError, make_patch
-from swebench.scenario import (CAPABILITIES, Scenario, ScenarioError, _CAPABILITY, _is_test_path,
-                                        check_relative_path)
+from swebench.scenario_model import (CAPABILITIES, Scenario, ScenarioError, _CAPABILITY, _is_test_path,
+                                     check_relative_path)
 
 REFERENCE_REQUIRED = ("name", "module_filename", "module_code", "test_filename", "test_code", "target_test",
                       "pr_description", "oracle_search", "oracle_replace")

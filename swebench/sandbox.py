@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from swebench.scenario import check_relative_path
+from swebench.scenario_model import check_relative_path
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "_sandbox_plugins"
 BOOT_SCRIPT = Path(__file__).resolve().parent / "_sandbox_boot.py"

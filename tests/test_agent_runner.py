@@ -16,13 +16,11 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
-import render_pipeline  # noqa: E402
-from pipeline import agent_runner  # noqa: E402
-from pipeline.aggregate_capabilities import selected_entries  # noqa: E402
-from pipeline.capabilities import load_selected  # noqa: E402
+import render_pipeline
+from pipeline import agent_runner
+from pipeline.aggregate_capabilities import selected_entries
+from pipeline.capabilities import load_selected
 
 AGENTS = REPO / "tests" / "fake_agents"
 CAPABILITY_CONFIG = REPO / "configs" / "capability_selection.yaml"

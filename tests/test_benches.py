@@ -64,7 +64,6 @@ def test_rollout_backends_bench_compares_merged_and_unmerged_lora_sampling():
 
 @pytest.mark.slow  # ~11 s: three HF sides and a vLLM stub over three workloads (make test stays under 5 minutes)
 def test_rollout_backends_bench_reports_the_layout_speedups_and_puts_a_vllm_server_side_by_side():
-    sys.path.insert(0, str(REPO / "tests"))
     from test_vllm_backend import StubVLLM  # an OpenAI-protocol stub of vLLM on 127.0.0.1
 
     server = StubVLLM(choices=[300, 301])

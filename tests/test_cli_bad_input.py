@@ -24,6 +24,7 @@ from benchmarks.storefront import run as storefront_run
 from pipeline import calibrate_environment, recalibrate, validate_game
 from common.io import InputError, check_number, check_output_path
 from signals import restore_sigint
+from train import play
 
 REPO = Path(__file__).resolve().parent.parent
 SUBPROCESS_TIMEOUT = 120
@@ -591,7 +592,11 @@ def test_model_folder_without_weights_exits_2(tiny_model_dir, no_model_load, tmp
 # The SWE-bench path: swebench.calibrate, phase3_synthesize.py, phase4_validate.py (issue 28)
 # --------------------------------------------------------------------------------------------------
 def _script(path: str, name: str):
-    """A script of the repository as a module (its folder is not a package)."""
+    """A script of the repository as a module (its folder is not a package: its sibling modules, such as the
+    phases' `_common`, import as they do when the script is run by path, from the script's folder)."""
+    folder = str((REPO / path).parent)
+    if folder not in sys.path:
+        sys.path.append(folder)
     spec = importlib.util.spec_from_file_location(name, REPO / path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -722,8 +727,8 @@ def test_storefront_refuses_a_bad_agent_before_building_it(agent, flag, message,
     agent = agent.format(weightless=weightless, missing=tmp_path / "missing", port=_free_port())
     out = tmp_path / "results.json"
     started = time.monotonic()
-    code = storefront_run.main(["--agent", agent, "--tokenizer", str(tiny_model_dir), "--tasks", "2", "--out",
-                                str(out), "--no-progress"])
+    code = play.main(["--agent", agent, "--tokenizer", str(tiny_model_dir), "--tasks", "2", "--out", str(out),
+                      "--no-progress"])
     expect_refused(code, capsys, flag, message)
     assert time.monotonic() - started < 5
     assert no_benchmark.calls == [] and not out.exists()

@@ -12,8 +12,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-from tracking_readback import (GRPO_NAMES, ROUTER_NAMES, SFT_NAMES, assert_same_series,  # noqa: E402
+from tracking_readback import (GRPO_NAMES, ROUTER_NAMES, SFT_NAMES, assert_same_series,
                                expected_series, rows, tensorboard_scalars, tensorboard_texts)
 
 
@@ -469,7 +468,6 @@ def test_demo_fast_runs_every_step_and_resumes(tmp_path):
 
 
 def test_step1_with_llm_labelers_goes_through_label_trajectories(tmp_path, demo_config, monkeypatch):
-    sys.path.insert(0, str(REPO / "tests"))
     from fake_openai_server import FakeOpenAIServer
 
     from benchmarks.results import write_results
@@ -536,7 +534,6 @@ def test_a_game_is_trained_only_where_the_base_agent_sometimes_wins_it_in_full()
 def partial_reward_game(monkeypatch):
     """A registered capability game (the toy vault) whose calibration rollouts a test scripts; its validation
     is taken as passed (validation is not what these tests look at)."""
-    sys.path.insert(0, str(REPO / "tests"))
     import toy_games as toy
 
     import pipeline.validate_game

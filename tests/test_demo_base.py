@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.demo.run import Demo, base_settings
+from pipeline.demo.config import base_settings
+from pipeline.demo.run import Demo
 from pipeline.demo.base_agent import MODEL_FILES, SHIPPED_DIR, file_sha256, ship, shipped_status
 from pipeline.demo.config import load_demo_config
 

@@ -15,8 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_vllm_backend import BASE, StubVLLM  # noqa: E402
+from test_vllm_backend import BASE, StubVLLM
 
 REPO = Path(__file__).resolve().parent.parent
 GAME = "capability_letter_density"

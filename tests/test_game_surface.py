@@ -22,7 +22,8 @@ from benchmarks.storefront.tasks import make_task
 from benchmarks.storefront.tools import StorefrontTools
 from benchmarks.storefront.user_sim import REQUEST_KINDS
 from game_registry import get_game, render_tool_call
-from games._storefront_game_kit import AUTH_QUESTION, surface_fields
+from benchmarks.storefront.config import surface_fields
+from games._storefront_game_kit import AUTH_QUESTION
 from pipeline.demo.config import load_demo_config
 from pipeline.validate_game import validate
 from test_difficulty_knobs import (forgets_some_requests, guesses_items, guesses_payment_method, mutate_calls,

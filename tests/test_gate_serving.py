@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from benchmarks.agents import HFAgent, VLLMAgent, render_prompt
+from train.agents import HFAgent, VLLMAgent, render_prompt
 from moe_gate import GateError, build_capability_model, save_gate
 from moe_gate.serve import GlobalRouterFront, make_server
 from moe_gate.smoke_test import make_random_adapter, randomise_gate
@@ -65,7 +65,7 @@ def test_hf_agent_plays_a_routed_model_from_its_gate_folder(tiny_model_dir, tiny
 def test_storefront_runs_a_routed_model_with_the_hf_agent(tiny_model_dir, tiny_adapters, tmp_path):
     model, _ = _routed(tiny_model_dir, tiny_adapters, "token", seed=0)
     save_gate(model, tmp_path / "gate")
-    result = subprocess.run([sys.executable, "-m", "benchmarks.storefront.run", "--agent", f"hf:{tmp_path / 'gate'}",
+    result = subprocess.run([sys.executable, "-m", "train.play", "--agent", f"hf:{tmp_path / 'gate'}",
                              "--tasks", "1", "--max-new-tokens", "4", "--out", str(tmp_path / "r.json"),
                              "--no-progress"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]

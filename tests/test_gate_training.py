@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,7 @@ from train.gate_policy import GatePolicy
 from train.logprobs import token_logprobs, token_logprobs_after_prefix
 from train.train_router_sft import LabeledSequence, routing_accuracy, train_router
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tracking_readback import (GRPO_NAMES, ROUTER_NAMES, assert_same_series, expected_series, rows,  # noqa: E402
+from tracking_readback import (GRPO_NAMES, ROUTER_NAMES, assert_same_series, expected_series, rows,
                                tensorboard_scalars)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -269,14 +267,12 @@ def test_grpo_gater_refuses_trajectory_mode(tiny_model_dir, letter_game, tmp_pat
 
 def test_a_game_mix_cycles_through_its_games_by_seed(tiny_model_dir, tiny_adapters, tmp_path):
     """grpo_gater on a mix: groups alternate between the games, each with its own prompt and turn limit."""
-    import sys
 
     from train.config import GRPOConfig
     from train.game_mix import mixed_spec
     from train.grpo import GRPOTrainer
     from train.policy import load_base_model
 
-    sys.path.insert(0, str(REPO / "tests"))
     import toy_games
 
     short = toy_games.make_spec(name="vault_short", max_turns=1, max_gen_tokens=8, base_prompt="Count carefully.")

@@ -23,8 +23,7 @@ from train.episodes import ChatTokenizer, EpisodeRequest, rescored_under_base_pr
 from train.grpo import GRPOTrainer
 from train.policy import LoraPolicy, load_base_model
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tracking_readback import (GRPO_NAMES, assert_same_series, expected_series, rows,  # noqa: E402
+from tracking_readback import (GRPO_NAMES, assert_same_series, expected_series, rows,
                                tensorboard_scalars, tensorboard_texts)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,7 +43,6 @@ def letter_game():
 
 @pytest.fixture(scope="module")
 def vault_spec():
-    sys.path.insert(0, str(REPO / "tests"))
     import toy_games
 
     return toy_games.make_spec(max_turns=4)
@@ -601,7 +599,6 @@ def _sampled_positions(ep, records) -> list[int]:
 @pytest.fixture(scope="module")
 def multi_turn_spec():
     """The vault game (tool observations and customer replies between turns), short turns for speed."""
-    sys.path.insert(0, str(REPO / "tests"))
     import toy_games
 
     return toy_games.make_spec(max_turns=3, max_gen_tokens=12)

@@ -3,7 +3,6 @@ turn and what answered it), equal the whole conversation's render on every turn 
 from __future__ import annotations
 
 import copy
-import sys
 from pathlib import Path
 
 import pytest
@@ -37,7 +36,6 @@ class CheckedChat(ChatTokenizer):
 
 
 def _games():
-    sys.path.insert(0, str(REPO / "tests"))
     import toy_games
 
     games = [(name, get_game(name), {}) for name in list_games()]

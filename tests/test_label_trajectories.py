@@ -19,12 +19,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
 
-from fake_openai_server import FakeOpenAIServer, label_rule  # noqa: E402
-from pipeline import label_trajectories as lt  # noqa: E402
-from pipeline.aggregate_capabilities import load_run  # noqa: E402
-from pipeline.llm_client import ChatClient, FatalAPIError, RateLimiter, RetryPolicy, parse_retry_after  # noqa: E402
+from fake_openai_server import FakeOpenAIServer, label_rule
+from pipeline import label_trajectories as lt
+from pipeline.aggregate_capabilities import load_run
+from pipeline.llm_client import ChatClient, FatalAPIError, RateLimiter, RetryPolicy, parse_retry_after
 from signals import restore_sigint
 
 SECRET = "sk-test-7d1e0c4b9a-DO-NOT-LEAK"

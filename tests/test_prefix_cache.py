@@ -2,7 +2,6 @@
 prefill it saves is really saved."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,6 @@ def _storefront():
 
 
 def _vault():
-    sys.path.insert(0, str(REPO / "tests"))
     import toy_games
 
     return toy_games.make_spec(max_turns=4), {}

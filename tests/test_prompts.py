@@ -23,11 +23,9 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # so the test also runs as `pytest` (not only `python -m pytest`)
-    sys.path.insert(0, str(REPO))
 
-import render_pipeline  # noqa: E402
-from common.io import InputError  # noqa: E402
+import render_pipeline
+from common.io import InputError
 
 # Filled-in prompt -> (config that renders it, stage). Each config's first line gives the command.
 FILLED_IN = {

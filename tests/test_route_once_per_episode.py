@@ -7,13 +7,12 @@ before, changes the decision between turns for some of the same gates. Token rou
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from benchmarks.agents import HFAgent, VLLMAgent, render_prompt
+from train.agents import HFAgent, VLLMAgent, render_prompt
 from moe_gate import build_capability_model, save_gate
 from moe_gate.model_builder import (CapabilityModel, assistant_header_ids, assistant_header_text, first_prompt_ends,
                                     first_prompt_text)
@@ -23,8 +22,7 @@ from train.backends import HFBackend, SamplingParams
 from train.logprobs import token_logprobs
 from train.policy import load_base_model
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_gate_serving import FakeMultiLoRAServer, _serve  # noqa: E402
+from test_gate_serving import FakeMultiLoRAServer, _serve
 
 GATE_SEEDS = range(30)
 TOOLS = [{"type": "function", "function": {"name": "find_order", "description": "Look up an order.",

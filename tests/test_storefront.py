@@ -14,9 +14,11 @@ from typing import Any, Callable
 
 import pytest
 
-from benchmarks.agents import ExpertAgent, HFAgent, VLLMAgent, parse_agent_spec
+from benchmarks.agents import ExpertAgent
+from train.agents import HFAgent, VLLMAgent, parse_agent_spec
 from benchmarks.results import load_results, make_simulation, pass_rates, write_results
 from benchmarks.storefront import run as run_cli
+from train import play as play_cli
 from benchmarks.storefront.communication import (LegitValues, Replies, Reply, amounts_in, asserted_statuses, is_raw_dump,
                                                  order_ids_in, reply_tells_amount, reply_tells_status)
 from benchmarks.storefront.db import IdFormat, StoreDB, db_hash, generate_db
@@ -1282,9 +1284,12 @@ def test_cli_bad_input(tmp_path: Path, capsys):
         bad_out = tmp_path / "bad.json"
         args = {"--agent": "expert", "--tasks": "4", "--out": str(bad_out)}
         args.update(dict(zip(argv[::2], argv[1::2])))
-        assert run_cli.main([x for kv in args.items() for x in kv] + ["--no-progress"]) == 2, argv
+        assert play_cli.main([x for kv in args.items() for x in kv] + ["--no-progress"]) == 2, argv
         assert message in capsys.readouterr().err, argv
         assert not bad_out.exists()
+    # the environment's own CLI loads no models: it points to train.play for a model agent
+    assert run_cli.main(["--agent", f"hf:{tmp_path}", "--tasks", "1", "--out", str(tmp_path / "r.json")]) == 2
+    assert "python -m train.play" in capsys.readouterr().err
 
 
 class SeedRecorder(ExpertAgent):
@@ -1344,7 +1349,7 @@ def test_hf_agent_plays_with_the_tiny_model(tiny_model_dir: Path, tmp_path: Path
     assert isinstance(adapted.model, PeftModel)
     assert adapted.respond(messages, game.get_tool_schemas()) == text  # LoRA B starts at zero
     out = tmp_path / "hf.json"
-    assert run_cli.main(["--agent", f"hf:{tiny_model_dir}", "--tasks", "2", "--out", str(out), "--no-progress",
+    assert play_cli.main(["--agent", f"hf:{tiny_model_dir}", "--tasks", "2", "--out", str(out), "--no-progress",
                          "--max-new-tokens", "16", "--temperature", "1.0"]) == 0
     sims = load_results(out)["simulations"]
     assert len(sims) == 2 and all(0.0 <= s["reward_info"]["reward"] <= 1.0 for s in sims)

@@ -11,8 +11,7 @@ import pytest
 
 from game_registry import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "tests"))
-from fake_openai_server import FakeOpenAIServer  # noqa: E402
+from fake_openai_server import FakeOpenAIServer
 
 
 PHASES = REPO_ROOT / "swebench" / "qwen3.6_self_trace"

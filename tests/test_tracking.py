@@ -21,8 +21,7 @@ import game_registry
 from train.config import GRPOConfig, load_config, save_config
 from train.tracking import MetricLogger, check_report_to, open_trackers
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tracking_readback import GRPO_NAMES, assert_same_series, expected_series, rows, tensorboard_scalars  # noqa: E402
+from tracking_readback import GRPO_NAMES, assert_same_series, expected_series, rows, tensorboard_scalars
 
 REPO = Path(__file__).resolve().parent.parent
 GAMES_DIR = REPO / "tests" / "games"

@@ -43,8 +43,7 @@ from train.config import load_config
 from train.sft import SFTConfig, tokenize_chats, train_sft
 from train.tiny import build_tiny_model
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_vllm_backend import BASE, StubVLLM  # noqa: E402
+from test_vllm_backend import BASE, StubVLLM
 
 REPO = Path(__file__).resolve().parent.parent
 LETTER_GAME = "capability_letter_density"

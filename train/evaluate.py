@@ -4,7 +4,7 @@
         [--samples 4] [--temperature 1.0] [--config configs/storefront/cpu_demo.yaml] --out results.json
 
 Every episode of a run is played at once through the in-process rollout backend (`train.episodes`), so 100
-storefront tasks take seconds on the tiny model, where `benchmarks.storefront.run --agent hf:...` plays them
+storefront tasks take seconds on the tiny model, where `python -m train.play --agent hf:...` plays them
 one by one (it stays the reference path for any agent). Task i gets the seed `benchmarks.storefront.run.
 task_seed(seed, i)`, so two runs with the same `--seed` play the same tasks. `--samples K` plays each task K
 times; as in τ²-bench's trials, sample k of a task is played with the customer's wording k where the game has

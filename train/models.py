@@ -25,10 +25,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.paths import REPO_ROOT as REPO
 from common.io import InputError, atomic_write_json, check_output_folder
 from common.run_folder import follow_umask
 
-REPO = Path(__file__).resolve().parents[1]
 MARKER = "trace_model.json"  # written last: its presence means the conversion finished
 
 

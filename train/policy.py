@@ -188,14 +188,6 @@ def write_peft_adapter(peft_config: Any, state: dict[str, torch.Tensor], directo
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def save_adapter_atomically(peft_model: torch.nn.Module, directory: str | Path) -> None:
-    """Save an (unsharded) PEFT model's adapter atomically."""
-    from peft import get_peft_model_state_dict
-
-    state = get_peft_model_state_dict(peft_model, save_embedding_layers=False)
-    write_peft_adapter(peft_model.peft_config["default"], state, directory)
-
-
 def count_parameters(model: torch.nn.Module) -> tuple[int, int]:
     """(trainable, total) parameter counts."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -8,6 +8,8 @@ The defaults are meant to be realistic; the CPU demo shrinks ids and requests to
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,3 +121,9 @@ class StorefrontConfig:
         return IdFormat(order_digits=self.order_id_digits, item_digits=self.item_id_digits,
                         product_digits=self.product_id_digits, user_digits=self.user_id_digits,
                         payment_digits=self.payment_id_digits, short_emails=self.short_emails)
+
+
+def surface_fields(config: StorefrontConfig) -> dict[str, Any]:
+    """Every field of `config`, JSON-ready (lists, not tuples): how a surface is passed to a game and saved
+    with its results, so a saved and reloaded surface compares equal to the one a game holds."""
+    return json.loads(json.dumps(dataclasses.asdict(config)))

@@ -1,10 +1,14 @@
 """Run an agent on the storefront benchmark and write τ²-bench-format results.
 
     python -m benchmarks.storefront.run --agent expert --tasks 40 --seed 0 --out runs/x/results.json
-    python -m benchmarks.storefront.run --agent hf:MODEL_DIR[:ADAPTER_DIR] --tasks 100 --seed 1 \\
-        --out results.json [--kinds cancel,return] [--temperature 1.0] [--trials 3]
-    python -m benchmarks.storefront.run --agent vllm:http://localhost:8000 --tokenizer MODEL_DIR ...
     python -m benchmarks.storefront.run --agent flawed:skip_status_check ...   (a planted-failure expert)
+    python -m train.play --agent hf:MODEL_DIR[:ADAPTER_DIR] --tasks 100 --seed 1 \\
+        --out results.json [--kinds cancel,return] [--temperature 1.0] [--trials 3]
+    python -m train.play --agent vllm:http://localhost:8000 --tokenizer MODEL_DIR ...
+
+The environment side loads no models: this module's CLI plays the environment's own agents (the expert and its
+planted-failure variants); `python -m train.play` is the same CLI (same flags, same results) with the
+model-backed agents of train/agents.py as well.
 
 Task i (0-based) gets the seed derived from (--seed, i); each task holds one to three requests drawn
 from the config's mix. Each task is played --trials times (trial 0..K-1, one simulation each; the
@@ -19,21 +23,17 @@ import dataclasses
 import hashlib
 import sys
 import time
-import urllib.error
-import urllib.request
-from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tqdm import tqdm
 
-from benchmarks.agents import Agent, parse_agent_spec
+from benchmarks.agents import Agent, ExpertAgent
 from benchmarks.results import make_simulation, pass_hat_k, pass_rates, write_results
 from benchmarks.storefront.env import StorefrontConfig, StorefrontGame
 from benchmarks.storefront.flaws import FlawedExpertAgent
 from benchmarks.storefront.user_sim import REQUEST_KINDS
 from game_registry import parse_hermes_action
-from common.io import (InputError, check_model_folder, check_number, check_output_path, check_url,
-                       load_yaml_mapping)
+from common.io import InputError, check_number, check_output_path, load_yaml_mapping
 from common.run_folder import exit_code
 
 
@@ -115,34 +115,6 @@ def _parse_kinds(text: str | None) -> tuple[str, ...] | None:
     return kinds
 
 
-def check_agent_spec(spec: str, tokenizer_dir: str | None = None) -> None:
-    """InputError for an `hf:` model folder without config or weights, a `vllm:` URL without a scheme, or a `vllm:`
-    server where nothing listens; run before the agent is built (a model load, or ~30 s of connection retries)."""
-    kind, _, rest = spec.partition(":")
-    if kind == "hf" and rest:
-        model_dir, _, adapter = rest.partition(":")
-        for folder in (model_dir, adapter):
-            if folder and not Path(folder).is_dir():
-                raise InputError(f"--agent {spec}: {folder}: folder not found")
-        if not any(folder and (Path(folder) / "gate_config.json").is_file() for folder in (model_dir, adapter)):
-            check_model_folder(model_dir, "--agent hf:")  # a gate folder names its base model itself
-    elif kind == "vllm" and rest:
-        base = check_url(rest, "--agent vllm:").rstrip("/")
-        if not tokenizer_dir:
-            return  # the agent names the missing --tokenizer, a flag error, before any server is asked
-        base = base if base.endswith("/v1") else base + "/v1"
-        try:
-            with urllib.request.urlopen(f"{base}/models", timeout=10) as response:
-                response.read(1)
-        except urllib.error.HTTPError:  # a server answers; the agent reports what it says
-            return
-        except urllib.error.URLError as err:
-            if isinstance(err.reason, ConnectionRefusedError):  # nothing listens there: retrying will not help
-                raise InputError(f"--agent {spec}: no server listens at {base} (connection refused); start it "
-                                 "(vllm serve MODEL --port PORT) or fix the URL") from None
-            # anything else (a timeout, a name that does not resolve yet) is left to the agent's retries
-
-
 def request_kinds(sim: dict[str, Any]) -> list[str]:
     """The request kinds of a simulation's task (each once)."""
     return list(dict.fromkeys(sim["request_kinds"]))
@@ -181,10 +153,32 @@ def format_stats(simulations: list[dict[str, Any]]) -> dict[str, Any]:
             "valid_tool_call_rate": round(calls / (calls + malformed), 4) if calls + malformed else None}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Run an agent on the storefront benchmark (τ²-bench results JSON).")
+def environment_agent(args: argparse.Namespace) -> Agent:
+    """The environment's own players: `expert` and `flawed:FLAW` (benchmarks/storefront/flaws.py); InputError
+    for anything else (model agents are train/agents.py's, played by `python -m train.play`)."""
+    if args.agent == "expert":
+        return ExpertAgent()
+    if args.agent.startswith("flawed:"):  # a planted-failure expert
+        try:
+            return FlawedExpertAgent(args.agent.removeprefix("flawed:"))
+        except ValueError as err:
+            raise InputError(f"--agent {args.agent}: {err}") from None
+    if args.agent.partition(":")[0] in ("hf", "vllm"):
+        raise InputError(f"--agent {args.agent}: a model agent; play it with `python -m train.play` (the same "
+                         "flags: the environment side loads no models)")
+    raise InputError(f"--agent {args.agent}: bad agent spec; use 'expert' or 'flawed:FLAW' (model agents: "
+                     "`python -m train.play --agent hf:MODEL_DIR[:ADAPTER_DIR] | vllm:URL`)")
+
+
+def main(argv: list[str] | None = None, make_agent: Callable[[argparse.Namespace], Agent] = environment_agent,
+         prog: str | None = None) -> int:
+    """The CLI; `make_agent(args)` builds the agent from the parsed flags after every other check (it may load
+    a model), raising InputError for a bad spec."""
+    parser = argparse.ArgumentParser(prog=prog,
+                                     description="Run an agent on the storefront benchmark (τ²-bench results JSON).")
     parser.add_argument("--agent", required=True,
-                        help="expert | flawed:FLAW | hf:MODEL_DIR[:ADAPTER_DIR] | vllm:URL")
+                        help="expert | flawed:FLAW (with python -m train.play also hf:MODEL_DIR[:ADAPTER_DIR] | "
+                             "vllm:URL)")
     parser.add_argument("--tasks", type=int, required=True, help="number of tasks")
     parser.add_argument("--seed", type=int, default=0, help="base seed; task seeds derive from it (default 0)")
     parser.add_argument("--out", required=True, help="results JSON to write")
@@ -210,18 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         check_output_path(args.out, "--out")
         kinds = _parse_kinds(args.kinds)
         config = load_config(args.config, kinds)
-        check_agent_spec(args.agent, args.tokenizer)
-        try:
-            if args.agent.startswith("flawed:"):  # a planted-failure expert (benchmarks/storefront/flaws.py)
-                agent = FlawedExpertAgent(args.agent.removeprefix("flawed:"))
-            else:
-                agent = parse_agent_spec(args.agent, temperature=args.temperature,
-                                         max_new_tokens=args.max_new_tokens, tokenizer_dir=args.tokenizer,
-                                         model=args.model)
-        except (ValueError, OSError) as err:  # a bad spec, a folder or file that is missing or unreadable
-            raise InputError(f"--agent {args.agent}: {err}") from None
-        except RuntimeError as err:  # VLLMAgent: the server refused, serves no model, or never answered
-            raise InputError(f"--agent {args.agent}: {err}") from None
+        agent = make_agent(args)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

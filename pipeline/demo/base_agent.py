@@ -39,10 +39,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from common.paths import REPO_ROOT
 from common.io import InputError, atomic_write_json, load_json
 from common.run_folder import exit_code
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_DIR = REPO_ROOT / "assets" / "demo_base_agent"
 MANIFEST = "manifest.json"
 # The model folder's files as `Demo.base` saves them (sft_info.json holds the SFT's loss curves).
@@ -180,7 +180,7 @@ def ship(run_dir: Path, shipped_dir: Path = SHIPPED_DIR) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.demo.run import PROFILES, base_settings
+    from pipeline.demo.config import PROFILES, base_settings
     from pipeline.demo.config import load_demo_config
 
     parser = argparse.ArgumentParser(prog="python -m pipeline.demo.base_agent", description=__doc__.split("\n\n")[0])

@@ -6,6 +6,7 @@ step it reads from, changed. Unknown keys and invalid values raise with the fix 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,9 @@ from common.io import InputError, load_yaml_mapping
 from pipeline.demo.trainable import TRAIN_BAND
 from train.chat_template import TOOLS_VIEWS
 from train.tracking import check_report_to
+
+# `python -m pipeline.demo --profile NAME` (and `make demo` / `make demo-full` / `make demo-fast`): the config each reads
+PROFILES = {"default": "configs/demo.yaml", "full": "configs/demo_full.yaml", "fast": "configs/demo_fast.yaml"}
 
 
 def _positive_int(owner: str, name: str, value: Any) -> None:
@@ -306,3 +310,10 @@ def load_demo_config(path: str | Path) -> DemoConfig:
         return DemoConfig(**kwargs)
     except (ValueError, TypeError) as err:
         raise InputError(f"{path}: {err}") from None
+
+
+def base_settings(config: Any, storefront: Any) -> dict[str, Any]:
+    """The base agent's recipe: the config's `base` section and the storefront config its demonstrations come from
+    (the demonstrations are played on the target's own config, its max_steps, not evaluate.max_steps)."""
+    settings = {**dataclasses.asdict(config.base), "storefront": dataclasses.asdict(storefront)}
+    return json.loads(json.dumps(settings, default=str))  # as step.json stores it (lists, not tuples)

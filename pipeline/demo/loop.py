@@ -28,6 +28,7 @@ import random
 import shutil
 from fractions import Fraction
 from pathlib import Path
+from common.paths import REPO_ROOT
 from typing import Any, Sequence
 
 import yaml
@@ -45,7 +46,7 @@ HISTORY_KEYS = ("knob", "value", *FIGURES)
 # failed episodes (`pipeline.recalibrate.episode_classes`), for the report of a game this agent cannot win.
 CLASS_KEYS = ("class_shares", "success_by_class", "first_mistakes", "failed")
 
-GRPO_TINY = Path(__file__).resolve().parents[2] / "configs" / "grpo_tiny.yaml"
+GRPO_TINY = REPO_ROOT / "configs" / "grpo_tiny.yaml"
 # Step 1's analysis results (pipeline/demo/run.py's `select` step: the base agent sampled on the target storefront),
 # relative to the run folder that holds the gate folder: router SFT's "base"-labeled data.
 ANALYSIS_RESULTS = ("select", "analysis_seed*_sampled.json")

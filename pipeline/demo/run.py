@@ -68,12 +68,12 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
 
+from common.paths import REPO_ROOT
 from common.io import InputError, atomic_write_json, atomic_write_jsonl, load_json
 from common.run_folder import Interrupted, check_output_dir, exit_code, follow_umask
+from pipeline.demo.config import PROFILES, base_settings
 from pipeline.demo.report import BASELINE_LABELS
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-PROFILES = {"default": "configs/demo.yaml", "full": "configs/demo_full.yaml", "fast": "configs/demo_fast.yaml"}
 STEP_FILE = "step.json"
 # The steps a repeat (`--repeat N`) runs again with its own training seed, under <run-dir>/repeats/<r>/: everything
 # that trains, and the evaluations of what it trained. The base agent, its evaluation, Step 1 and Step 2's
@@ -340,8 +340,8 @@ class Demo:
     def game_surface(self) -> dict[str, Any]:
         """The game overrides every capability game starts from: the evaluation's storefront as its surface, so
         it draws the target's request kinds, id forms, phrasings, items, payment mix and confirmation rule
-        (games/_storefront_game_kit.py). Every field, JSON-ready: calibration saves it with the game's overrides."""
-        from games._storefront_game_kit import surface_fields
+        (benchmarks/storefront/config.py). Every field, JSON-ready: calibration saves it with the game's overrides."""
+        from benchmarks.storefront.config import surface_fields
 
         return {"storefront": surface_fields(self.storefront)}
 
@@ -605,13 +605,6 @@ def file_label(model: str) -> str:
     "direct_GRPO_task_pool", "TRACE @1/4" -> "TRACE_at1of4"."""
     return (model.replace(":", "_").replace(" ", "_").replace("(", "").replace(")", "").replace("@", "at")
             .replace("/", "of"))
-
-
-def base_settings(config: Any, storefront: Any) -> dict[str, Any]:
-    """The base agent's recipe: the config's `base` section and the storefront config its demonstrations come from
-    (the demonstrations are played on the target's own config, its max_steps, not evaluate.max_steps)."""
-    settings = {**dataclasses.asdict(config.base), "storefront": dataclasses.asdict(storefront)}
-    return json.loads(json.dumps(settings, default=str))  # as step.json stores it (lists, not tuples)
 
 
 def summarize_runs(runs: dict[str, Any], mode: str) -> dict[str, Any]:

@@ -28,12 +28,12 @@ import sys
 from pathlib import Path
 
 from pipeline.demo import rule_labeler
+from common.paths import REPO_ROOT
 from common.io import InputError, atomic_write_json, atomic_write_jsonl, check_output_folder, load_json
 from pipeline._summarize import summarize_paths
 from pipeline.aggregate_capabilities import AggregationConfig, aggregate, format_table, write_outputs
 from pipeline.labels_to_run import labels_to_run
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 TAU2_RESULTS = sorted((REPO_ROOT / "tests" / "fixtures" / "real" / "tau2-bench").glob("*.json"))
 BANNER = "=" * 78
 

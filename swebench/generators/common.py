@@ -15,7 +15,6 @@ from __future__ import annotations
 import ast
 import math
 import random
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
@@ -215,7 +214,3 @@ def generate_with_retries(build: Callable[[random.Random], Draft], seed: int, at
 def indent(text: str, spaces: int) -> str:
     pad = " " * spaces
     return "\n".join(pad + line if line.strip() else line for line in text.splitlines())
-
-
-def snake(words: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", words.lower()).strip("_")

@@ -16,10 +16,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from common.paths import REPO_ROOT
+
 HERE = Path(__file__).resolve().parent
-REPO_ROOT = HERE.parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
 
 DEFAULT_RUN_DIR = REPO_ROOT / "runs" / "swebench" / "qwen36_self_trace"
 DEFAULT_BASE_URL = "http://localhost:8000/v1"

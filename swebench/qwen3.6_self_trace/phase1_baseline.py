@@ -23,8 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (DEFAULT_BASE_URL, DEFAULT_MODEL, DEFAULT_RUN_DIR, HERE, Missing,  # noqa: E402
+from _common import (DEFAULT_BASE_URL, DEFAULT_MODEL, DEFAULT_RUN_DIR, HERE, Missing,
                      agent_commands, agent_prerequisites, evaluate)
 
 

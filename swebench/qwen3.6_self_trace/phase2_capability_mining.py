@@ -31,8 +31,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import DEFAULT_RUN_DIR, HERE, REPO_ROOT, Missing, server_problem  # noqa: E402
+from _common import DEFAULT_RUN_DIR, HERE, REPO_ROOT, Missing, server_problem
 
 BUNDLED = REPO_ROOT / "tests" / "fixtures" / "real" / "mini-swe-agent-swebench-verified"
 

@@ -24,8 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import CAPABILITIES, DEFAULT_RUN_DIR  # noqa: E402
+from _common import CAPABILITIES, DEFAULT_RUN_DIR
 
 
 def chosen_capabilities(requested: list[str], run_dir: Path) -> list[str]:

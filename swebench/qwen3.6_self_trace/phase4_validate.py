@@ -20,8 +20,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import CAPABILITIES, DEFAULT_RUN_DIR  # noqa: E402
+from _common import CAPABILITIES, DEFAULT_RUN_DIR
 
 
 def default_files(run_dir: Path) -> list[Path]:

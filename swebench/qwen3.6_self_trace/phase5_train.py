@@ -32,8 +32,7 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import CAPABILITIES, HERE, REPO_ROOT, Missing, gpu_problem, run, server_problem  # noqa: E402
+from _common import CAPABILITIES, HERE, REPO_ROOT, Missing, gpu_problem, run, server_problem
 
 
 def game_overrides(args: argparse.Namespace, scenarios: Path) -> dict:

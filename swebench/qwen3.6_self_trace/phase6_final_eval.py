@@ -25,8 +25,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (DEFAULT_BASE_URL, DEFAULT_MODEL, DEFAULT_RUN_DIR, HERE, Missing, agent_commands,  # noqa: E402
+from _common import (DEFAULT_BASE_URL, DEFAULT_MODEL, DEFAULT_RUN_DIR, HERE, Missing, agent_commands,
                      agent_prerequisites, evaluate)
 
 

@@ -6,9 +6,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))  # the agent works in a temporary folder; the pipeline code lives in the repo
 
-from pipeline import capabilities  # noqa: E402
+from pipeline import capabilities
 
 SELECTED = Path("pipeline/selected_capabilities.json")  # relative to the agent's cwd, as in the prompts
 TEMPLATE = Path(__file__).with_name("tiny_game.py.txt")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.agents import render_prompt
+from train.agents import render_prompt
 from game_registry import get_game
 
 pytestmark = pytest.mark.real

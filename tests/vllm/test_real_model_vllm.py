@@ -81,7 +81,7 @@ def test_the_grpo_adapter_loads_at_runtime_and_changes_the_outputs_as_peft_does(
 
 
 def test_the_vllm_agent_plays_a_storefront_turn_with_tools_rendered_on_the_client(real_server):
-    from benchmarks.agents import VLLMAgent, render_prompt
+    from train.agents import VLLMAgent, render_prompt
     from game_registry import get_game
 
     agent = VLLMAgent(real_server.url, real_server.model, real_server.model_dir, max_new_tokens=48)

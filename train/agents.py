@@ -1,0 +1,284 @@
+"""Model-backed agents that play tool-use games one conversation at a time (benchmarks/agents.py's `Agent`).
+
+- `HFAgent(model_dir, adapter_dir=None, temperature=0.0, max_new_tokens=256)`: a local transformers
+  causal LM (optionally with a PEFT adapter, or a routed model of Step 4: a moe_gate gate folder as
+  `model_dir`, or as `adapter_dir` over the base in `model_dir`); the prompt is the tokenizer's chat
+  template applied to the messages and tool schemas; generation stops at the tokenizer's eos or `<|im_end|>`.
+  A routed model in trajectory/global mode decides once per episode: every turn's prompt is the whole
+  conversation, and the model routes it from its first prompt (the rendered conversation through its first
+  assistant header, i.e. the messages before the first assistant message with the generation prompt; encoded
+  on its own so its tokens are the same on every turn), so turn k routes as turn 1 did.
+- `VLLMAgent(base_url, model, tokenizer_dir)`: a vLLM (OpenAI-compatible) server's `/v1/completions`,
+  with the chat template applied here on the client, so the server sees exactly the prompt an HFAgent
+  would. Connection errors, timeouts and 5xx answers are retried with exponential backoff, then the
+  call fails loudly.
+
+`parse_agent_spec("expert" | "flawed:FLAW" | "hf:DIR[:ADAPTER]" | "vllm:URL")` builds one (the first two are the
+environment's own players, which load no model); `check_agent_spec` checks a spec before anything is loaded. Batched backends for training
+live in train/backends.py; these agents handle one conversation at a time and aim at being simple and
+correct.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+
+from benchmarks.agents import Agent
+from benchmarks.storefront import run as storefront_run
+from common.chat_render import render_messages
+from common.io import InputError, check_model_folder, check_url
+from game_registry import Game
+
+IM_END = "<|im_end|>"
+
+
+def _stop_strings(tokenizer: Any) -> list[str]:
+    """End-of-turn markers: the tokenizer's eos and, when it knows it, `<|im_end|>`."""
+    stops = [IM_END] if IM_END in tokenizer.get_vocab() else []
+    if tokenizer.eos_token and tokenizer.eos_token not in stops:
+        stops.append(tokenizer.eos_token)
+    if not stops:
+        raise ValueError("the tokenizer has neither an eos token nor <|im_end|>; generation could not stop")
+    return stops
+
+
+def _load_tokenizer(folder: str | Path) -> Any:
+    from transformers import AutoTokenizer
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: model/tokenizer folder not found")
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    if not tokenizer.chat_template:
+        raise ValueError(f"{folder}: the tokenizer has no chat template; the agent needs one to build prompts")
+    return tokenizer
+
+
+def render_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+    """The generation prompt: chat template over messages and tools, ending with the assistant header (tools
+    in Hermes style when the template cannot render them: common/chat_render.py, shared with the trainer)."""
+    return render_messages(tokenizer, messages, tools, add_generation_prompt=True)
+
+
+def _routed_gate_dir(model_dir: str, adapter_dir: str | None) -> str | None:
+    """The gate folder (moe_gate's gate_config.json) among `hf:MODEL_DIR[:ADAPTER_DIR]`, if there is one."""
+    for folder in (adapter_dir, model_dir):
+        if folder and (Path(folder) / "gate_config.json").is_file():
+            return folder
+    return None
+
+
+class HFAgent(Agent):
+    """A local transformers model (+ optional PEFT adapter) generating one turn at a time."""
+
+    def __init__(self, model_dir: str | Path, adapter_dir: str | Path | None = None, temperature: float = 0.0,
+                 max_new_tokens: int = 256, device: str = "cpu") -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        self.model_dir, self.adapter_dir = str(model_dir), (str(adapter_dir) if adapter_dir else None)
+        self.temperature, self.max_new_tokens, self.device = temperature, max_new_tokens, device
+        gate = _routed_gate_dir(self.model_dir, self.adapter_dir)
+        if gate is not None:  # a routed model (Step 4): base + capability adapters + gate
+            from moe_gate import load_capability_model
+            from moe_gate.model_builder import read_gate_config
+
+            base_dir = self.model_dir if gate == self.adapter_dir else read_gate_config(gate)["base_model"]["name_or_path"]
+            self.tokenizer = _load_tokenizer(base_dir)
+            model, _ = load_capability_model(gate, base_model=base_dir, device=device)
+            self.model_dir, self.adapter_dir = base_dir, gate
+        else:
+            self.tokenizer = _load_tokenizer(model_dir)
+            model = AutoModelForCausalLM.from_pretrained(self.model_dir, local_files_only=True)
+        if self.adapter_dir and gate is None:
+            from peft import PeftModel
+
+            if not Path(self.adapter_dir).is_dir():
+                raise FileNotFoundError(f"{self.adapter_dir}: adapter folder not found")
+            model = PeftModel.from_pretrained(model, self.adapter_dir)
+        self.model = model.to(device).eval()
+        # Routing once per episode (trajectory/global): the key is the conversation's first prompt, which the
+        # model finds through the tokenizer's assistant header; "" for plain models and token routing.
+        self._header_text = ""
+        if gate is not None and model.mode != "token":
+            from moe_gate.model_builder import assistant_header_ids, assistant_header_text
+
+            self._header_text = assistant_header_text(self.tokenizer)
+            model.set_assistant_header(assistant_header_ids(self.tokenizer))
+        vocab = self.tokenizer.get_vocab()
+        self.stop_ids = sorted({vocab[s] for s in _stop_strings(self.tokenizer) if s in vocab})
+        self._torch = torch
+
+    def describe(self) -> dict[str, Any]:
+        return {"implementation": "HFAgent", "model": self.model_dir, "adapter": self.adapter_dir,
+                "temperature": self.temperature, "max_new_tokens": self.max_new_tokens}
+
+    def begin_episode(self, game: Game, seed: int | None = None) -> None:
+        if seed is not None and self.temperature > 0:  # reproducible sampling per episode
+            self._torch.manual_seed(seed)
+
+    def prompt_ids(self, prompt: str) -> list[int]:
+        """The prompt's token ids. A model that routes once per episode gets the first prompt (through the first
+        assistant header) encoded on its own and the rest after it, as the trainer's episodes are tokenized, so
+        the first prompt's tokens, the routing key, are the same on every turn."""
+        pieces = [prompt]
+        if self._header_text:
+            from moe_gate.model_builder import first_prompt_text
+
+            first = first_prompt_text(prompt, self._header_text)
+            pieces = [first, prompt[len(first) :]]
+        return [i for piece in pieces if piece for i in self.tokenizer(piece, add_special_tokens=False)["input_ids"]]
+
+    def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        from transformers import GenerationConfig
+
+        torch = self._torch
+        prompt = render_prompt(self.tokenizer, messages, tools)
+        input_ids = torch.tensor([self.prompt_ids(prompt)], dtype=torch.long, device=self.device)  # [1, prompt_len]
+        sampling = self.temperature > 0
+        config = GenerationConfig(
+            max_new_tokens=self.max_new_tokens, do_sample=sampling,
+            temperature=self.temperature if sampling else None, top_k=None, top_p=None,
+            eos_token_id=self.stop_ids,
+            pad_token_id=self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.stop_ids[0],
+        )
+        with torch.no_grad():
+            output = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                                         generation_config=config)  # [1, prompt_len + new]
+        new_tokens = output[0, input_ids.shape[1]:].tolist()
+        for index, token in enumerate(new_tokens):  # cut at the first end-of-turn token
+            if token in self.stop_ids:
+                new_tokens = new_tokens[:index]
+                break
+        return self.tokenizer.decode(new_tokens, skip_special_tokens=True)
+
+
+class VLLMAgent(Agent):
+    """A model served by vLLM (`vllm serve`), prompted through `/v1/completions`."""
+
+    RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0)
+
+    def __init__(self, base_url: str, model: str | None, tokenizer_dir: str | Path, temperature: float = 0.0,
+                 max_new_tokens: int = 256, timeout_s: float = 120.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        import openai
+
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+        self.base_url = base_url.rstrip("/")
+        if not self.base_url.endswith("/v1"):
+            self.base_url += "/v1"
+        self.temperature, self.max_new_tokens = temperature, max_new_tokens
+        self.tokenizer = _load_tokenizer(tokenizer_dir)
+        self.stop = _stop_strings(self.tokenizer)
+        self._sleep = sleep
+        self._openai = openai
+        # Retries are ours (below), so that the policy is visible and testable.
+        self.client = openai.OpenAI(base_url=self.base_url, api_key="EMPTY", timeout=timeout_s, max_retries=0)
+        self.model = model or self._first_served_model()
+
+    def _first_served_model(self) -> str:
+        served = self._with_retries(lambda: self.client.models.list().data, "list models")
+        if not served:
+            raise RuntimeError(f"vLLM server {self.base_url} serves no model; pass the model name explicitly")
+        return served[0].id
+
+    def describe(self) -> dict[str, Any]:
+        return {"implementation": "VLLMAgent", "base_url": self.base_url, "model": self.model,
+                "temperature": self.temperature, "max_new_tokens": self.max_new_tokens}
+
+    def _with_retries(self, request: Callable[[], Any], what: str) -> Any:
+        openai = self._openai
+        last_error: Exception | None = None
+        for attempt, delay in enumerate((*self.RETRY_DELAYS_S, None)):
+            try:
+                return request()
+            except (openai.APIConnectionError, openai.APITimeoutError) as err:  # APITimeoutError subclasses it
+                last_error = err
+            except openai.APIStatusError as err:
+                if err.status_code < 500:  # a bad request will not get better by retrying
+                    raise RuntimeError(f"vLLM server {self.base_url}: {what} failed with HTTP {err.status_code}: "
+                                       f"{err.message}") from err
+                last_error = err
+            if delay is not None:
+                self._sleep(delay)
+        raise RuntimeError(f"vLLM server {self.base_url}: {what} failed after {len(self.RETRY_DELAYS_S) + 1} "
+                           f"attempts: {type(last_error).__name__}: {last_error}") from last_error
+
+    def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        prompt = render_prompt(self.tokenizer, messages, tools)
+        response = self._with_retries(lambda: self.client.completions.create(
+            model=self.model, prompt=prompt, max_tokens=self.max_new_tokens, temperature=self.temperature,
+            stop=self.stop), "completion")
+        return response.choices[0].text
+
+
+def parse_agent_spec(spec: str, *, temperature: float = 0.0, max_new_tokens: int = 256,
+                     tokenizer_dir: str | None = None, model: str | None = None) -> Agent:
+    """Build a model agent from `hf:MODEL_DIR[:ADAPTER_DIR]` or `vllm:URL`.
+
+    `vllm:` needs `tokenizer_dir` (the chat template is applied on the client); `model` defaults to the
+    server's first model. Raises ValueError for a malformed spec, FileNotFoundError for a missing folder.
+    """
+    kind, _, rest = spec.partition(":")
+    if kind == "hf" and rest:
+        model_dir, _, adapter = rest.partition(":")
+        return HFAgent(model_dir, adapter or None, temperature=temperature, max_new_tokens=max_new_tokens)
+    if kind == "vllm" and rest:
+        if not tokenizer_dir:
+            raise ValueError("a vllm: agent needs a tokenizer folder (--tokenizer DIR): the chat template is "
+                             "applied on the client")
+        return VLLMAgent(rest, model, tokenizer_dir, temperature=temperature, max_new_tokens=max_new_tokens)
+    raise ValueError(f"bad agent spec {spec!r}; use 'hf:MODEL_DIR[:ADAPTER_DIR]' or 'vllm:URL' (the environment's "
+                     "own players: 'expert', 'flawed:FLAW')")
+
+
+def check_agent_spec(spec: str, tokenizer_dir: str | None = None) -> None:
+    """InputError for an `hf:` model folder without config or weights, a `vllm:` URL without a scheme, or a `vllm:`
+    server where nothing listens; run before the agent is built (a model load, or ~30 s of connection retries)."""
+    kind, _, rest = spec.partition(":")
+    if kind == "hf" and rest:
+        model_dir, _, adapter = rest.partition(":")
+        for folder in (model_dir, adapter):
+            if folder and not Path(folder).is_dir():
+                raise InputError(f"--agent {spec}: {folder}: folder not found")
+        if not any(folder and (Path(folder) / "gate_config.json").is_file() for folder in (model_dir, adapter)):
+            check_model_folder(model_dir, "--agent hf:")  # a gate folder names its base model itself
+    elif kind == "vllm" and rest:
+        base = check_url(rest, "--agent vllm:").rstrip("/")
+        if not tokenizer_dir:
+            return  # the agent names the missing --tokenizer, a flag error, before any server is asked
+        base = base if base.endswith("/v1") else base + "/v1"
+        try:
+            with urllib.request.urlopen(f"{base}/models", timeout=10) as response:
+                response.read(1)
+        except urllib.error.HTTPError:  # a server answers; the agent reports what it says
+            return
+        except urllib.error.URLError as err:
+            if isinstance(err.reason, ConnectionRefusedError):  # nothing listens there: retrying will not help
+                raise InputError(f"--agent {spec}: no server listens at {base} (connection refused); start it "
+                                 "(vllm serve MODEL --port PORT) or fix the URL") from None
+            # anything else (a timeout, a name that does not resolve yet) is left to the agent's retries
+
+
+def any_agent(args: argparse.Namespace) -> Agent:
+    """`python -m train.play`'s agents: the environment's own (expert, flawed:FLAW) and the model agents, each
+    spec checked before a model is loaded or a server asked (InputError names the flag)."""
+    if args.agent.partition(":")[0] not in ("hf", "vllm"):
+        return storefront_run.environment_agent(args)
+    check_agent_spec(args.agent, args.tokenizer)
+    try:
+        return parse_agent_spec(args.agent, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                                tokenizer_dir=args.tokenizer, model=args.model)
+    except (ValueError, OSError) as err:  # a bad spec, a folder or file that is missing or unreadable
+        raise InputError(f"--agent {args.agent}: {err}") from None
+    except RuntimeError as err:  # VLLMAgent: the server refused, serves no model, or never answered
+        raise InputError(f"--agent {args.agent}: {err}") from None
