@@ -44,6 +44,7 @@ from typing import Any
 import jinja2
 import jinja2.meta
 
+from common.cli import cli_entry
 from common.io import InputError, atomic_write_text, check_output_path, check_url, load_yaml_mapping
 from common.paths import REPO_ROOT
 
@@ -471,6 +472,7 @@ def run_agent(args: argparse.Namespace, prompt: RenderedPrompt, prompt_path: Pat
         return 1
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: render, write atomically, print the output path; with --run, run the agent."""
     args = build_parser().parse_args(argv)
@@ -478,15 +480,11 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    try:
-        if args.run is not None:  # the agent is looked up before the prompt is written, not after
-            from pipeline import agent_runner
+    if args.run is not None:  # the agent is looked up before the prompt is written, not after
+        from pipeline import agent_runner
 
-            agent_runner.get_agent(args.agents or agent_runner.DEFAULT_AGENTS_FILE, args.run)
-        prompt = render_prompt(args.config, args.stage)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        agent_runner.get_agent(args.agents or agent_runner.DEFAULT_AGENTS_FILE, args.run)
+    prompt = render_prompt(args.config, args.stage)
     if args.out:
         out_path, flag = Path(args.out), "--out"
     elif args.output_dir:

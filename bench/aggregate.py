@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common.io import InputError, check_int
+from common.cli import cli_entry
+from common.io import check_int
 from pipeline.aggregate_capabilities import CATEGORIES, FAILED_KEYS, PASSED_KEYS, aggregate
 
 MAX_CAPABILITIES = 13  # capability 12 is never LACKING on a failure; a 14th would need a negative probability
@@ -51,6 +52,7 @@ def write_synthetic_runs(folder: Path, n_runs: int, n_trajectories: int, n_capab
     return paths
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     """Generate the runs, time one `aggregate` call, print a summary and `seconds=<value>` last."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -58,13 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trajectories", type=int, default=20_000)
     parser.add_argument("--capabilities", type=int, default=10)
     args = parser.parse_args(argv)
-    try:  # the synthetic generator's ranges: capability i is LACKING on failures with probability 0.6 - 0.05 i
-        check_int(args.runs, "--runs", 1)
-        check_int(args.trajectories, "--trajectories", 1)
-        check_int(args.capabilities, "--capabilities", 1, MAX_CAPABILITIES)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    # the synthetic generator's ranges: capability i is LACKING on failures with probability 0.6 - 0.05 i
+    check_int(args.runs, "--runs", 1)
+    check_int(args.trajectories, "--trajectories", 1)
+    check_int(args.capabilities, "--capabilities", 1, MAX_CAPABILITIES)
     with tempfile.TemporaryDirectory() as tmp:
         paths = write_synthetic_runs(Path(tmp), args.runs, args.trajectories, args.capabilities)
         start = time.perf_counter()

@@ -16,7 +16,8 @@ import sys
 import time
 
 from game_registry import GameSpec, get_game, list_games
-from common.io import InputError, check_number
+from common.cli import cli_entry
+from common.io import check_number
 
 TARGET_BENCHMARK = "storefront"
 
@@ -51,18 +52,16 @@ def measure(spec: GameSpec, seconds: float) -> dict[str, float]:
             "reset_share": setup / elapsed}
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Oracle-driven environment steps per second, per game.")
     parser.add_argument("--seconds", type=float, default=2.0, help="wall time per game (default 2.0)")
     parser.add_argument("--target", type=float, default=5000.0, help="steps/s every game should reach (default 5000)")
     parser.add_argument("--games", nargs="+", help="only these games (default: all registered)")
     args = parser.parse_args(argv)
-    try:  # NaN compares false with everything: `elapsed >= nan` would never end the loop
-        check_number(args.seconds, "--seconds", 0.0, low_open=True)
-        check_number(args.target, "--target", 0.0)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    # NaN compares false with everything: `elapsed >= nan` would never end the loop
+    check_number(args.seconds, "--seconds", 0.0, low_open=True)
+    check_number(args.target, "--target", 0.0)
     try:
         names = args.games or list_games()
         specs = [get_game(name) for name in names]

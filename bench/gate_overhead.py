@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from common.cli import cli_entry
 from common.io import InputError, check_int, check_number
 from moe_gate import build_capability_model
 from moe_gate.model_builder import MASKED_MAX_MACS
@@ -121,6 +122,7 @@ def measure(args: argparse.Namespace, *, hidden: int, layers: int, adapters: int
         return best, shares, list(models["routed"].slot_names)
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/gate_overhead.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)  # best of 5: one round of a shared 2-core machine swings ~15%
@@ -144,21 +146,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda where there is a GPU")
     args = parser.parse_args(argv)
-    try:  # every flag before any model is built
-        for flag in ("rounds", "batch", "prompt_len", "new_tokens", "adapters", "rank", "layers", "shape_layers",
-                     "shape_prompt_len", "shape_new_tokens"):
-            check_int(getattr(args, flag), f"--{flag.replace('_', '-')}", 1)
-        check_int(args.vocab, "--vocab", 3)  # prompts are drawn from ids 2 .. vocab - 1
-        check_int(args.threads, "--threads", 0)
-        check_number(args.target, "--target", 0.0)
-        for flag in ("hidden", "shape_hidden"):
-            if getattr(args, flag) < 2 or getattr(args, flag) % 2:
-                raise InputError(f"--{flag.replace('_', '-')} must be an even integer >= 2, got {getattr(args, flag)}")
-        shapes = [] if args.shapes == ["none"] else [parse_shape(text) for text in args.shapes]
-        check_device(args.device)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    # every flag before any model is built
+    for flag in ("rounds", "batch", "prompt_len", "new_tokens", "adapters", "rank", "layers", "shape_layers",
+                 "shape_prompt_len", "shape_new_tokens"):
+        check_int(getattr(args, flag), f"--{flag.replace('_', '-')}", 1)
+    check_int(args.vocab, "--vocab", 3)  # prompts are drawn from ids 2 .. vocab - 1
+    check_int(args.threads, "--threads", 0)
+    check_number(args.target, "--target", 0.0)
+    for flag in ("hidden", "shape_hidden"):
+        if getattr(args, flag) < 2 or getattr(args, flag) % 2:
+            raise InputError(f"--{flag.replace('_', '-')} must be an even integer >= 2, got {getattr(args, flag)}")
+    shapes = [] if args.shapes == ["none"] else [parse_shape(text) for text in args.shapes]
+    check_device(args.device)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
 

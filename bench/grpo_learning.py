@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.cli import cli_entry
 from common.io import InputError, atomic_write_json, load_json
 
 
@@ -236,6 +237,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     save_figure(figure, path)
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run_dir", type=Path, required=True)
@@ -250,11 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval_seed", type=int, default=None, help="default: the demo's own_game.seed")
     parser.add_argument("--out", type=Path, default=Path("bench_out/grpo_learning"))
     args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return run(args)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from common.cli import cli_entry
 from common.paths import REPO_ROOT
 from common.io import InputError
 from game_registry import get_game
@@ -266,24 +267,17 @@ def run(args: argparse.Namespace, model_dir: Path) -> int:
     return 0 if headline >= args.target else 1
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = parse_args(argv)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    args = parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    try:
-        if args.model is not None:
-            return run(args, args.model)
-        from train.tiny import build_tiny_model
+    if args.model is not None:
+        return run(args, args.model)
+    from train.tiny import build_tiny_model
 
-        with tempfile.TemporaryDirectory(prefix="rollout-bench-model-") as scratch:
-            return run(args, build_tiny_model(Path(scratch) / "tiny", seed=0))
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    with tempfile.TemporaryDirectory(prefix="rollout-bench-model-") as scratch:
+        return run(args, build_tiny_model(Path(scratch) / "tiny", seed=0))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from common.cli import cli_entry
 from common.paths import REPO_ROOT
 from common.io import InputError, check_int, check_model_folder, check_number
 
@@ -80,12 +81,9 @@ def run(args: argparse.Namespace, model_dir: Path, demos: list) -> int:
     return 0 if speedup >= args.target else 1
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = parse_args(argv)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     from benchmarks.storefront.demos import make_demonstrations

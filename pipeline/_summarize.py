@@ -51,6 +51,7 @@ from typing import Any, Iterable, Sequence
 
 from tqdm import tqdm
 
+from common.cli import cli_entry
 from common.io import InputError, atomic_write_jsonl, check_output_path, load_json, load_jsonl
 
 DEFAULT_MAX_CHARS = 1000
@@ -536,6 +537,7 @@ def summarize_paths(paths: Iterable[str | Path], max_chars: int = DEFAULT_MAX_CH
     return merged
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     """CLI: `python -m pipeline._summarize INPUT... --out FILE.jsonl [--max-chars N] [--reports DIR]`."""
     parser = argparse.ArgumentParser(prog="python -m pipeline._summarize", description=__doc__.split("\n\n")[0])
@@ -556,14 +558,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, InputError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", UnknownOutcomeWarning)
-            records = summarize_paths(args.inputs, max_chars=args.max_chars, pass_threshold=args.pass_threshold,
-                                      reports=args.reports)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UnknownOutcomeWarning)
+        records = summarize_paths(args.inputs, max_chars=args.max_chars, pass_threshold=args.pass_threshold,
+                                  reports=args.reports)
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
     atomic_write_jsonl(args.out, records)

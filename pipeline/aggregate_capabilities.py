@@ -62,6 +62,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from common.cli import cli_entry
 from common.io import InputError, atomic_write_json, check_output_path, load_json
 
 CATEGORIES = ("NA", "PRESENT", "LACKING")  # category code = position, used for Fleiss' κ
@@ -659,6 +660,7 @@ def format_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+@cli_entry
 def main(argv: Iterable[str] | None = None) -> int:
     """CLI entry point; see the module docstring."""
     parser = argparse.ArgumentParser(prog="aggregate_capabilities",
@@ -679,14 +681,10 @@ def main(argv: Iterable[str] | None = None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    try:
-        check_outputs(args.export)
-        run_paths = expand_run_globs(args.runs)
-        report = aggregate(run_paths, candidates=args.candidates, rho=args.rho, delta=args.delta, k=args.k,
-                           seed=args.seed, n_bootstrap=args.n_bootstrap)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    check_outputs(args.export)
+    run_paths = expand_run_globs(args.runs)
+    report = aggregate(run_paths, candidates=args.candidates, rho=args.rho, delta=args.delta, k=args.k,
+                       seed=args.seed, n_bootstrap=args.n_bootstrap)
     for warning in report["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     print(format_table(report))

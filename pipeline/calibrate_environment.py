@@ -30,6 +30,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.cli import cli_entry
 from common.io import InputError, atomic_write_json, check_number, check_output_path, load_json
 
 PASS_AT_K = (1, 4, 8, 16)
@@ -394,6 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:  # flags and the output path first: a typo must not cost a run
@@ -417,24 +419,20 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    try:
-        data = load_json(args.rollouts)
-        if not isinstance(data, dict) or "simulations" not in data:
-            raise InputError(f"{args.rollouts}: not τ²-bench results JSON (no `simulations` key)")
-        ks = tuple(sorted({*(args.pass_at_k or PASS_AT_K), *bands.min_pass_at_k, *bands.max_pass_at_k}))
-        metrics = compute_metrics(data["simulations"], args.success_threshold, ks, source=args.rollouts)
-        errors, warnings = check_bands(metrics, bands)
-        skipped = sorted(k for k in args.pass_at_k or () if str(k) not in metrics["pass_at_k"])
-        if skipped:
-            warnings.append(f"pass@{', pass@'.join(map(str, skipped))} not computed: the smallest group has "
-                            f"{metrics['min_group_size']} samples")
-        if args.group_size is not None:
-            sizes = list(Counter(sample.task_id for sample in parse_simulations(data["simulations"],
-                                                                                 args.rollouts)).values())
-            check_group_size(metrics, sizes, args.group_size, args.allow_partial_groups, errors, warnings)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    data = load_json(args.rollouts)
+    if not isinstance(data, dict) or "simulations" not in data:
+        raise InputError(f"{args.rollouts}: not τ²-bench results JSON (no `simulations` key)")
+    ks = tuple(sorted({*(args.pass_at_k or PASS_AT_K), *bands.min_pass_at_k, *bands.max_pass_at_k}))
+    metrics = compute_metrics(data["simulations"], args.success_threshold, ks, source=args.rollouts)
+    errors, warnings = check_bands(metrics, bands)
+    skipped = sorted(k for k in args.pass_at_k or () if str(k) not in metrics["pass_at_k"])
+    if skipped:
+        warnings.append(f"pass@{', pass@'.join(map(str, skipped))} not computed: the smallest group has "
+                        f"{metrics['min_group_size']} samples")
+    if args.group_size is not None:
+        sizes = list(Counter(sample.task_id for sample in parse_simulations(data["simulations"],
+                                                                             args.rollouts)).values())
+        check_group_size(metrics, sizes, args.group_size, args.allow_partial_groups, errors, warnings)
     print(format_summary(args.rollouts, metrics, errors, warnings))
     if args.json_output:
         atomic_write_json(args.json_output, {"metrics": metrics, "errors": errors, "warnings": warnings})

@@ -22,6 +22,7 @@ import os
 import sys
 from pathlib import Path
 
+from common.cli import cli_entry
 from common.io import InputError, atomic_write_json, load_json
 
 DEFAULT_FILE = "pipeline/selected_capabilities.json"
@@ -69,6 +70,7 @@ def mark(entries: list[dict], name: str, status: str) -> list[dict]:
     raise InputError(f"unknown capability {name!r}; known: {known}")
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; see the module docstring."""
     parser = argparse.ArgumentParser(prog="python -m pipeline.capabilities",
@@ -89,13 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: two different --file values ({args.top_file}, {args.file}); give one", file=sys.stderr)
         return 2
     args.file = args.file or args.top_file or os.environ.get(FILE_VARIABLE) or DEFAULT_FILE
-    try:
-        entries = load_selected(args.file)
-        if args.command == "mark":
-            mark(entries, args.name, args.status)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    entries = load_selected(args.file)
+    if args.command == "mark":
+        mark(entries, args.name, args.status)
     if args.command == "next":
         entry = next_pending(entries)
         if entry is None:

@@ -51,6 +51,7 @@ from typing import Any, Sequence
 
 from tqdm import tqdm
 
+from common.cli import cli_entry
 from common.io import (InputError, atomic_write_json, check_distinct_paths, check_number, check_output_folder,
                        check_url, load_jsonl)
 from pipeline._summarize import truncate_middle
@@ -772,6 +773,7 @@ def main(argv: list[str] | None = None) -> int:
         return INTERRUPTED
 
 
+@cli_entry
 def _label(args: argparse.Namespace, out: Path) -> int:
     # Every flag, path and URL is checked here, before the summary is read or any call is paid for; --dry-run
     # passes the same checks.
@@ -794,32 +796,28 @@ def _label(args: argparse.Namespace, out: Path) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     export = Path(args.export) if args.export else out / "selected_capabilities.json"
-    try:
-        if args.base_url is not None:
-            check_url(args.base_url, "--base-url")
-        check_output_folder(out, "--out")
-        check_outputs(export)  # before any call is paid for
-        check_distinct_paths(export, "--export", args.summary, args.candidates)
-        trajectories, skipped = load_summary(args.summary)
-        descriptions = load_candidates(args.candidates) if args.candidates else None
-        if descriptions is not None and not descriptions:
-            raise InputError(f"{args.candidates}: the candidates list is empty")
-        cache = LabelCache(out / CACHE_NAME)
-        if skipped:
-            print(f"warning: {len(skipped)} trajectories with unknown outcome (passed = null) skipped: "
-                  f"{', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''}", file=sys.stderr)
-        if args.dry_run:
-            _dry_run(trajectories, descriptions, config, cache, args.propose)
-            return 0
-        if not args.base_url:
-            raise InputError("--base-url is required (e.g. http://127.0.0.1:8000/v1)")
-        api_key = os.environ.get(args.api_key_env)
-        if not api_key:
-            raise InputError(f"environment variable {args.api_key_env} (--api-key-env) is not set or empty; export it "
-                             "(for a server without authentication any value, e.g. EMPTY)")
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if args.base_url is not None:
+        check_url(args.base_url, "--base-url")
+    check_output_folder(out, "--out")
+    check_outputs(export)  # before any call is paid for
+    check_distinct_paths(export, "--export", args.summary, args.candidates)
+    trajectories, skipped = load_summary(args.summary)
+    descriptions = load_candidates(args.candidates) if args.candidates else None
+    if descriptions is not None and not descriptions:
+        raise InputError(f"{args.candidates}: the candidates list is empty")
+    cache = LabelCache(out / CACHE_NAME)
+    if skipped:
+        print(f"warning: {len(skipped)} trajectories with unknown outcome (passed = null) skipped: "
+              f"{', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''}", file=sys.stderr)
+    if args.dry_run:
+        _dry_run(trajectories, descriptions, config, cache, args.propose)
+        return 0
+    if not args.base_url:
+        raise InputError("--base-url is required (e.g. http://127.0.0.1:8000/v1)")
+    api_key = os.environ.get(args.api_key_env)
+    if not api_key:
+        raise InputError(f"environment variable {args.api_key_env} (--api-key-env) is not set or empty; export it "
+                         "(for a server without authentication any value, e.g. EMPTY)")
     if cache.broken_lines:
         print(f"warning: {cache.path}: {cache.broken_lines} cut-off lines ignored (those calls are made again)",
               file=sys.stderr)
@@ -875,15 +873,11 @@ def _label(args: argparse.Namespace, out: Path) -> int:
     report["totals"]["this_invocation"] = {key: sum(r["this_invocation"][key] for r in report["per_run"])
                                            for key in COUNTERS}
     report_path = _write_report(out, report)
-    try:
-        aggregation = aggregate(run_paths, candidates=candidates_path, rho=args.rho, delta=args.delta, k=k)
-        for warning in aggregation["warnings"]:
-            print(f"warning: {warning}", file=sys.stderr)
-        print(format_table(aggregation))
-        export_path, aggregation_report = write_outputs(aggregation, export)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    aggregation = aggregate(run_paths, candidates=candidates_path, rho=args.rho, delta=args.delta, k=k)
+    for warning in aggregation["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(format_table(aggregation))
+    export_path, aggregation_report = write_outputs(aggregation, export)
     totals = report["totals"]["this_invocation"]
     print(f"wrote {len(run_paths)} run files to {out}, {report_path}, {export_path} "
           f"({len(aggregation['selected'])} selected) and {aggregation_report}")

@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
+from common.cli import cli_entry
 from common.io import InputError, atomic_write_json, check_output_path, load_jsonl
 from pipeline.aggregate_capabilities import CATEGORIES, FAILED_KEYS, PASSED_KEYS, validate_run
 
@@ -124,6 +125,7 @@ def labels_to_run(records: Sequence[dict], outcomes: Sequence[dict], attempt: in
     return run
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; see the module docstring."""
     parser = argparse.ArgumentParser(prog="python -m pipeline.labels_to_run",
@@ -134,19 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="run file to write")
     parser.add_argument("--missing-as", default=None, help="label for missing pairs (NA); default: error")
     args = parser.parse_args(argv)
-    try:
-        check_output_path(args.out, "--out")
-        records = load_jsonl(args.labels)
-        outcomes = load_jsonl(args.outcomes)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", SkippedTrajectoryWarning)
-            try:
-                run = labels_to_run(records, outcomes, args.attempt, missing_as=args.missing_as)
-            except InputError as err:  # name the files: the API only knows record numbers
-                raise InputError(f"{args.labels} / {args.outcomes}: {err}") from None
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    check_output_path(args.out, "--out")
+    records = load_jsonl(args.labels)
+    outcomes = load_jsonl(args.outcomes)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SkippedTrajectoryWarning)
+        try:
+            run = labels_to_run(records, outcomes, args.attempt, missing_as=args.missing_as)
+        except InputError as err:  # name the files: the API only knows record numbers
+            raise InputError(f"{args.labels} / {args.outcomes}: {err}") from None
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
     atomic_write_json(Path(args.out), run)

@@ -33,6 +33,7 @@ from collections import Counter
 from typing import Any, Callable, Sequence
 
 from game_registry import DifficultyKnob, Game, GameSpec, get_game
+from common.cli import cli_entry
 from common.io import InputError, atomic_write_json, check_number, check_output_path, load_json
 from pipeline.calibrate_environment import compute_metrics, estimate_reward_spread
 from pipeline.probes import class_shares
@@ -440,6 +441,7 @@ def _band(text: str) -> tuple[float, float]:
     return low, high
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Pick a difficulty-knob value from per-value rollouts.")
     parser.add_argument("--game", required=True, help="registered game name")
@@ -455,47 +457,43 @@ def main(argv: list[str] | None = None) -> int:
                              f"(default {DEFAULT_GROUP_SIZE})")
     parser.add_argument("--json-output", help="write the decision here (JSON)")
     args = parser.parse_args(argv)
+    check_number(args.success_threshold, "--success-threshold", 0.0, 1.0, low_open=True)
+    if args.group_size < 2:
+        raise InputError(f"--group-size must be >= 2 (GRPO compares the episodes of a group), "
+                         f"got {args.group_size}")
+    if args.json_output is not None:
+        check_output_path(args.json_output, "--json-output")
     try:
-        check_number(args.success_threshold, "--success-threshold", 0.0, 1.0, low_open=True)
-        if args.group_size < 2:
-            raise InputError(f"--group-size must be >= 2 (GRPO compares the episodes of a group), "
-                             f"got {args.group_size}")
-        if args.json_output is not None:
-            check_output_path(args.json_output, "--json-output")
-        try:
-            spec = get_game(args.game)
-        except KeyError as err:
-            raise InputError(err.args[0]) from None
-        except ImportError as err:  # GameImportError, or a built-in game module that is missing
-            raise InputError(str(err)) from None
-        declared = declared_knob(spec, args.knob)
-        if args.harder is not None and args.harder != declared.harder:
-            raise InputError(f"--harder {args.harder} contradicts the game's declaration of {args.knob!r} "
-                             f"(harder as it {declared.harder}s); leave --harder out")
-        harder = declared.harder
-        measurements = []
-        seen: set[Any] = set()
-        for item in args.rollouts:
-            value_text, sep, path = item.partition("=")
-            if not sep or not path:
-                raise InputError(f"--rollouts expects VALUE=FILE, got {item!r}")
-            value = parse_knob_value(spec, args.knob, value_text)
-            if value in seen:
-                raise InputError(f"knob value {value!r} is given twice in --rollouts")
-            seen.add(value)
-            data = load_json(path)
-            if not isinstance(data, dict) or "simulations" not in data:
-                raise InputError(f"{path}: not τ²-bench results JSON (no `simulations` key)")
-            played = (data.get("info") or {}).get("game") if isinstance(data.get("info"), dict) else None
-            if played is not None and played != spec.name:  # collect_rollouts and train.evaluate record the game
-                raise InputError(f"{path}: rollouts of game {played!r}, not of --game {spec.name}; give the rollouts "
-                                 f"collected on {spec.name} (python -m train.collect_rollouts --game {spec.name} ...)")
-            measurement = _measurement(value, data["simulations"], args.success_threshold, path, args.group_size)
-            measurement["file"] = path
-            measurements.append(measurement)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        spec = get_game(args.game)
+    except KeyError as err:
+        raise InputError(err.args[0]) from None
+    except ImportError as err:  # GameImportError, or a built-in game module that is missing
+        raise InputError(str(err)) from None
+    declared = declared_knob(spec, args.knob)
+    if args.harder is not None and args.harder != declared.harder:
+        raise InputError(f"--harder {args.harder} contradicts the game's declaration of {args.knob!r} "
+                         f"(harder as it {declared.harder}s); leave --harder out")
+    harder = declared.harder
+    measurements = []
+    seen: set[Any] = set()
+    for item in args.rollouts:
+        value_text, sep, path = item.partition("=")
+        if not sep or not path:
+            raise InputError(f"--rollouts expects VALUE=FILE, got {item!r}")
+        value = parse_knob_value(spec, args.knob, value_text)
+        if value in seen:
+            raise InputError(f"knob value {value!r} is given twice in --rollouts")
+        seen.add(value)
+        data = load_json(path)
+        if not isinstance(data, dict) or "simulations" not in data:
+            raise InputError(f"{path}: not τ²-bench results JSON (no `simulations` key)")
+        played = (data.get("info") or {}).get("game") if isinstance(data.get("info"), dict) else None
+        if played is not None and played != spec.name:  # collect_rollouts and train.evaluate record the game
+            raise InputError(f"{path}: rollouts of game {played!r}, not of --game {spec.name}; give the rollouts "
+                             f"collected on {spec.name} (python -m train.collect_rollouts --game {spec.name} ...)")
+        measurement = _measurement(value, data["simulations"], args.success_threshold, path, args.group_size)
+        measurement["file"] = path
+        measurements.append(measurement)
     def accept(value: Any) -> bool:
         try:
             spec.config_cls(**{args.knob: value})

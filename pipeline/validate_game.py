@@ -34,6 +34,7 @@ from typing import Any, Callable
 from tqdm import tqdm
 
 from game_registry import REPO_ROOT, Action, Game, GameSpec, get_game
+from common.cli import cli_entry
 from common.io import InputError, atomic_write_json, check_number, check_output_path, load_json
 from pipeline.probes import (
     DEFAULT_TOLERANCE,
@@ -932,6 +933,7 @@ def _buildable_game(name: str) -> GameSpec:
     return spec
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Validate a registered game (see module docstring).")
     parser.add_argument("name", help="registered game name (python game_registry.py --list)")
@@ -947,29 +949,26 @@ def main(argv: list[str] | None = None) -> int:
                         help='JSON object of game config fields to validate with, e.g. \'{"storefront": '
                              '"configs/storefront/cpu_demo.yaml"}\' (the game as it will be trained)')
     args = parser.parse_args(argv)
-    try:  # every flag, the output path and the game itself are checked before the first episode
-        if args.seeds < 1:
-            raise InputError(f"--seeds must be >= 1, got {args.seeds}")
-        if args.fuzz_actions < 0:
-            raise InputError(f"--fuzz-actions must be >= 0, got {args.fuzz_actions}")
-        check_number(args.max_baseline, "--max-baseline", 0.0, 1.0, low_open=True)
-        check_number(args.probe_tolerance, "--probe-tolerance", 0.0, 1.0)
-        if args.json_output is not None:
-            check_output_path(args.json_output, "--json-output")
-        spec = _buildable_game(args.name)
-        try:
-            overrides = json.loads(args.game_overrides)
-        except json.JSONDecodeError as err:
-            raise InputError(f"--game-overrides is not JSON ({err}); pass an object such as '{{\"short_ids\": true}}'") from None
-        if not isinstance(overrides, dict):
-            raise InputError(f"--game-overrides must be a JSON object, got {args.game_overrides!r}")
-        try:
-            spec = with_overrides(spec, overrides)
-        except (TypeError, ValueError) as err:
-            raise InputError(f"--game-overrides {overrides} do not fit game {args.name!r}: {err}") from None
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    # every flag, the output path and the game itself are checked before the first episode
+    if args.seeds < 1:
+        raise InputError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.fuzz_actions < 0:
+        raise InputError(f"--fuzz-actions must be >= 0, got {args.fuzz_actions}")
+    check_number(args.max_baseline, "--max-baseline", 0.0, 1.0, low_open=True)
+    check_number(args.probe_tolerance, "--probe-tolerance", 0.0, 1.0)
+    if args.json_output is not None:
+        check_output_path(args.json_output, "--json-output")
+    spec = _buildable_game(args.name)
+    try:
+        overrides = json.loads(args.game_overrides)
+    except json.JSONDecodeError as err:
+        raise InputError(f"--game-overrides is not JSON ({err}); pass an object such as '{{\"short_ids\": true}}'") from None
+    if not isinstance(overrides, dict):
+        raise InputError(f"--game-overrides must be a JSON object, got {args.game_overrides!r}")
+    try:
+        spec = with_overrides(spec, overrides)
+    except (TypeError, ValueError) as err:
+        raise InputError(f"--game-overrides {overrides} do not fit game {args.name!r}: {err}") from None
     report = validate(spec, seeds=args.seeds, fuzz_actions=args.fuzz_actions, max_baseline=args.max_baseline,
                       progress=not args.no_progress, probes=not args.no_probes, probe_tolerance=args.probe_tolerance)
     print(format_report(report))

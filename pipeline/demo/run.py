@@ -68,6 +68,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
 
+from common.cli import cli_entry
 from common.paths import REPO_ROOT
 from common.io import InputError, atomic_write_json, atomic_write_jsonl, load_json
 from common.run_folder import Interrupted, check_output_dir, exit_code, follow_umask
@@ -637,6 +638,7 @@ def write_report(demo: Demo) -> str:
     return table
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     from pipeline.demo.config import load_demo_config
     from train.tracking import check_report_to, require_trackers
@@ -670,29 +672,25 @@ def main(argv: list[str] | None = None) -> int:
     args.profile = args.profile or "default"
     config_path = Path(args.config) if args.config else REPO_ROOT / PROFILES[args.profile]
     run_dir = args.run_dir or REPO_ROOT / "runs" / ("demo" if args.profile == "default" else f"demo_{args.profile}")
-    try:
-        config = load_demo_config(config_path)
-        if args.labeler_url or args.labeler_model:
-            try:
-                config.select = dataclasses.replace(config.select, labeler_url=args.labeler_url or "",
-                                                    labeler_model=args.labeler_model or "")
-            except ValueError as err:
-                raise InputError(f"--labeler-url/--labeler-model: {err}") from None
-        if args.repeat is not None:
-            if args.repeat < 1:
-                raise InputError(f"--repeat must be >= 1 (1 = one run, the default), got {args.repeat}")
-            config.repeats = args.repeat
-        if args.report_to is not None:
-            try:
-                config.report_to = check_report_to(args.report_to, "--report-to")
-            except ValueError as err:
-                raise InputError(str(err)) from None
-        require_trackers(config.report_to)  # a missing package stops the demo before any step runs
-        check_output_dir(run_dir, "--run-dir")
-        demo = Demo(config, run_dir, args.fresh, args.profile, rebuild_base=args.rebuild_base)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    config = load_demo_config(config_path)
+    if args.labeler_url or args.labeler_model:
+        try:
+            config.select = dataclasses.replace(config.select, labeler_url=args.labeler_url or "",
+                                                labeler_model=args.labeler_model or "")
+        except ValueError as err:
+            raise InputError(f"--labeler-url/--labeler-model: {err}") from None
+    if args.repeat is not None:
+        if args.repeat < 1:
+            raise InputError(f"--repeat must be >= 1 (1 = one run, the default), got {args.repeat}")
+        config.repeats = args.repeat
+    if args.report_to is not None:
+        try:
+            config.report_to = check_report_to(args.report_to, "--report-to")
+        except ValueError as err:
+            raise InputError(str(err)) from None
+    require_trackers(config.report_to)  # a missing package stops the demo before any step runs
+    check_output_dir(run_dir, "--run-dir")
+    demo = Demo(config, run_dir, args.fresh, args.profile, rebuild_base=args.rebuild_base)
     try:
         return _run_steps(demo, config, config_path, run_dir, args.profile)
     except KeyboardInterrupt:
@@ -724,6 +722,7 @@ def _loop_steps(demo: Demo, config: Any, sections: dict[str, Any], storefront: d
               ("train", "gate", "baselines"), demo.efficiency)
 
 
+@cli_entry
 def _run_steps(demo: Demo, config: Any, config_path: Path, run_dir: Path, profile: str) -> int:
     from pipeline.demo.config import SECTIONS
 
@@ -744,22 +743,18 @@ def _run_steps(demo: Demo, config: Any, config_path: Path, run_dir: Path, profil
     own = {"baselines": {} if direct_fresh else {"direct_fresh": False},
            "final": {} if each_adapter else {"each_adapter": False}}
     storefront = {"storefront": demo.storefront_fields()}
-    try:
-        demo.step("base", demo.base_step_settings(), (), demo.base, force=demo.rebuild_base)
-        demo.step("evaluate", {**sections["evaluate"], **storefront}, ("base",), demo.evaluate)
-        demo.step("select", {**sections["select"], **storefront, "evaluate": sections["evaluate"]}, ("base",),
-                  demo.select)
-        demo.step("environments", sections["loop"], ("base", "select"), demo.environments)
-        _loop_steps(demo, config, sections, storefront, fractions, pool, own)
-        for number in range(1, config.repeats):
-            repeat = demo.repeat(number)
-            print(f"repeat {number + 1} of {config.repeats}: Steps 3-4, the baselines and their evaluations with "
-                  f"training seed {number} -> {repeat.steps_root}", flush=True)
-            _loop_steps(repeat, config, sections, storefront, fractions, pool, own)
-            demo.repeats.append(repeat)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    demo.step("base", demo.base_step_settings(), (), demo.base, force=demo.rebuild_base)
+    demo.step("evaluate", {**sections["evaluate"], **storefront}, ("base",), demo.evaluate)
+    demo.step("select", {**sections["select"], **storefront, "evaluate": sections["evaluate"]}, ("base",),
+              demo.select)
+    demo.step("environments", sections["loop"], ("base", "select"), demo.environments)
+    _loop_steps(demo, config, sections, storefront, fractions, pool, own)
+    for number in range(1, config.repeats):
+        repeat = demo.repeat(number)
+        print(f"repeat {number + 1} of {config.repeats}: Steps 3-4, the baselines and their evaluations with "
+              f"training seed {number} -> {repeat.steps_root}", flush=True)
+        _loop_steps(repeat, config, sections, storefront, fractions, pool, own)
+        demo.repeats.append(repeat)
     table = write_report(demo)
     print()
     print(table)

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from _common import CAPABILITIES, DEFAULT_RUN_DIR
+from common.cli import cli_entry
 
 
 def chosen_capabilities(requested: list[str], run_dir: Path) -> list[str]:
@@ -47,6 +48,7 @@ def chosen_capabilities(requested: list[str], run_dir: Path) -> list[str]:
     return list(CAPABILITIES)
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -66,25 +68,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.candidates < args.target or args.target < 1:
         parser.error("--target must be >= 1 and --candidates >= --target")
 
-    from common.io import InputError, check_int, check_model_folder, check_number, check_output_folder
+    from common.io import check_int, check_model_folder, check_number, check_output_folder
     from swebench import calibrate as calibration
     from swebench import generate, selftest
     from swebench.scenario import default_scenarios_path, load_scenarios
 
     # Every flag the later steps read is checked here, before 20 scenarios are generated and self-tested.
-    try:
-        check_int(args.workers, "--workers", 1)
-        check_output_folder(args.run_dir, "--run-dir")
-        check_number(args.threshold, "--threshold", 0.0, 1.0)
-        check_int(args.samples, "--samples", 1)
-        check_int(args.rounds, "--rounds", 0, len(calibration.ROUND_ORDER))
-        check_int(args.max_episode_tokens, "--max-episode-tokens", 256)
-        if args.model is not None and Path(args.model).exists():  # a local folder (else a hub id or served name)
-            check_model_folder(args.model, "--model")
-        capabilities = chosen_capabilities(args.capability, args.run_dir)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    check_int(args.workers, "--workers", 1)
+    check_output_folder(args.run_dir, "--run-dir")
+    check_number(args.threshold, "--threshold", 0.0, 1.0)
+    check_int(args.samples, "--samples", 1)
+    check_int(args.rounds, "--rounds", 0, len(calibration.ROUND_ORDER))
+    check_int(args.max_episode_tokens, "--max-episode-tokens", 256)
+    if args.model is not None and Path(args.model).exists():  # a local folder (else a hub id or served name)
+        check_model_folder(args.model, "--model")
+    capabilities = chosen_capabilities(args.capability, args.run_dir)
     short = 0
     for capability in capabilities:
         folder = args.run_dir / "phase3" / capability

@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from _common import CAPABILITIES, DEFAULT_RUN_DIR
+from common.cli import cli_entry
 
 
 def default_files(run_dir: Path) -> list[Path]:
@@ -49,6 +50,7 @@ def statistics(scenarios: list) -> dict:
     return stats
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,24 +70,20 @@ def main(argv: list[str] | None = None) -> int:
 
     out = args.run_dir / "phase4" / "validation.json"
     # Flags, the report path and every scenario file are checked before the first self-test starts.
-    try:
-        check_int(args.workers, "--workers", 1)
-        check_int(args.fuzz_actions, "--fuzz-actions", 0)
-        check_output_path(out, "--run-dir")
-        files = args.files or default_files(args.run_dir)
-        if not files:
-            raise InputError(f"no scenario file given and none found (run phase 3 first: {args.run_dir / 'phase3'})")
-        loaded = []
-        for path in files:
-            scenarios = load_scenarios(path)
-            capabilities = {s.capability for s in scenarios}
-            if len(capabilities) != 1 or not capabilities <= set(CONFIG_CLASSES):
-                raise InputError(f"{path}: one capability per file, one of {sorted(CONFIG_CLASSES)}; found "
-                                 f"{sorted(capabilities)}")
-            loaded.append((path, scenarios, capabilities.pop()))
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    check_int(args.workers, "--workers", 1)
+    check_int(args.fuzz_actions, "--fuzz-actions", 0)
+    check_output_path(out, "--run-dir")
+    files = args.files or default_files(args.run_dir)
+    if not files:
+        raise InputError(f"no scenario file given and none found (run phase 3 first: {args.run_dir / 'phase3'})")
+    loaded = []
+    for path in files:
+        scenarios = load_scenarios(path)
+        capabilities = {s.capability for s in scenarios}
+        if len(capabilities) != 1 or not capabilities <= set(CONFIG_CLASSES):
+            raise InputError(f"{path}: one capability per file, one of {sorted(CONFIG_CLASSES)}; found "
+                             f"{sorted(capabilities)}")
+        loaded.append((path, scenarios, capabilities.pop()))
     report, failed = {}, []
     for path, scenarios, capability in loaded:
         results = self_test_many(scenarios, SandboxConfig(isolation=args.isolation), args.workers, progress=False)
