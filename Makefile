@@ -27,20 +27,20 @@ $(STAMP): requirements.txt pyproject.toml
 	@cp requirements.txt $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m pipeline.demo
+	$(PY) -m demo
 
 # The same steps and budgets with every row: each adapter alone and on its own game, direct GRPO on fresh tasks
 # too, the 1/2 checkpoints (runs/demo_full/).
 demo-full: $(STAMP)
-	$(PY) -m pipeline.demo --profile full
+	$(PY) -m demo --profile full
 
 # Every step of the demo with small budgets, a few minutes (runs/demo_fast/); .ci/run runs it.
 demo-fast: $(STAMP)
-	$(PY) -m pipeline.demo --profile fast
+	$(PY) -m demo --profile fast
 
 # Step 1 alone on the bundled real τ²-bench results (rule-based stand-in labelers).
 demo-tau2: $(STAMP)
-	$(PY) -m pipeline.demo.tau2
+	$(PY) -m demo.tau2
 
 test: $(STAMP)
 	$(PY) -m pytest -q

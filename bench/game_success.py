@@ -5,7 +5,7 @@
         [--out bench_out/game_success.json]
 
 Each game is played on the demo's storefront surface (the config's `storefront` and `storefront_overrides`,
-as `pipeline.demo` passes it to Step 2) at every value of every declared difficulty knob (the others at the
+as `demo` passes it to Step 2) at every value of every declared difficulty knob (the others at the
 game's defaults), --episodes episodes a cell (seeds 10000.., one sample each), greedy and at T=1. Printed per
 cell: full-success rate, mean reward, the decision classes' shares with the agent's success on each, and the
 first mistakes of the failed episodes (the game's `first_mistake` classes). With --hint each game is also played
@@ -53,7 +53,7 @@ def cell(summaries: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def cell_text(label: str, figures: dict[str, Any]) -> str:
-    from pipeline.demo.trainable import mistakes_text
+    from demo.trainable import mistakes_text
 
     classes = ", ".join(f"{name} {share:.2f} ({figures['success_by_class'][name]:.2f})"
                         for name, share in figures.get("class_shares", {}).items())
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (Path(args.model) / "config.json").is_file():
             raise InputError(f"--model {args.model}: no config.json there (the shipped base agent is "
                              f"assets/demo_base_agent)")
-        from pipeline.demo.config import load_demo_config
+        from demo.config import load_demo_config
         config = load_demo_config(args.config)
     except (InputError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

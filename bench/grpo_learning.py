@@ -4,10 +4,10 @@
         [--settings one_step=1x1 default] [--seeds 0 1 2] [--iterations 8] [--eval_every 4]
         [--tasks 40 --samples 2] [--out bench_out/grpo_learning]
 
-It needs a demo run folder (`make demo`, or `python -m pipeline.demo` until its `environments` step has run):
+It needs a demo run folder (`make demo`, or `python -m demo` until its `environments` step has run):
 the base agent (`<run_dir>/base/model`) and the game overrides calibration chose for each capability
 (`<run_dir>/environments/step.json`), so every game is played as the demo's Step 3 plays it. Each GRPO run is
-the demo's (`pipeline.demo.loop.grpo_config`: configs/grpo_tiny.yaml with the loop's budget from --config),
+the demo's (`demo.loop.grpo_config`: configs/grpo_tiny.yaml with the loop's budget from --config),
 with only `ppo_epochs`, `minibatches_per_iteration` and the learning rate changed per setting:
 
     one_step=1x1   one optimizer step per iteration (the old default)
@@ -64,8 +64,8 @@ def parse_setting(text: str) -> tuple[str, int | None, int | None, float | None]
 
 
 def trainable_games(run_dir: Path, group_size: int) -> dict[str, dict[str, Any]]:
-    """{capability: game overrides} of the capabilities the demo's Step 3 trains (pipeline/demo/run.py `trainable`)."""
-    from pipeline.demo.trainable import not_trained_because
+    """{capability: game overrides} of the capabilities the demo's Step 3 trains (demo/run.py `trainable`)."""
+    from demo.trainable import not_trained_because
 
     marker = run_dir / "environments" / "step.json"
     if not marker.is_file():
@@ -144,7 +144,7 @@ def train_run(game_spec: Any, model_dir: Path, folder: Path, overrides: dict[str
 
     import torch
 
-    from pipeline.demo.loop import grpo_config
+    from demo.loop import grpo_config
     from train.backends import HFBackend
     from train.grpo import GRPOTrainer
     from train.policy import LoraPolicy, load_base_model
@@ -212,7 +212,7 @@ def summarize(results: dict[str, Any]) -> list[str]:
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
-    from pipeline.demo.plotting import pyplot, save_figure
+    from demo.plotting import pyplot, save_figure
 
     plt = pyplot()
     games = list(results["games"])
@@ -256,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.demo.config import load_demo_config
-    from pipeline.demo.loop import game_for
+    from demo.config import load_demo_config
+    from demo.loop import game_for
 
     config = load_demo_config(args.config)
     loop = config.loop

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from benchmarks.storefront.demos import make_demonstrations
-    from pipeline.demo.config import load_demo_config
+    from demo.config import load_demo_config
     from train.tiny import build_tiny_model
 
     demo = load_demo_config(DEMO_CONFIG)

@@ -54,7 +54,7 @@ from tqdm import tqdm
 from common.cli import cli_entry
 from common.io import (InputError, atomic_write_json, check_distinct_paths, check_number, check_output_folder,
                        check_url, load_jsonl)
-from pipeline._summarize import truncate_middle
+from pipeline.summarize import truncate_middle
 from pipeline.aggregate_capabilities import (CATEGORIES, AggregationConfig, aggregate, check_outputs, format_table,
                                              load_candidates, validate_run, write_outputs)
 from pipeline.labels_to_run import SkippedTrajectoryWarning, labels_to_run

@@ -670,7 +670,7 @@ def test_phase4_checks_flags_before_self_testing(flags, message, monkeypatch, tm
 
 
 # --------------------------------------------------------------------------------------------------
-# python -m pipeline.demo.tau2 (issue 28)
+# python -m demo.tau2 (issue 28)
 # --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("flags, message", [
     (["--rho", "nan"], "rho must be in [0, 1] (got nan)"),
@@ -680,7 +680,7 @@ def test_phase4_checks_flags_before_self_testing(flags, message, monkeypatch, tm
 ])
 def test_demo_tau2_checks_thresholds_before_writing(flags, message, monkeypatch, tmp_path, capsys):
     # Before: --rho nan wrote 22 files (summary, candidates, labels, run files), then exited 2.
-    from pipeline.demo import tau2 as demo_tau2
+    from demo import tau2 as demo_tau2
 
     selection = Recorder()
     monkeypatch.setattr(demo_tau2, "run_selection", selection)
@@ -693,7 +693,7 @@ def test_demo_tau2_checks_thresholds_before_writing(flags, message, monkeypatch,
 
 def test_demo_tau2_refuses_a_run_dir_that_cannot_be_created(monkeypatch, tmp_path, unwritable_folder, capsys):
     # Before: a traceback (NotADirectoryError / PermissionError) from the first write.
-    from pipeline.demo import tau2 as demo_tau2
+    from demo import tau2 as demo_tau2
 
     selection = Recorder()
     monkeypatch.setattr(demo_tau2, "run_selection", selection)
@@ -811,7 +811,7 @@ def test_a_missing_trace_games_dirs_entry_is_an_error(monkeypatch, tmp_path, cap
 def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
     """{name: (main, {kind: argv}, (module, attribute) of the work that must not start)}."""
     from pipeline import label_trajectories
-    from pipeline.demo import tau2 as demo_tau2
+    from demo import tau2 as demo_tau2
     from swebench import calibrate as swe_calibrate
     from swebench import generate as swe_generate
     from swebench import selftest as swe_selftest
@@ -955,7 +955,7 @@ def test_selftest_refuses_an_output_that_would_replace_the_input_or_the_other_ou
 
 
 def test_demo_refuses_a_profile_and_a_config_together(tmp_path, capsys):
-    from pipeline.demo.run import main
+    from demo.run import main
 
     run_dir = tmp_path / "run"
     assert main(["--profile", "fast", "--config", "configs/demo.yaml", "--run-dir", str(run_dir)]) == 2
@@ -970,7 +970,7 @@ def test_ctrl_c_in_the_demos_llm_labelers_stops_the_demo(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     from pipeline import label_trajectories
-    from pipeline.demo import selection as demo_select
+    from demo import selection as demo_select
 
     monkeypatch.setattr(label_trajectories, "main", lambda argv: label_trajectories.INTERRUPTED)
     settings = SimpleNamespace(labeler_url="http://127.0.0.1:9", labeler_model="m", labeler_api_key_env="KEY",

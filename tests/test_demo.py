@@ -222,10 +222,10 @@ def test_sft_cli_report_to_tensorboard_logs_the_rows_of_sft_info(tiny_model_dir,
 
 
 def test_the_demos_grpo_runs_report_to_its_trackers(tiny_model_dir, tmp_path, monkeypatch):
-    """pipeline/demo_loop.train_lora (every GRPO run of the demo) passes report_to to the trainer: output_dir/tb."""
+    """demo/loop.py train_lora (every GRPO run of the demo) passes report_to to the trainer: output_dir/tb."""
     import game_registry
-    from pipeline.demo.config import LoopSettings
-    from pipeline.demo.loop import train_lora
+    from demo.config import LoopSettings
+    from demo.loop import train_lora
 
     # The test game is registered for this test only (later tests list every registered capability game). The
     # registry is discovered first: a copy taken before discovery would be restored empty, marked discovered.
@@ -243,7 +243,7 @@ def test_the_demos_grpo_runs_report_to_its_trackers(tiny_model_dir, tmp_path, mo
 
 def test_demo_report_to_comes_from_the_config_or_the_command_line_and_fingerprints_no_step(tmp_path):
     from common.io import InputError
-    from pipeline.demo.config import load_demo_config
+    from demo.config import load_demo_config
 
     path = tmp_path / "demo.yaml"
     path.write_text((REPO / "configs" / "demo_fast.yaml").read_text() + "report_to: [tensorboard]\n")
@@ -260,8 +260,8 @@ def test_step1_on_a_flawed_expert_selects_the_planted_capability(tmp_path, demo_
     from benchmarks.results import write_results
     from benchmarks.storefront.flaws import FlawedExpertAgent
     from benchmarks.storefront.run import run_benchmark
-    from pipeline.demo.config import SelectSettings
-    from pipeline.demo.selection import select_on_results
+    from demo.config import SelectSettings
+    from demo.selection import select_on_results
 
     simulations, tasks = run_benchmark(FlawedExpertAgent("skip_status_check"), 80, 7, config=demo_config,
                                        progress=False)
@@ -277,8 +277,8 @@ def test_step1_refuses_to_contrast_without_passed_trajectories(tmp_path, demo_co
     from benchmarks.results import write_results
     from benchmarks.storefront.flaws import FlawedExpertAgent
     from benchmarks.storefront.run import run_benchmark
-    from pipeline.demo.config import SelectSettings
-    from pipeline.demo.selection import select_on_results
+    from demo.config import SelectSettings
+    from demo.selection import select_on_results
 
     simulations, tasks = run_benchmark(FlawedExpertAgent("skip_status_check"), 30, 7, config=demo_config,
                                        progress=False)
@@ -316,7 +316,7 @@ def test_game_mix_applies_each_games_overrides():
 
 def test_demo_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
     from common.io import InputError
-    from pipeline.demo.config import load_demo_config
+    from demo.config import load_demo_config
 
     for name in ("demo.yaml", "demo_full.yaml", "demo_fast.yaml"):
         config = load_demo_config(REPO / "configs" / name)
@@ -342,7 +342,7 @@ def test_demo_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
 def test_make_demo_is_make_demo_full_without_the_diagnostic_rows():
     """The claims profile (configs/demo.yaml) and the full one differ only in the diagnostic switches, so they share
     the base agent, Steps 1-2 and every budget; the claims profile keeps the rows the paper's claims need."""
-    from pipeline.demo.config import load_demo_config
+    from demo.config import load_demo_config
 
     claims, full = (dataclasses.asdict(load_demo_config(REPO / "configs" / name)) for name in ("demo.yaml", "demo_full.yaml"))
     switches = {("evaluate", "each_adapter"), ("evaluate", "efficiency_fractions"), ("loop", "direct_fresh"),
@@ -365,7 +365,7 @@ def test_the_claims_profile_trains_direct_grpo_on_the_pool_and_evaluates_only_th
     config = tmp_path / "claims_fast.yaml"
     config.write_text(yaml.safe_dump(fast))
     demo = tmp_path / "demo"
-    run = subprocess.run([sys.executable, "-m", "pipeline.demo", "--config", str(config), "--run-dir", str(demo)],
+    run = subprocess.run([sys.executable, "-m", "demo", "--config", str(config), "--run-dir", str(demo)],
                          cwd=REPO, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     baselines = json.loads((demo / "baselines" / "step.json").read_text())["figures"]
@@ -382,7 +382,7 @@ def test_the_claims_profile_trains_direct_grpo_on_the_pool_and_evaluates_only_th
 
 @pytest.mark.slow
 def test_demo_fast_runs_every_step_and_resumes(tmp_path):
-    command = [sys.executable, "-m", "pipeline.demo", "--profile", "fast", "--run-dir", str(tmp_path / "demo")]
+    command = [sys.executable, "-m", "demo", "--profile", "fast", "--run-dir", str(tmp_path / "demo")]
     first = subprocess.run([*command, "--report-to", "tensorboard"], cwd=REPO, capture_output=True, text=True,
                            timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -473,8 +473,8 @@ def test_step1_with_llm_labelers_goes_through_label_trajectories(tmp_path, demo_
     from benchmarks.results import write_results
     from benchmarks.storefront.flaws import FlawedExpertAgent
     from benchmarks.storefront.run import run_benchmark
-    from pipeline.demo.config import SelectSettings
-    from pipeline.demo.selection import select_on_results
+    from demo.config import SelectSettings
+    from demo.selection import select_on_results
 
     simulations, tasks = run_benchmark(FlawedExpertAgent("skip_status_check"), 12, 7, config=demo_config,
                                        progress=False)
@@ -498,7 +498,7 @@ def test_a_game_is_trained_only_where_the_base_agent_sometimes_wins_it_in_full()
     """The full-success rule: a calibrated game is trained when the base agent's full-success rate at some value
     tried is in the band; a game it never wins (partial credit alone, however much its rewards vary) is *not
     trainable with this agent*, and the reason gives each value's figures and the first mistakes counted there."""
-    from pipeline.demo.trainable import TRAIN_BAND, binary_spread_share, not_trained_because
+    from demo.trainable import TRAIN_BAND, binary_spread_share, not_trained_because
 
     assert TRAIN_BAND == (0.10, 0.60)
     assert abs(binary_spread_share(0.0830, 8) - 0.5) < 1e-3  # a record without spread figures gets 0/1 spread
@@ -549,7 +549,7 @@ def partial_reward_game(monkeypatch):
                         for t in range(n_tasks) for i, r in enumerate(rewards_of(overrides)[:n_samples])]
             return collect
 
-        monkeypatch.setattr("pipeline.demo.loop.model_collector", collector)
+        monkeypatch.setattr("demo.loop.model_collector", collector)
 
     return script
 
@@ -557,9 +557,9 @@ def partial_reward_game(monkeypatch):
 def test_calibration_records_mean_reward_and_spread_and_skips_a_game_with_partial_credit_alone(partial_reward_game):
     import dataclasses
 
-    from pipeline.demo.config import LoopSettings
-    from pipeline.demo.loop import calibrate_capability
-    from pipeline.demo.trainable import not_trained_because
+    from demo.config import LoopSettings
+    from demo.loop import calibrate_capability
+    from demo.trainable import not_trained_because
 
     settings = dataclasses.replace(LoopSettings(), calibration_tasks=6, calibration_samples=2, group_size=8)
     partial_reward_game(lambda overrides: [0.0, 0.6])  # no success at any knob value, rewards that differ
@@ -584,8 +584,8 @@ def test_step2_validates_the_game_with_the_overrides_it_calibrates(partial_rewar
     import dataclasses
 
     import pipeline.validate_game
-    from pipeline.demo.config import LoopSettings
-    from pipeline.demo.loop import calibrate_capability
+    from demo.config import LoopSettings
+    from demo.loop import calibrate_capability
 
     validated = []
     monkeypatch.setattr(pipeline.validate_game, "validate", lambda spec, **kw: (
@@ -597,8 +597,8 @@ def test_step2_validates_the_game_with_the_overrides_it_calibrates(partial_rewar
 
 
 def test_step2_report_and_progress_lines_show_each_values_figures():
-    from pipeline.demo.config import DemoConfig
-    from pipeline.demo.report import _environment_tables, environment_lines
+    from demo.config import DemoConfig
+    from demo.report import _environment_tables, environment_lines
 
     env = {"game": "capability_x", "validated": True, "status": "out_of_range", "knob": "k", "value": 1,
            "success_rate": 0.0, "mean_reward": 0.3, "spread_share": 0.99, "group_size": 8, "settings": {"k": 1},
@@ -630,8 +630,8 @@ def test_evaluate_max_steps_limits_the_episodes_the_demo_plays_but_not_the_demon
     from benchmarks.storefront.config import StorefrontConfig
     from benchmarks.storefront.game import StorefrontGame
     from game_registry import parse_hermes_action
-    from pipeline.demo.run import Demo
-    from pipeline.demo.config import load_demo_config
+    from demo.run import Demo
+    from demo.config import load_demo_config
 
     config = load_demo_config(REPO / "configs/demo.yaml")
     demo = Demo(config, tmp_path, fresh=False, profile="default")
@@ -650,7 +650,7 @@ def test_evaluate_max_steps_limits_the_episodes_the_demo_plays_but_not_the_demon
 
 
 def test_training_curves_end_at_the_episodes_each_run_used():
-    from pipeline.demo.report import curve_episodes
+    from demo.report import curve_episodes
 
     metrics = [{"iteration": i, "success_rate": 0.1 * i} for i in range(1, 9)]  # as train.grpo logs them
     assert curve_episodes(metrics, 64) == [64 * i for i in range(1, 9)]  # 8 iterations x 64 = 512, not 576
@@ -658,9 +658,9 @@ def test_training_curves_end_at_the_episodes_each_run_used():
 
 def test_own_game_report_puts_each_adapter_beside_the_base_agent_on_its_game(tmp_path):
     from benchmarks.results import write_results
-    from pipeline.demo.run import summarize_runs
-    from pipeline.demo.config import DemoConfig
-    from pipeline.demo.report import _own_game_section
+    from demo.run import summarize_runs
+    from demo.config import DemoConfig
+    from demo.report import _own_game_section
 
     def runs(greedy: float, sampled: float, reward: float | None) -> dict:
         out = {}

@@ -1,4 +1,4 @@
-"""The shipped base agent (pipeline/demo/base_agent.py): it matches configs/demo.yaml, the demo uses it only when its
+"""The shipped base agent (demo/base_agent.py): it matches configs/demo.yaml, the demo uses it only when its
 manifest matches the run's settings and its files are intact, and a build here is never thrown away for it."""
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.demo.config import base_settings
-from pipeline.demo.run import Demo
-from pipeline.demo.base_agent import MODEL_FILES, SHIPPED_DIR, file_sha256, ship, shipped_status
-from pipeline.demo.config import load_demo_config
+from demo.config import base_settings
+from demo.run import Demo
+from demo.base_agent import MODEL_FILES, SHIPPED_DIR, file_sha256, ship, shipped_status
+from demo.config import load_demo_config
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_shipped_agent_matches_configs_demo_yaml():
     """Fails when configs/demo.yaml's base section or its storefront config changes without a new shipped agent:
-    rebuild (python -m pipeline.demo --rebuild-base) and ship (python -m pipeline.demo.base_agent ship)."""
+    rebuild (python -m demo --rebuild-base) and ship (python -m demo.base_agent ship)."""
     config = load_demo_config(REPO / "configs" / "demo.yaml")
     manifest, why = shipped_status(base_settings(config, config.storefront_config(REPO)))
     assert manifest is not None, why
@@ -114,7 +114,7 @@ def test_ship_refuses_what_is_not_a_build(tmp_path, fast):
 
 def test_check_command_exit_codes():
     def check(config: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "pipeline.demo.base_agent", "check", "--config", config], cwd=REPO,
+        return subprocess.run([sys.executable, "-m", "demo.base_agent", "check", "--config", config], cwd=REPO,
                               capture_output=True, text=True, timeout=120)
 
     assert check("configs/demo.yaml").returncode == 0

@@ -1,6 +1,6 @@
 """Sample efficiency in the CPU demo (issue 29 point 3): direct GRPO keeps its checkpoints at fractions of its budget
-(pipeline/demo/loop.py), the `efficiency` step evaluates them on the final step's tasks (pipeline/demo/run.py), and the
-report sets them beside TRACE at its full budget with paired differences and a plot (pipeline/demo/report.py)."""
+(demo/loop.py), the `efficiency` step evaluates them on the final step's tasks (demo/run.py), and the
+report sets them beside TRACE at its full budget with paired differences and a plot (demo/report.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,7 +17,7 @@ SEEDS = ("1000", "2000")
 
 
 def test_the_checkpoint_plan_takes_at_most_each_share_and_labels_the_share_it_is():
-    from pipeline.demo.loop import checkpoint_plan
+    from demo.loop import checkpoint_plan
 
     assert checkpoint_plan(20, [0.25, 0.5]) == [
         {"fraction": 0.25, "asked": 0.25, "iteration": 5, "label": "direct GRPO @1/4"},
@@ -34,7 +34,7 @@ def test_the_checkpoint_plan_takes_at_most_each_share_and_labels_the_share_it_is
 
 def test_the_fractions_are_validated_with_the_fix_spelled_out(tmp_path):
     from common.io import InputError
-    from pipeline.demo.config import EvaluateSettings, load_demo_config
+    from demo.config import EvaluateSettings, load_demo_config
 
     assert EvaluateSettings().efficiency_fractions == [0.25, 0.5]
     assert EvaluateSettings(efficiency_fractions=[]).efficiency_fractions == []
@@ -79,8 +79,8 @@ def _same(a: dict, b: dict) -> bool:
 def test_train_lora_keeps_the_asked_checkpoints_and_each_is_the_shorter_run(tiny_model_dir, tmp_path, letter_game):
     """A checkpoint at iteration k of an n-iteration run is the adapter a k-iteration run ends with (constant learning
     rate, same task seeds), checkpointing changes nothing in the run, and only the asked ones and the last are kept."""
-    from pipeline.demo.config import LoopSettings
-    from pipeline.demo.loop import train_lora
+    from demo.config import LoopSettings
+    from demo.loop import train_lora
     from train.evaluate import load_policy_model
 
     settings = LoopSettings(groups_per_iteration=2, group_size=4, max_episode_tokens=128, learning_rate=3e-2)
@@ -132,8 +132,8 @@ def fake_train_lora(calls: list):
 
 
 def demo_with(tmp_path, fractions=(0.25, 0.5), config_name="demo_full.yaml"):
-    from pipeline.demo.run import Demo
-    from pipeline.demo.config import load_demo_config
+    from demo.run import Demo
+    from demo.config import load_demo_config
 
     config = load_demo_config(REPO / "configs" / config_name)
     config.evaluate = dataclasses.replace(config.evaluate, efficiency_fractions=list(fractions))
@@ -143,10 +143,10 @@ def demo_with(tmp_path, fractions=(0.25, 0.5), config_name="demo_full.yaml"):
 
 
 def test_the_baselines_step_keeps_direct_grpos_checkpoints_at_the_fractions(tmp_path, monkeypatch):
-    import pipeline.demo.loop
+    from demo import loop as demo_loop
 
     calls: list = []
-    monkeypatch.setattr(pipeline.demo.loop, "train_lora", fake_train_lora(calls))
+    monkeypatch.setattr(demo_loop, "train_lora", fake_train_lora(calls))
     demo = demo_with(tmp_path)
     figures = demo.baselines(tmp_path / "baselines")
     assert figures["budget_episodes"] == 1280
@@ -167,10 +167,10 @@ def test_the_baselines_step_keeps_direct_grpos_checkpoints_at_the_fractions(tmp_
 
 
 def test_the_claims_profile_trains_one_direct_grpo_run_on_the_pool_with_the_checkpoints(tmp_path, monkeypatch):
-    import pipeline.demo.loop
+    from demo import loop as demo_loop
 
     calls: list = []
-    monkeypatch.setattr(pipeline.demo.loop, "train_lora", fake_train_lora(calls))
+    monkeypatch.setattr(demo_loop, "train_lora", fake_train_lora(calls))
     demo = demo_with(tmp_path, fractions=(0.25,), config_name="demo.yaml")  # loop.direct_fresh false
     figures = demo.baselines(tmp_path / "baselines")
     assert [call["folder"] for call in calls] == ["direct", "mixed"]
@@ -181,9 +181,9 @@ def test_the_claims_profile_trains_one_direct_grpo_run_on_the_pool_with_the_chec
 
 
 def test_the_efficiency_step_evaluates_each_checkpoint_on_the_final_steps_tasks(tmp_path, monkeypatch):
-    import pipeline.demo.loop
+    from demo import loop as demo_loop
 
-    monkeypatch.setattr(pipeline.demo.loop, "train_lora", fake_train_lora([]))
+    monkeypatch.setattr(demo_loop, "train_lora", fake_train_lora([]))
     demo = demo_with(tmp_path)
     demo.records["baselines"] = {"figures": demo.baselines(tmp_path / "baselines")}
     evaluated: list = []
@@ -223,16 +223,16 @@ def test_the_fractions_fingerprint_the_train_baselines_and_efficiency_steps_only
     """evaluate.efficiency_fractions is no setting of the evaluate, select or final steps (their fingerprints stay
     what they were before the key existed); the train and baselines steps carry it (they keep the checkpoints)
     unless it is [], and the efficiency step runs last, reading both."""
-    import pipeline.demo.run
-    from pipeline.demo.run import _run_steps
+    from demo import run as demo_run
+    from demo.run import _run_steps
 
     def steps_of(fractions):
         demo = demo_with(tmp_path, fractions)
         seen: dict = {}
-        monkeypatch.setattr(pipeline.demo.run.Demo, "step", lambda self, name, settings, reads, body, force=False:
+        monkeypatch.setattr(demo_run.Demo, "step", lambda self, name, settings, reads, body, force=False:
                             seen.setdefault(name, (json.loads(json.dumps(settings, default=str)), reads)) and {})
-        monkeypatch.setattr(pipeline.demo.run.Demo, "base_step_settings", lambda self: {})
-        monkeypatch.setattr(pipeline.demo.run, "write_report", lambda demo: "")
+        monkeypatch.setattr(demo_run.Demo, "base_step_settings", lambda self: {})
+        monkeypatch.setattr(demo_run, "write_report", lambda demo: "")
         assert _run_steps(demo, demo.config, REPO / "configs" / "demo.yaml", tmp_path / "run", "default") == 0
         return seen
 
@@ -313,9 +313,9 @@ def efficiency_records(run_dir: Path, trace: tuple[int, int], schedule: str | No
 
 
 def test_the_report_sets_trace_beside_direct_grpo_at_each_share_of_its_budget(tmp_path):
-    from pipeline.demo.run import summarize_runs
-    from pipeline.demo.config import DemoConfig
-    from pipeline.demo.report import render_report
+    from demo.run import summarize_runs
+    from demo.config import DemoConfig
+    from demo.report import render_report
 
     text, results, table = render_report(tmp_path, efficiency_records(tmp_path, (12, 11)), DemoConfig(),
                                          summarize_runs, "default")
@@ -352,9 +352,9 @@ def test_the_report_sets_trace_beside_direct_grpo_at_each_share_of_its_budget(tm
 
 
 def test_the_report_says_when_trace_is_above_at_equal_budget_or_it_is_not_resolved(tmp_path):
-    from pipeline.demo.run import summarize_runs
-    from pipeline.demo.config import DemoConfig
-    from pipeline.demo.report import render_report
+    from demo.run import summarize_runs
+    from demo.config import DemoConfig
+    from demo.report import render_report
 
     above, _, _ = render_report(tmp_path / "a", efficiency_records(tmp_path / "a", (40, 30), schedule="cosine"),
                                 DemoConfig(), summarize_runs, "default")
@@ -376,9 +376,9 @@ def test_the_report_says_when_trace_is_above_at_equal_budget_or_it_is_not_resolv
 
 
 def test_the_report_says_why_efficiency_was_not_measured(tmp_path):
-    from pipeline.demo.run import summarize_runs
-    from pipeline.demo.config import DemoConfig
-    from pipeline.demo.report import render_report
+    from demo.run import summarize_runs
+    from demo.config import DemoConfig
+    from demo.report import render_report
 
     records = efficiency_records(tmp_path, (12, 11))
     records["efficiency"]["figures"] = {"fractions": [], "checkpoints": {}, "models": {},

@@ -1,7 +1,7 @@
 """Repeatability in the CPU demo (issue 29 point 5): `--repeat N` (the config's `repeats`) runs the steps from `train`
-on again with training seeds 1..N-1 under <run-dir>/repeats/seed<r>/ (pipeline/demo/run.py), every training run of a
-repeat takes its seed (pipeline/demo/loop.py), and the report gives each model's mean and spread over the repeats
-(pipeline/demo/report.py `repeats_section`)."""
+on again with training seeds 1..N-1 under <run-dir>/repeats/seed<r>/ (demo/run.py), every training run of a
+repeat takes its seed (demo/loop.py), and the report gives each model's mean and spread over the repeats
+(demo/report.py `repeats_section`)."""
 from __future__ import annotations
 
 import json
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_repeats_are_validated_with_the_fix_spelled_out(tmp_path):
     from common.io import InputError
-    from pipeline.demo.config import DemoConfig, load_demo_config
+    from demo.config import DemoConfig, load_demo_config
 
     assert DemoConfig().repeats == 1 and load_demo_config(REPO / "configs" / "demo.yaml").repeats == 1
     for bad in ("0", "-2", "true", "1.5"):
@@ -27,15 +27,15 @@ def test_repeats_are_validated_with_the_fix_spelled_out(tmp_path):
         path.write_text(f"repeats: {bad}\n")
         with pytest.raises(InputError, match=r"repeats must be an int >= 1 \(1 = one run of every step"):
             load_demo_config(path)
-    done = subprocess.run([sys.executable, "-m", "pipeline.demo", "--profile", "fast", "--repeat", "0",
+    done = subprocess.run([sys.executable, "-m", "demo", "--profile", "fast", "--repeat", "0",
                            "--run-dir", str(tmp_path / "run")], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--repeat must be >= 1" in done.stderr
     assert not (tmp_path / "run").exists()  # refused before any step
 
 
 def demo_with(tmp_path, repeats: int, config_name: str = "demo.yaml"):
-    from pipeline.demo.config import load_demo_config
-    from pipeline.demo.run import Demo
+    from demo.config import load_demo_config
+    from demo.run import Demo
 
     config = load_demo_config(REPO / "configs" / config_name)
     config.repeats = repeats
@@ -43,8 +43,8 @@ def demo_with(tmp_path, repeats: int, config_name: str = "demo.yaml"):
 
 
 def test_each_repeat_reruns_the_training_steps_with_its_seed_in_its_own_folder(tmp_path, monkeypatch):
-    import pipeline.demo.run
-    from pipeline.demo.run import REPEATED_STEPS, _run_steps
+    from demo import run as demo_run
+    from demo.run import REPEATED_STEPS, _run_steps
 
     seen: list = []
 
@@ -55,9 +55,9 @@ def test_each_repeat_reruns_the_training_steps_with_its_seed_in_its_own_folder(t
         self.records[name] = {"figures": {}}
         return {}
 
-    monkeypatch.setattr(pipeline.demo.run.Demo, "step", step)
-    monkeypatch.setattr(pipeline.demo.run.Demo, "base_step_settings", lambda self: {})
-    monkeypatch.setattr(pipeline.demo.run, "write_report", lambda demo: "")
+    monkeypatch.setattr(demo_run.Demo, "step", step)
+    monkeypatch.setattr(demo_run.Demo, "base_step_settings", lambda self: {})
+    monkeypatch.setattr(demo_run, "write_report", lambda demo: "")
     demo = demo_with(tmp_path, 3)
     assert _run_steps(demo, demo.config, REPO / "configs" / "demo.yaml", tmp_path, "default") == 0
     main = ["base", "evaluate", "select", "environments", *REPEATED_STEPS]
@@ -81,7 +81,7 @@ def test_each_repeat_reruns_the_training_steps_with_its_seed_in_its_own_folder(t
 
 
 def test_every_training_run_of_a_repeat_takes_its_seed(tmp_path, monkeypatch):
-    import pipeline.demo.loop
+    from demo import loop as demo_loop
 
     calls: list = []
 
@@ -99,8 +99,8 @@ def test_every_training_run_of_a_repeat_takes_its_seed(tmp_path, monkeypatch):
         gates.append({"folder": folder, "seed": seed, "target_rollouts": target_rollouts})
         return {"gate": str(folder / "gate"), "episodes": 256}
 
-    monkeypatch.setattr(pipeline.demo.loop, "train_lora", train_lora)
-    monkeypatch.setattr(pipeline.demo.loop, "train_gate", train_gate)
+    monkeypatch.setattr(demo_loop, "train_lora", train_lora)
+    monkeypatch.setattr(demo_loop, "train_gate", train_gate)
     (tmp_path / "select").mkdir()
     (tmp_path / "select" / "analysis_seed500_sampled.json").write_text("{}")
     demo = demo_with(tmp_path, 2, "demo_full.yaml")  # every training run, direct GRPO's two settings included
@@ -141,9 +141,9 @@ def final_records(run_dir: Path, seed: int, trace_extra: int, direct_extra: int)
 
 
 def test_the_report_gives_each_models_mean_and_spread_over_repeats(tmp_path):
-    from pipeline.demo.config import DemoConfig
-    from pipeline.demo.report import render_report, repeats_section
-    from pipeline.demo.run import summarize_runs
+    from demo.config import DemoConfig
+    from demo.report import render_report, repeats_section
+    from demo.run import summarize_runs
 
     base = {"evaluate": {"seconds": 1.0, "device": "cpu",
                          "figures": {"base": write_runs(tmp_path, "base", outcomes(0))}}}

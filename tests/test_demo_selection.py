@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.demo import rule_labeler
-from pipeline.demo.rule_labeler import Evidence
+from demo import rule_labeler
+from demo.rule_labeler import Evidence
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -69,7 +69,7 @@ def test_noisy_labelers_are_seeded_and_independent():
 
 
 def _demo(run_dir: Path, *flags: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "pipeline.demo.tau2", "--run-dir", str(run_dir), *flags],
+    result = subprocess.run([sys.executable, "-m", "demo.tau2", "--run-dir", str(run_dir), *flags],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return result
@@ -100,7 +100,7 @@ def test_demo_selection_end_to_end(tmp_path):
 
 def test_demo_says_what_it_does_not_do():
     """The candidates are fixed, not proposed; the rule labelers read gold actions; later steps are not run."""
-    source = (REPO / "pipeline" / "demo" / "run.py").read_text()
+    source = (REPO / "demo" / "run.py").read_text()
     out = _demo_output()
     assert "Phase 1 is NOT run" in out and "FIXED candidate capabilities" in out
     assert "gold action list, which real labelers never see" in out

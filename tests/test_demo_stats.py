@@ -1,4 +1,4 @@
-"""The demo's paired statistics (pipeline/paired_stats.py) and its episode accounting (pipeline/demo/report.py):
+"""The demo's paired statistics (demo/paired_stats.py) and its episode accounting (demo/report.py):
 bootstrap intervals on constructed data, pairing, and every rollout counted on a constructed records dict."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import paired_stats as ps
+from demo import paired_stats as ps
 
 SEEDS = ("1000", "2000", "3000")
 
@@ -154,8 +154,8 @@ def model_outcomes(extra_greedy: int, extra_sampled: int) -> dict[str, dict[str,
 
 
 def test_the_paired_section_compares_every_model_with_the_base_and_trace(tmp_path):
-    from pipeline.demo.config import DemoConfig
-    from pipeline.demo.report import paired_section
+    from demo.config import DemoConfig
+    from demo.report import paired_section
 
     evaluate = {"base": write_runs(tmp_path, "base", model_outcomes(0, 0)),
                 "TRACE": write_runs(tmp_path, "TRACE", model_outcomes(0, 1)),
@@ -182,8 +182,8 @@ def test_the_paired_section_compares_every_model_with_the_base_and_trace(tmp_pat
 
 
 def test_the_paired_section_says_when_a_model_played_other_tasks(tmp_path):
-    from pipeline.demo.config import DemoConfig
-    from pipeline.demo.report import paired_section
+    from demo.config import DemoConfig
+    from demo.report import paired_section
 
     evaluate = {"base": write_runs(tmp_path, "base", model_outcomes(0, 0)),
                 "other": write_runs(tmp_path, "other", model_outcomes(0, 0))}
@@ -218,8 +218,8 @@ def accounting_records() -> dict:
 
 
 def test_every_rollout_is_counted_per_model():
-    from pipeline.demo.config import DemoConfig
-    from pipeline.demo.report import accounting_section, episode_accounting
+    from demo.config import DemoConfig
+    from demo.report import accounting_section, episode_accounting
 
     accounting = episode_accounting(accounting_records(), DemoConfig())
     parts = accounting["parts"]
@@ -249,8 +249,8 @@ def test_every_rollout_is_counted_per_model():
 
 
 def test_accounting_of_a_run_without_a_gate_or_baselines():
-    from pipeline.demo.config import DemoConfig
-    from pipeline.demo.report import episode_accounting
+    from demo.config import DemoConfig
+    from demo.report import episode_accounting
 
     records = accounting_records()
     records["gate"] = {"figures": {"gate": None, "episodes": 0}}
@@ -268,9 +268,9 @@ def test_accounting_of_a_run_without_a_gate_or_baselines():
 
 
 def test_render_report_writes_the_paired_differences_and_the_accounting(tmp_path):
-    from pipeline.demo.run import summarize_runs
-    from pipeline.demo.config import DemoConfig
-    from pipeline.demo.report import render_report
+    from demo.run import summarize_runs
+    from demo.config import DemoConfig
+    from demo.report import render_report
 
     def record(figures: dict, settings: dict | None = None) -> dict:
         return {"seconds": 1.0, "device": "cpu", "figures": figures, "settings": settings or {}}
@@ -299,8 +299,8 @@ def test_render_report_writes_the_paired_differences_and_the_accounting(tmp_path
 def test_a_run_where_every_task_fails_has_no_variance_to_size_from(tmp_path):
     """The fast profile's barely trained agent passes nothing: differences of 0, and the sizing says why it has
     no figure instead of dividing by a zero width."""
-    from pipeline.demo.config import DemoConfig
-    from pipeline.demo.report import paired_section
+    from demo.config import DemoConfig
+    from demo.report import paired_section
 
     nothing = {seed: {"greedy": [[0.0]] * 5, "sampled": [[0.0, 0.0]] * 5} for seed in SEEDS}
     evaluate = {"base": write_runs(tmp_path, "base", nothing), "TRACE": write_runs(tmp_path, "TRACE", nothing)}

@@ -1,7 +1,7 @@
 """TRACE at shares of its own training budget (issue 29 point 3): Step 3's adapters keep checkpoints at the
 efficiency fractions, and the efficiency step trains a gate on each checkpoint (router SFT on the rollouts played up
 to it, floor(share x gate_iterations) GRPO iterations) and evaluates it as "TRACE @1/4", ...
-(pipeline/demo/run.py, pipeline/demo/loop.py). The report side is tests/test_demo_trace_efficiency_report.py."""
+(demo/run.py, demo/loop.py). The report side is tests/test_demo_trace_efficiency_report.py."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,10 +11,10 @@ from test_demo_efficiency import CAPABILITIES, demo_with, fake_train_lora
 
 
 def test_step3_keeps_each_adapters_checkpoints_at_the_fractions(tmp_path, monkeypatch):
-    import pipeline.demo.loop
+    from demo import loop as demo_loop
 
     calls: list = []
-    monkeypatch.setattr(pipeline.demo.loop, "train_lora", fake_train_lora(calls))
+    monkeypatch.setattr(demo_loop, "train_lora", fake_train_lora(calls))
     demo = demo_with(tmp_path)  # configs/demo.yaml: 8 iterations per adapter, fractions [0.25, 0.5]
     figures = demo.train(tmp_path / "train")
     assert [(c["folder"], c["iterations"], c["checkpoints_at"]) for c in calls] == [
@@ -38,9 +38,9 @@ def _with_adapter_checkpoints(demo, tmp_path: Path) -> None:
 
 
 def test_the_efficiency_step_composes_trace_from_the_adapters_checkpoints(tmp_path, monkeypatch):
-    import pipeline.demo.loop
+    from demo import loop as demo_loop
 
-    monkeypatch.setattr(pipeline.demo.loop, "train_lora", fake_train_lora([]))
+    monkeypatch.setattr(demo_loop, "train_lora", fake_train_lora([]))
     demo = demo_with(tmp_path)
     _with_adapter_checkpoints(demo, tmp_path)
     demo.records["baselines"] = {"figures": demo.baselines(tmp_path / "baselines")}
@@ -60,7 +60,7 @@ def test_the_efficiency_step_composes_trace_from_the_adapters_checkpoints(tmp_pa
         evaluated.append({"adapter": adapter, "label": label, "seeds": seeds, "tasks": n_tasks, **kw})
         return {f"{seeds[0]}/greedy": {"path": f"efficiency/{label}.json"}}
 
-    monkeypatch.setattr(pipeline.demo.loop, "train_gate", train_gate)
+    monkeypatch.setattr(demo_loop, "train_gate", train_gate)
     monkeypatch.setattr(demo, "_evaluate", evaluate)
     figures = demo.efficiency(tmp_path / "efficiency")
     # one gate per checkpoint, on the adapters' checkpoints, with the same share of Step 4's 4 GRPO iterations,
@@ -94,10 +94,10 @@ def test_the_efficiency_step_composes_trace_from_the_adapters_checkpoints(tmp_pa
 
 
 def test_the_efficiency_step_says_why_trace_has_no_checkpoints(tmp_path, monkeypatch):
-    import pipeline.demo.loop
+    from demo import loop as demo_loop
 
-    monkeypatch.setattr(pipeline.demo.loop, "train_lora", fake_train_lora([]))
-    monkeypatch.setattr(pipeline.demo.loop, "train_gate", lambda *a, **k: {"gate": None, "episodes": 0,
+    monkeypatch.setattr(demo_loop, "train_lora", fake_train_lora([]))
+    monkeypatch.setattr(demo_loop, "train_gate", lambda *a, **k: {"gate": None, "episodes": 0,
                                                                             "sft_data": {}})
     demo = demo_with(tmp_path)
     demo.records["baselines"] = {"figures": demo.baselines(tmp_path / "baselines")}
@@ -117,7 +117,7 @@ def test_the_efficiency_step_says_why_trace_has_no_checkpoints(tmp_path, monkeyp
 
 
 def test_router_sft_data_for_a_checkpoint_reads_only_the_rollouts_played_up_to_it(tmp_path):
-    from pipeline.demo.loop import sft_data
+    from demo.loop import sft_data
 
     run = tmp_path / "train" / "cap"
     (run / "rollouts").mkdir(parents=True)

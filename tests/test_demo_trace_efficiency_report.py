@@ -1,4 +1,4 @@
-"""Sample efficiency with TRACE's own checkpoints (pipeline/demo/report.py): the efficiency step also evaluates TRACE
+"""Sample efficiency with TRACE's own checkpoints (demo/report.py): the efficiency step also evaluates TRACE
 at fractions of its training budget ("trace_checkpoints"), and TRACE @1/4 against direct GRPO's final is the paper's
 claim ("with under a quarter of the rollouts, TRACE exceeded the final scores of GRPO") at its own ratio."""
 from __future__ import annotations
@@ -44,9 +44,9 @@ def trace_records(run_dir: Path, trace: tuple[int, int] = (12, 11), quarter: tup
 
 def render(run_dir: Path, records: dict) -> tuple[str, dict, str, str]:
     """(report, results, printed table, the "Sample efficiency" section) of `records`."""
-    from pipeline.demo.config import DemoConfig
-    from pipeline.demo.report import render_report
-    from pipeline.demo.run import summarize_runs
+    from demo.config import DemoConfig
+    from demo.report import render_report
+    from demo.run import summarize_runs
 
     text, results, table = render_report(run_dir, records, DemoConfig(), summarize_runs, "default")
     json.dumps(results)
@@ -122,7 +122,7 @@ def test_the_claim_at_its_own_ratio_is_trace_at_a_quarter_against_direct_grpos_f
 
 
 def test_the_claim_verdict_needs_every_mode_resolved_above_and_any_resolved_below_contradicts():
-    from pipeline.demo.report import claim_verdict
+    from demo.report import claim_verdict
 
     def cell(difference, excludes_zero=True, p=0.001):
         return {"difference": difference, "excludes_zero": excludes_zero, "sign_test_p": p}
@@ -171,7 +171,7 @@ def test_direct_grpos_first_point_at_or_above_trace_is_never_a_trace_checkpoint(
 
 
 def test_the_plot_draws_direct_grpo_and_trace_each_as_its_own_line(tmp_path, monkeypatch):
-    import pipeline.demo.report as report
+    import demo.report as report
 
     drawn: list = []
     save = report.save_figure

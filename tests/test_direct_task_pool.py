@@ -1,6 +1,6 @@
 """Direct GRPO in two settings (issue 29 point 2): GRPO on a fixed pool of target tasks (`GRPOConfig.task_pool`,
-train/config.py; the trainer's requests, train/grpo.py), the demo's second direct-GRPO run on it (pipeline/demo/run.py,
-`loop.direct_task_pool`) and the report's side-by-side section (pipeline/demo/report.py)."""
+train/config.py; the trainer's requests, train/grpo.py), the demo's second direct-GRPO run on it (demo/run.py,
+`loop.direct_task_pool`) and the report's side-by-side section (demo/report.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -56,8 +56,8 @@ def test_the_trainer_plays_only_the_pools_tasks(tiny_model_dir, tmp_path, letter
     """GRPO with task_pool 2 plays the pool's two seeds in every iteration's rollouts (3 passes in 6 groups); without
     a pool, six different seeds."""
     from benchmarks.results import load_results
-    from pipeline.demo.config import LoopSettings
-    from pipeline.demo.loop import train_lora
+    from demo.config import LoopSettings
+    from demo.loop import train_lora
 
     settings = LoopSettings(groups_per_iteration=2, group_size=2, max_episode_tokens=96)
 
@@ -79,8 +79,8 @@ def test_the_trainer_plays_only_the_pools_tasks(tiny_model_dir, tmp_path, letter
 
 def test_the_demo_pool_is_checked_against_the_evaluation_tasks(tmp_path):
     from common.io import InputError
-    from pipeline.demo.config import load_demo_config
-    from pipeline.demo.run import Demo
+    from demo.config import load_demo_config
+    from demo.run import Demo
 
     demo = Demo(load_demo_config(REPO / "configs" / "demo.yaml"), tmp_path, fresh=False, profile="default")
     demo.check_pool_is_held_out(164)  # τ²-Bench's count: none of the 150 evaluation tasks
@@ -91,7 +91,7 @@ def test_the_demo_pool_is_checked_against_the_evaluation_tasks(tmp_path):
 
 def test_the_pool_setting_is_validated_and_the_default_is_tau2_benchs_count(tmp_path):
     from common.io import InputError
-    from pipeline.demo.config import LoopSettings, load_demo_config
+    from demo.config import LoopSettings, load_demo_config
 
     assert LoopSettings().direct_task_pool == 164
     assert load_demo_config(REPO / "configs" / "demo.yaml").loop.direct_task_pool == 40
@@ -116,9 +116,9 @@ def baselines(pool: int, groups: int) -> dict:
 
 
 def test_the_report_sets_both_settings_side_by_side_with_a_paired_difference(tmp_path):
-    from pipeline.demo.config import DemoConfig
-    from pipeline.demo.report import direct_settings_section, episode_accounting
-    from pipeline.demo.run import summarize_runs
+    from demo.config import DemoConfig
+    from demo.report import direct_settings_section, episode_accounting
+    from demo.run import summarize_runs
 
     evaluate = {"direct GRPO": write_runs(tmp_path, "direct", outcomes(0)),
                 "direct GRPO (task pool)": write_runs(tmp_path, "direct_pool", outcomes(10))}

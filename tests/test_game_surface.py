@@ -24,7 +24,7 @@ from benchmarks.storefront.user_sim import REQUEST_KINDS
 from game_registry import get_game, render_tool_call
 from benchmarks.storefront.config import surface_fields
 from games._storefront_game_kit import AUTH_QUESTION
-from pipeline.demo.config import load_demo_config
+from demo.config import load_demo_config
 from pipeline.validate_game import validate
 from test_difficulty_knobs import (forgets_some_requests, guesses_items, guesses_payment_method, mutate_calls,
                                    trusts_eligibility_claims, zip_as_number)

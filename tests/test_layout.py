@@ -5,7 +5,7 @@ The rules (README "Layout"):
 - environments (games/, benchmarks/, game_registry, swebench/'s scenario, generation, sandbox and grading
   modules) import no model stack (torch, transformers, peft, trl, vllm, accelerate) and none of train/,
   moe_gate/, pipeline/ or the demo: they can be played, graded and tested without a model;
-- pipeline/ (Steps 1-2 tooling) imports neither train/ nor moe_gate/ nor the demo (pipeline/demo/, the embedded
+- pipeline/ (Steps 1-2 tooling) imports neither train/ nor moe_gate/ nor the demo (demo/, the embedded
   experiment on top of every step, which nothing imports);
 - moe_gate/ (Step 4's gates) imports none of the other steps, the environments or the demo (only common/);
 - train/ imports neither pipeline/, swebench/ nor the demo;
@@ -30,7 +30,7 @@ ENVIRONMENT_MODULES = sorted(
     + ["game_registry", "swebench.game"])
 
 
-PROJECT = ("train", "moe_gate", "pipeline", "swebench", "benchmarks", "games", "common", "game_registry",
+PROJECT = ("demo", "train", "moe_gate", "pipeline", "swebench", "benchmarks", "games", "common", "game_registry",
            "render_pipeline")
 MODEL_STACK = ("torch", "transformers", "peft", "trl", "vllm", "accelerate")
 # swebench/'s drivers that play scenarios with a model (model-driven calibration): the train side of swebench
@@ -75,7 +75,7 @@ def imports_of(name: str, path: Path, planted: str = "") -> list[tuple[str, str 
 def layer(module: str) -> str:
     """The layer a dotted name belongs to (third-party names: their top-level package)."""
     top = module.split(".")[0]
-    if module == "pipeline.demo" or module.startswith("pipeline.demo."):
+    if module == "demo" or module.startswith("demo."):
         return "demo"
     if module in SWEBENCH_DRIVERS or any(module.startswith(d + ".") for d in SWEBENCH_DRIVERS):
         return "swebench_driver"
@@ -112,7 +112,7 @@ def layout_violations(root: Path = REPO, planted: dict[str, str] | None = None) 
             if target and target != name:
                 edges[name].add(target)
             target_layer = layer(target or dotted)
-            if target_layer in FORBIDDEN.get(layer(name), ()):
+            if target_layer in FORBIDDEN.get(layer(name), ()) or (target_layer == "demo" and layer(name) != "demo"):
                 problems.append(f"{where}: {layer(name)} module {name} imports {dotted} ({target_layer})")
             other_package = dotted.split(".")[0] != name.split(".")[0] and dotted.split(".")[0] in PROJECT
             private = [part for part in dotted.split(".")[1:] if part.startswith("_") and not part.startswith("__")]
@@ -176,7 +176,7 @@ PLANTED = {  # (module file, line planted at the end of it, the violation it mus
                                   "def _planted():\n    from train.agents import HFAgent\n", "imports train.agents"),
     "pipeline imports train": ("pipeline/aggregate_capabilities.py", "def _planted():\n    import train.grpo\n",
                                "pipeline module pipeline.aggregate_capabilities imports train.grpo (train)"),
-    "pipeline imports the demo": ("pipeline/probes.py", "from pipeline.demo import config as _c\n", "(demo)"),
+    "pipeline imports the demo": ("pipeline/probes.py", "from demo import config as _c\n", "(demo)"),
     "moe_gate imports train": ("moe_gate/model_builder.py", "def _planted():\n    from train.policy import x\n",
                                "moe_gate module moe_gate.model_builder imports train.policy"),
     "train imports pipeline": ("train/grpo.py", "def _planted():\n    from pipeline.recalibrate import x\n",
@@ -239,16 +239,16 @@ def test_no_other_step_imports_a_private_pipeline_module():
 
 
 def test_the_demo_is_its_own_package_and_its_loop_and_report_do_not_import_each_other():
-    """The demo lives in pipeline/demo/ (apart from the benchmark-agnostic Step 1-2 tools), and its loop (which
+    """The demo lives in demo/ (apart from the benchmark-agnostic Step 1-2 tools), and its loop (which
     runs models) and its report (which only renders records) share trainable.py and plotting.py instead of
     reaching into each other, at import time or inside a function."""
     assert not list((REPO / "pipeline").glob("demo_*.py")) and not (REPO / "pipeline" / "rule_labeler.py").exists()
     import ast
 
     for module, other in (("loop", "report"), ("report", "loop")):
-        tree = ast.parse((REPO / "pipeline" / "demo" / f"{module}.py").read_text(encoding="utf-8"))
+        tree = ast.parse((REPO / "demo" / f"{module}.py").read_text(encoding="utf-8"))
         imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-        imported |= {f"{node.module}.{alias.name}" if node.module == "pipeline.demo" else node.module
+        imported |= {f"{node.module}.{alias.name}" if node.module == "demo" else node.module
                      for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
-        assert f"pipeline.demo.{other}" not in imported, module
-        assert f"pipeline.demo.{other}" not in imported_after(f"import pipeline.demo.{module}"), module
+        assert f"demo.{other}" not in imported, module
+        assert f"demo.{other}" not in imported_after(f"import demo.{module}"), module

@@ -319,7 +319,7 @@ def test_ctrl_c_in_sft_leaves_the_output_as_it_was(tiny_model_dir, tmp_path, mon
 
 
 def test_ctrl_c_in_the_demo_says_the_completed_steps_are_kept(tmp_path, monkeypatch, capsys):
-    from pipeline.demo import run as demo
+    from demo import run as demo
 
     monkeypatch.setattr(demo.Demo, "step", _interrupt)
     code, _, err = _run(demo.main, ["--profile", "fast", "--run-dir", tmp_path / "demo"], capsys)
@@ -415,7 +415,7 @@ def test_an_output_folder_that_cannot_be_created_exits_2_before_any_work(cli, ti
         from train.grpo_gater import main
         argv = ["--config", _gate_config_file(tmp_path, tiny_model_dir, target)]
     elif cli == "demo":
-        from pipeline.demo.run import main
+        from demo.run import main
         argv = ["--profile", "fast", "--run-dir", target]
     else:
         from moe_gate.smoke_test import main

@@ -63,7 +63,7 @@ def _demo_run(tmp_path: Path, tiny_model_dir: Path) -> tuple[Path, dict[str, str
 
 
 def test_the_base_agents_successful_target_rollouts_reach_router_sft_labeled_base(tiny_model_dir, tmp_path):
-    from pipeline.demo.loop import train_gate
+    from demo.loop import train_gate
     from train.policy import load_tokenizer
 
     folder, adapters = _demo_run(tmp_path, tiny_model_dir)
@@ -169,7 +169,7 @@ def test_sft_config_balance_labels_must_be_a_boolean():
 
 
 def test_routing_shares_per_kind_sum_to_one_and_count_each_conversation_under_its_kinds():
-    from pipeline.demo.loop import shares_by_kind
+    from demo.loop import shares_by_kind
 
     slots = ["base", "a", "b"]
     conversations = [(["cancel"], torch.tensor([6, 2, 0])), (["cancel"], torch.tensor([0, 2, 0])),
@@ -185,8 +185,8 @@ def test_routing_shares_per_kind_sum_to_one_and_count_each_conversation_under_it
 
 
 def test_routing_by_kind_rescores_saved_conversations_and_the_report_shows_the_table(tiny_model_dir, tmp_path):
-    from pipeline.demo.loop import routing_by_kind
-    from pipeline.demo.report import routing_section
+    from demo.loop import routing_by_kind
+    from demo.report import routing_section
     from train.policy import load_base_model, load_tokenizer
     from train.train_router_sft import encode_conversation
 

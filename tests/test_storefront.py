@@ -1181,7 +1181,7 @@ def test_registry_entry():
 # Results files, the CLI and the summarizer
 # --------------------------------------------------------------------------------------------------
 def test_results_roundtrip_through_summarize(tmp_path: Path):
-    from pipeline._summarize import main as summarize_main
+    from pipeline.summarize import main as summarize_main
 
     expert_sims, tasks = run_cli.run_benchmark(ExpertAgent(), 8, seed=3, progress=False)
     flawed_sims, _ = run_cli.run_benchmark(FlawedExpertAgent("forget_requests"), 8, seed=3, progress=False)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from common.io import InputError
-from pipeline._summarize import (UnknownOutcomeWarning, main, render_messages, summarize_file, summarize_paths,
+from pipeline.summarize import (UnknownOutcomeWarning, main, render_messages, summarize_file, summarize_paths,
                                  truncate_middle)
 
 ROOT = Path(__file__).resolve().parent.parent

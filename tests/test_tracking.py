@@ -73,7 +73,7 @@ def _gate_config(tmp_path: Path, **extra) -> Path:
 
 def _clis(tmp_path: Path) -> dict[str, tuple]:
     """name -> (main, argv without --report_to) of every command that takes report_to."""
-    from pipeline.demo.run import main as demo_main
+    from demo.run import main as demo_main
     from train.__main__ import main as train_main
     from train.grpo_gater import main as gater_main
     from train.sft import main as sft_main

@@ -3,7 +3,7 @@
     python -m train.sft --model DIR --data demos.jsonl --out DIR [--epochs 1] [--lr 2e-3] [--batch-tokens 8192]
                         [--report_to tensorboard,...]
 
-The CPU demo builds its base agent with it (`pipeline/demo/run.py`): the tiny model, trained on storefront
+The CPU demo builds its base agent with it (`demo/run.py`): the tiny model, trained on storefront
 demonstrations with planted deficits (`benchmarks/storefront/demos.py`).
 
 Algorithm: AdamW (betas 0.9/0.95, no weight decay on a model this small), linear warm-up then cosine decay

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         missing.add(server_problem(args.base_url, args.model, need_model_list=False))
         missing.stop_if_any()
 
-    from pipeline import _summarize, label_trajectories
+    from pipeline import label_trajectories, summarize as _summarize
 
     out = args.run_dir / "phase2"
     summary = out / "summary.jsonl"

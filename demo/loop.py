@@ -7,7 +7,7 @@
   the band stays at its value nearest to it while the next knob moves. Each probed value also records its
   mean reward, the estimated share of GRPO groups whose rewards differ, the decision classes' shares and the
   first mistakes of the failed episodes; a game is trained only where the base agent's full success reached the
-  band (`pipeline.demo.trainable.not_trained_because`).
+  band (`demo.trainable.not_trained_because`).
 - `train_lora`: one GRPO LoRA run (`train.grpo.GRPOTrainer`, the code of `python -m train`) on any game
   spec: a capability game (Step 3), the storefront itself (the direct-GRPO baseline) or a mix of the
   selected games (the single-adapter baseline). The GRPO loop is the same in all three. Direct GRPO keeps its
@@ -35,8 +35,8 @@ import yaml
 
 from benchmarks.results import load_results, make_simulation
 from game_registry import GameSpec, get_game
-from pipeline.demo.plotting import pyplot, save_figure
-from pipeline.demo.trainable import FIGURES
+from demo.plotting import pyplot, save_figure
+from demo.trainable import FIGURES
 from pipeline.recalibrate import EPISODE_FACTS, search_knobs
 from train.backends import HFBackend
 from train.episodes import ChatTokenizer, EpisodeRequest, run_episodes
@@ -47,7 +47,7 @@ HISTORY_KEYS = ("knob", "value", *FIGURES)
 CLASS_KEYS = ("class_shares", "success_by_class", "first_mistakes", "failed")
 
 GRPO_TINY = REPO_ROOT / "configs" / "grpo_tiny.yaml"
-# Step 1's analysis results (pipeline/demo/run.py's `select` step: the base agent sampled on the target storefront),
+# Step 1's analysis results (demo/run.py's `select` step: the base agent sampled on the target storefront),
 # relative to the run folder that holds the gate folder: router SFT's "base"-labeled data.
 ANALYSIS_RESULTS = ("select", "analysis_seed*_sampled.json")
 TARGET_GAME = "storefront"
@@ -299,7 +299,7 @@ def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[
     }
     path = folder / "moe_gate.yaml"
     folder.mkdir(parents=True, exist_ok=True)
-    path.write_text("# Written by pipeline/demo/run.py (Step 4 of the CPU demo).\n"
+    path.write_text("# Written by demo/run.py (Step 4 of the CPU demo).\n"
                     + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     used, hinted = sft_data_counts(data, config["sft"]["min_reward"])
     figures: dict[str, Any] = {"config": str(path), "sft_data": used, "sft_hinted_left_out": hinted,

@@ -1,10 +1,10 @@
 """The embedded CPU demo (`make demo`): TRACE's loop on a world whose ground truth is known.
 
-    python -m pipeline.demo [--config configs/demo.yaml] [--run-dir runs/demo] [--fresh]   (the claims' rows)
-    python -m pipeline.demo --profile full        (configs/demo_full.yaml: every row, diagnostics included)
-    python -m pipeline.demo --profile fast        (configs/demo_fast.yaml: every step, small budgets)
-    python -m pipeline.demo --report-to tensorboard   (then: tensorboard --logdir runs/demo)
-    python -m pipeline.demo --repeat 3           (Steps 3-4 and the baselines with 3 training seeds: mean, spread)
+    python -m demo [--config configs/demo.yaml] [--run-dir runs/demo] [--fresh]   (the claims' rows)
+    python -m demo --profile full        (configs/demo_full.yaml: every row, diagnostics included)
+    python -m demo --profile fast        (configs/demo_fast.yaml: every step, small budgets)
+    python -m demo --report-to tensorboard   (then: tensorboard --logdir runs/demo)
+    python -m demo --repeat 3           (Steps 3-4 and the baselines with 3 training seeds: mean, spread)
 
 The target benchmark is the embedded storefront (`benchmarks/storefront`, sized by the config's storefront
 file). The base agent is the project's tiny model, taught the task by supervised fine-tuning on expert
@@ -19,7 +19,7 @@ same settings (its own config section and the steps it reads from), so an interr
   evaluate  the base agent on held-out storefront tasks: every evaluation seed, greedy and temperature 1
             (pass^k over samples), τ²-bench-format results
   select    Step 1 on the base agent's results on separate analysis tasks: compacted trajectories, a
-            FIXED candidate list (`pipeline/demo/rule_labeler.CANDIDATES`, which holds capabilities that were
+            FIXED candidate list (`demo/rule_labeler.CANDIDATES`, which holds capabilities that were
             not planted), N rule-based labelers that see only the trajectory and the results' evaluation
             details (never the planted flaws or a task's hidden capability record), aggregation with
             rho, delta, K; precision and recall of the selection against the planted deficits
@@ -72,8 +72,8 @@ from common.cli import cli_entry
 from common.paths import REPO_ROOT
 from common.io import InputError, atomic_write_json, atomic_write_jsonl, load_json
 from common.run_folder import Interrupted, check_output_dir, exit_code, follow_umask
-from pipeline.demo.config import PROFILES, base_settings
-from pipeline.demo.report import BASELINE_LABELS
+from demo.config import PROFILES, base_settings
+from demo.report import BASELINE_LABELS
 
 STEP_FILE = "step.json"
 # The steps a repeat (`--repeat N`) runs again with its own training seed, under <run-dir>/repeats/<r>/: everything
@@ -94,7 +94,7 @@ class Demo:
 
     def __init__(self, config: Any, run_dir: Path, fresh: bool, profile: str, rebuild_base: bool = False,
                  shipped_dir: Path | None = None):
-        from pipeline.demo.base_agent import SHIPPED_DIR
+        from demo.base_agent import SHIPPED_DIR
 
         self.config = config
         self.run_dir = run_dir
@@ -168,7 +168,7 @@ class Demo:
         for the shipped agent); otherwise the shipped agent is used when its manifest matches these settings,
         and the agent is built here when it does not or with --rebuild-base. A build's settings carry no
         "source" key, so runs made before the agent was shipped stay up to date."""
-        from pipeline.demo.base_agent import shipped_status
+        from demo.base_agent import shipped_status
 
         settings = base_settings(self.config, self.storefront)
         if self.rebuild_base:
@@ -192,7 +192,7 @@ class Demo:
         return {**settings, "source": "shipped"}
 
     def base(self, folder: Path) -> dict[str, Any]:
-        from pipeline.demo.base_agent import install_shipped
+        from demo.base_agent import install_shipped
 
         if self.shipped_manifest is not None:
             built = self.shipped_manifest["built"]
@@ -208,7 +208,7 @@ class Demo:
         """Demonstrations -> tokenizer + tiny model -> openings curriculum -> SFT; the model in folder/model."""
         import torch
 
-        from pipeline.demo.base_agent import build_environment
+        from demo.base_agent import build_environment
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from benchmarks.storefront.demos import make_demonstrations, make_openings
@@ -300,7 +300,7 @@ class Demo:
                                        "base")}
 
     def select(self, folder: Path) -> dict[str, Any]:
-        from pipeline.demo.selection import select_on_results
+        from demo.selection import select_on_results
 
         s = self.config.select
         runs = self._evaluate(self.run_dir / "base" / "model", None, folder, [s.seed], s.tasks, s.samples,
@@ -315,9 +315,9 @@ class Demo:
         return model.to(_device()), tokenizer
 
     def environments(self, folder: Path) -> dict[str, Any]:
-        from pipeline.demo.loop import calibrate_capability
-        from pipeline.demo.trainable import not_trained_because
-        from pipeline.demo.report import environment_lines
+        from demo.loop import calibrate_capability
+        from demo.trainable import not_trained_because
+        from demo.report import environment_lines
 
         selected = self.records["select"]["figures"]["selected"]
         forced = self.config.loop.capabilities
@@ -349,7 +349,7 @@ class Demo:
     def trainable(self) -> dict[str, dict[str, Any]]:
         """Capabilities with a valid game that gives GRPO a learning signal (`not_trained_because`), and the game
         overrides calibration chose."""
-        from pipeline.demo.trainable import not_trained_because
+        from demo.trainable import not_trained_because
 
         figures = self.records["environments"]["figures"]
         return {c: e["game_overrides"] for c, e in figures["capabilities"].items()
@@ -358,7 +358,7 @@ class Demo:
     def train(self, folder: Path) -> dict[str, Any]:
         """Step 3. Each adapter also keeps its checkpoints at `evaluate.efficiency_fractions` of its run: the
         efficiency step composes them into TRACE at those shares of its budget."""
-        from pipeline.demo.loop import checkpoint_plan, game_for, planned_checkpoints, train_lora
+        from demo.loop import checkpoint_plan, game_for, planned_checkpoints, train_lora
 
         loop = self.config.loop
         # No label: an adapter's checkpoint is no model of its own (the efficiency step labels TRACE's).
@@ -379,7 +379,7 @@ class Demo:
         return {"adapters": runs}
 
     def own_game(self, folder: Path) -> dict[str, Any]:
-        from pipeline.demo.loop import game_for
+        from demo.loop import game_for
 
         g, loop = self.config.own_game, self.config.loop
         if not g.enabled:
@@ -400,7 +400,7 @@ class Demo:
         return out
 
     def gate(self, folder: Path) -> dict[str, Any]:
-        from pipeline.demo.loop import target_rollouts_of, train_gate
+        from demo.loop import target_rollouts_of, train_gate
 
         adapters = {c: run["adapter"] for c, run in self.records["train"]["figures"]["adapters"].items()}
         if not adapters:
@@ -416,7 +416,7 @@ class Demo:
 
     def baselines(self, folder: Path) -> dict[str, Any]:
         from game_registry import get_game
-        from pipeline.demo.loop import checkpoint_plan, game_for, planned_checkpoints, train_lora
+        from demo.loop import checkpoint_plan, game_for, planned_checkpoints, train_lora
         from train.game_mix import mixed_spec
 
         loop = self.config.loop
@@ -476,7 +476,7 @@ class Demo:
         """Direct GRPO's fixed pool (training seeds `train_seed_start`..) holds no task the evaluation plays (its
         seeds are hashes of the evaluation seed and task index): raise InputError naming the shared seeds."""
         from benchmarks.storefront.run import task_seed
-        from pipeline.demo.loop import grpo_config
+        from demo.loop import grpo_config
 
         first = grpo_config("storefront", Path("."), Path("."), {}, self.config.loop, 1).train_seed_start
         evaluated = {task_seed(seed, i) for seed in self.config.evaluate.seeds for i in range(self.config.evaluate.tasks)}
@@ -505,7 +505,7 @@ class Demo:
         routing: dict[str, Any] = {}
         if "TRACE" in out:
             from benchmarks.results import load_results
-            from pipeline.demo.loop import plot_routing, routing_by_kind
+            from demo.loop import plot_routing, routing_by_kind
 
             routing["by_kind"] = routing_by_kind(self.run_dir / "base" / "model", models["TRACE"],
                                                  [self.run_dir / r["path"] for r in out["TRACE"].values()])
@@ -560,7 +560,7 @@ class Demo:
         training episodes it used ("TRACE @1/4" for 2 x 128 adapter + 64 gate episodes of 1,280): with it set
         against direct GRPO's final, the paper's claim is measured at its own ratio. Returns why nothing was
         measured, or None."""
-        from pipeline.demo.loop import target_rollouts_of, train_gate
+        from demo.loop import target_rollouts_of, train_gate
 
         e, loop = self.config.evaluate, self.config.loop
         adapters = self.records["train"]["figures"]["adapters"]
@@ -626,9 +626,9 @@ def summarize_runs(runs: dict[str, Any], mode: str) -> dict[str, Any]:
 
 def write_report(demo: Demo) -> str:
     """report.md + results.json under the run folder; returns the printed table."""
-    from pipeline.demo.report import render_report
+    from demo.report import render_report
 
-    from pipeline.demo.loop import routing_by_kind
+    from demo.loop import routing_by_kind
 
     text, results, table = render_report(demo.run_dir, demo.records, demo.config, summarize_runs, demo.profile,
                                          measure_routing=routing_by_kind,
@@ -640,10 +640,10 @@ def write_report(demo: Demo) -> str:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.demo.config import load_demo_config
+    from demo.config import load_demo_config
     from train.tracking import check_report_to, require_trackers
 
-    parser = argparse.ArgumentParser(prog="python -m pipeline.demo", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", choices=sorted(PROFILES), default=None,
                         help="default (configs/demo.yaml) or fast (configs/demo_fast.yaml)")
     parser.add_argument("--config", help="a demo config file instead of a profile's (not with --profile)")
@@ -724,7 +724,7 @@ def _loop_steps(demo: Demo, config: Any, sections: dict[str, Any], storefront: d
 
 @cli_entry
 def _run_steps(demo: Demo, config: Any, config_path: Path, run_dir: Path, profile: str) -> int:
-    from pipeline.demo.config import SECTIONS
+    from demo.config import SECTIONS
 
     run_dir.mkdir(parents=True, exist_ok=True)
     print(f"TRACE CPU demo ({profile} profile, {config_path.relative_to(REPO_ROOT) if config_path.is_relative_to(REPO_ROOT) else config_path}) "

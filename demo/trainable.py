@@ -1,6 +1,6 @@
 """Which calibrated games Step 3 of the demo trains: the full-success rule (`not_trained_because`).
 
-Shared by the steps (pipeline/demo/run.py, loop.py) and the report (report.py), which must agree on it.
+Shared by the steps (demo/run.py, loop.py) and the report (report.py), which must agree on it.
 """
 from __future__ import annotations
 

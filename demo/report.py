@@ -3,7 +3,7 @@
 Numbers come only from the steps' own `step.json` figures; a step that did not run has no row. One exception,
 for run folders whose final step predates them: the routing shares per request kind (`routing.by_kind`, which
 the final step records) are measured when missing by the `measure_routing` function the caller passes
-(`pipeline.demo.run.write_report` passes `pipeline.demo.loop.routing_by_kind`: one forward pass per
+(`demo.run.write_report` passes `demo.loop.routing_by_kind`: one forward pass per
 conversation, seconds on the demo's model); this module itself never runs a model.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
-from pipeline.demo.plotting import pyplot, save_figure
-from pipeline.demo.trainable import mistakes_text, not_trained_because
+from demo.plotting import pyplot, save_figure
+from demo.trainable import mistakes_text, not_trained_because
 from pipeline.recalibrate import measurement_text
 
 
@@ -347,7 +347,7 @@ def routing_section(run_dir: Path, records: dict[str, dict[str, Any]], results: 
     """The gate: what router SFT trained it on (rollouts per label), how often it picks each slot per request
     kind on the target (TRACE's evaluation conversations), and one conversation's routing (plot_routing).
 
-    `measure` (e.g. `pipeline.demo.loop.routing_by_kind`) re-scores TRACE's saved evaluation conversations when
+    `measure` (e.g. `demo.loop.routing_by_kind`) re-scores TRACE's saved evaluation conversations when
     the final step did not record `routing.by_kind`; without it such a run shows no shares. Sets
     results["routing"]."""
     gate = records.get("gate", {}).get("figures", {})
@@ -636,7 +636,7 @@ def evaluation_scores(run_dir: Path, runs: dict[str, Any]) -> dict[str, Any]:
     """{mode: {"scores": {seed: {task_id: pass^1}}, "played": {(seed, task_id, sample_idx), ...}}} of one model's
     evaluation runs (keys "seed/mode", each with its results file's `path` under run_dir)."""
     from benchmarks.results import load_results
-    from pipeline.paired_stats import task_scores
+    from demo.paired_stats import task_scores
 
     out: dict[str, Any] = {}
     for key, run in runs.items():
@@ -660,9 +660,9 @@ def paired_section(run_dir: Path, evaluate: dict[str, dict[str, Any]], config: A
                    ) -> tuple[list[str], dict[str, Any], list[str]]:
     """Each model's pass^1 difference against the base agent and against TRACE, greedy and at the evaluation
     temperature, with paired bootstrap 95% intervals over (seed, task) pairs stratified by seed
-    (`pipeline.paired_stats`), and the evaluation size an 8-point difference needs. Returns (report lines,
+    (`demo.paired_stats`), and the evaluation size an 8-point difference needs. Returns (report lines,
     results["paired"], printed lines)."""
-    from pipeline import paired_stats as ps
+    from demo import paired_stats as ps
 
     resamples = resamples or ps.DEFAULT_RESAMPLES
     if "base" not in evaluate:
@@ -690,7 +690,7 @@ def paired_section(run_dir: Path, evaluate: dict[str, dict[str, Any]], config: A
     results: dict[str, Any] = {
         "method": "percentile bootstrap over (seed, task) pairs, stratified by evaluation seed (tasks resampled with "
                   "replacement within each seed, the same draw for both models); per task its pass^1, the mean over "
-                  "its samples; pipeline/paired_stats.py",
+                  "its samples; demo/paired_stats.py",
         "resamples": resamples, "rng_seed": ps.DEFAULT_SEED, "confidence": ps.DEFAULT_CONFIDENCE,
         "same_tasks_as_base": same, "comparisons": comparisons, "base_pass1_interval": base_intervals,
         "base_greedy_minus_sampled": own}
@@ -702,7 +702,7 @@ def paired_section(run_dir: Path, evaluate: dict[str, dict[str, Any]], config: A
              + f" Each cell: the model's pass^1 minus the reference's, with a paired bootstrap 95% interval over "
              f"(seed, task) pairs, stratified by evaluation seed ({resamples:,} resamples, tasks drawn with "
              "replacement within each seed, the same draw for both models; a task's score is its pass^1, the mean "
-             "over its samples; numpy, RNG seed 0: `pipeline/paired_stats.py`). **Bold**: the interval excludes 0. "
+             "over its samples; numpy, RNG seed 0: `demo/paired_stats.py`). **Bold**: the interval excludes 0. "
              "↑ / ↓: the pairs on which the model scored above / below the reference (the rest tie). "
              "The intervals cover the evaluation tasks only, not the spread between training runs (a retrained "
              "model moves by more).", "",
@@ -739,7 +739,7 @@ def _sizing(base_intervals: dict[str, dict[str, Any]], own: dict[str, Any] | Non
     models whose task outcomes were independent would have a difference half-width of √2 × the base's pass^1
     half-width (the wider mode), pairing only narrows it. Resolvable: half-width ≤ 0.08 (a measured 8-point
     difference excludes 0); with 80% power for a true 8-point difference: ≤ 0.08 × 1.96 / (1.96 + 0.84)."""
-    from pipeline.paired_stats import pairs_for_half_width
+    from demo.paired_stats import pairs_for_half_width
 
     if not base_intervals:
         return {}
@@ -806,7 +806,7 @@ def direct_settings_section(run_dir: Path, records: dict[str, dict[str, Any]], e
     over the pool), pass^1 greedy and at the evaluation temperature, and pool − fresh with its paired bootstrap
     interval (`paired_section`'s method). Returns (report lines, results["direct_settings"], printed lines);
     nothing when the run has no fixed-pool run."""
-    from pipeline import paired_stats as ps
+    from demo import paired_stats as ps
 
     baselines = records.get("baselines", {}).get("figures", {})
     fresh_label, pool_label = BASELINE_LABELS["direct"], BASELINE_LABELS["direct_pool"]
@@ -1000,7 +1000,7 @@ def claim_at_ratio(scores: dict[str, dict[str, Any]], rows: dict[str, dict[str, 
     over the same (seed, task) pairs (`paired_section`'s method). `scores`: {model: `evaluation_scores`}. Returns
     {label: {"episodes", "share_of_direct" (of direct GRPO's training episodes), "all_episodes",
     "direct_all_episodes", "differences": {mode: cell}, "verdict" (`claim_verdict`)}}."""
-    from pipeline import paired_stats as ps
+    from demo import paired_stats as ps
 
     direct = rows["direct GRPO"]
     out: dict[str, dict[str, Any]] = {}
@@ -1092,7 +1092,7 @@ def efficiency_section(run_dir: Path, records: dict[str, dict[str, Any]], evalua
     interval (`paired_section`'s method), and a plot against training episodes and against all episodes played
     (`episode_accounting`). Returns (report lines, results["efficiency"], printed lines); nothing when the run has
     no efficiency step."""
-    from pipeline import paired_stats as ps
+    from demo import paired_stats as ps
 
     figures = records.get("efficiency", {}).get("figures")
     if figures is None:

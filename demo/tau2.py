@@ -2,7 +2,7 @@
 
 It runs Step 1, capability selection, on the bundled real τ²-bench results (gpt-4.1 agent on
 the airline and retail domains): compact the trajectories, write the candidate capabilities, let ten
-rule-based stand-in labelers (`pipeline/demo/rule_labeler.py`; there is no LLM here) mark every
+rule-based stand-in labelers (`demo/rule_labeler.py`; there is no LLM here) mark every
 (trajectory, capability) pair, convert their flat labels into run files, aggregate, and print the
 capability table. Everything lands in `runs/demo_tau2/select/` in the formats of docs/ARTIFACTS.md.
 
@@ -18,7 +18,7 @@ What it does NOT do, and says so when it runs:
 Run files of an earlier demo with more labelers (`run_04.json` ... after `--runs 3`) are removed, so the
 README's `run_*.json` glob never mixes two demos.
 
-    python -m pipeline.demo.tau2 [--run-dir runs/demo_tau2] [--runs 10] [--k 8]
+    python -m demo.tau2 [--run-dir runs/demo_tau2] [--runs 10] [--k 8]
 """
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ import re
 import sys
 from pathlib import Path
 
-from pipeline.demo import rule_labeler
+from demo import rule_labeler
 from common.paths import REPO_ROOT
 from common.io import InputError, atomic_write_json, atomic_write_jsonl, check_output_folder, load_json
-from pipeline._summarize import summarize_paths
+from pipeline.summarize import summarize_paths
 from pipeline.aggregate_capabilities import AggregationConfig, aggregate, format_table, write_outputs
 from pipeline.labels_to_run import labels_to_run
 
@@ -87,7 +87,7 @@ def run_selection(run_dir: Path, n_runs: int, k: int, rho: float, delta: float) 
     verdicts = {tid: {name: labels[name] for name in kept} for tid, labels in verdicts.items()}
     atomic_write_json(select_dir / "candidates.json", candidates)
     print(f"[2/4] Phase 1 is NOT run: {len(rule_labeler.CANDIDATES)} FIXED candidate capabilities from "
-          f"pipeline/demo/rule_labeler.py (a real run has an agent propose them from the failed trajectories); "
+          f"demo/rule_labeler.py (a real run has an agent propose them from the failed trajectories); "
           f"{len(kept)} kept with failed examples" + (f", dropped for having none: {', '.join(dropped)}" if dropped
                                                       else "") + f" -> {select_dir / 'candidates.json'}")
 
@@ -114,7 +114,7 @@ def run_selection(run_dir: Path, n_runs: int, k: int, rho: float, delta: float) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.demo.tau2", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m demo.tau2", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-dir", type=Path, default=REPO_ROOT / "runs" / "demo_tau2")
     parser.add_argument("--runs", type=int, default=10, help="number of stand-in labelers (default 10)")
     parser.add_argument("--k", type=int, default=8, help="runs a capability must pass (default 8)")
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     print(BANNER)
     print("TRACE demo, Step 1: capability selection on real τ²-bench results (gpt-4.1, airline + retail)")
     print("Candidates are FIXED and labels come from a documented RULE-BASED STAND-IN for LLM labelers")
-    print("(pipeline/demo/rule_labeler.py) that reads the tasks' gold actions; no model is called.")
+    print("(demo/rule_labeler.py) that reads the tasks' gold actions; no model is called.")
     print(BANNER)
     try:
         report = run_selection(args.run_dir, args.runs, args.k, args.rho, args.delta)

@@ -1,8 +1,8 @@
 """The demo's base agent, shipped: the weights `make demo` starts from, so that every machine runs one experiment.
 
-    python -m pipeline.demo.base_agent ship [--run-dir runs/demo] [--to assets/demo_base_agent]
-    python -m pipeline.demo.base_agent check [--config configs/demo.yaml]
-    python -m pipeline.demo --rebuild-base        (build the base agent here instead of using the shipped one)
+    python -m demo.base_agent ship [--run-dir runs/demo] [--to assets/demo_base_agent]
+    python -m demo.base_agent check [--config configs/demo.yaml]
+    python -m demo --rebuild-base        (build the base agent here instead of using the shipped one)
 
 Why ship it: building the base agent (SFT of the tiny model on 10,000 demonstrations) is most of a first run's
 time, and it is not reproducible across machines. Three builds on one machine gave bit-identical weights, but
@@ -23,8 +23,8 @@ evaluation figures are the build's own) and `manifest.json`:
   rebuild       the command that builds it again
 
 `tests/test_demo_base.py` fails when `configs/demo.yaml` (or the storefront config it names) no longer matches
-the shipped manifest: then rebuild (`python -m pipeline.demo --rebuild-base`) and ship the result
-(`python -m pipeline.demo.base_agent ship`).
+the shipped manifest: then rebuild (`python -m demo --rebuild-base`) and ship the result
+(`python -m demo.base_agent ship`).
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ MANIFEST = "manifest.json"
 # The model folder's files as `Demo.base` saves them (sft_info.json holds the SFT's loss curves).
 MODEL_FILES = ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                "chat_template.jinja", "sft_info.json")
-REBUILD_COMMAND = "python -m pipeline.demo --rebuild-base   (then: python -m pipeline.demo.base_agent ship)"
+REBUILD_COMMAND = "python -m demo --rebuild-base   (then: python -m demo.base_agent ship)"
 
 
 def settings_fingerprint(settings: dict[str, Any]) -> str:
@@ -143,7 +143,7 @@ def ship(run_dir: Path, shipped_dir: Path = SHIPPED_DIR) -> dict[str, Any]:
 
     record_path = run_dir / "base" / "step.json"
     if not record_path.is_file():
-        raise InputError(f"{record_path} is missing: run the demo's base step first (python -m pipeline.demo)")
+        raise InputError(f"{record_path} is missing: run the demo's base step first (python -m demo)")
     record = load_json(record_path)
     if not record.get("complete"):
         raise InputError(f"{record_path}: the base step did not complete; run the demo again to finish it")
@@ -182,10 +182,10 @@ def ship(run_dir: Path, shipped_dir: Path = SHIPPED_DIR) -> dict[str, Any]:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.demo.config import PROFILES, base_settings
-    from pipeline.demo.config import load_demo_config
+    from demo.config import PROFILES, base_settings
+    from demo.config import load_demo_config
 
-    parser = argparse.ArgumentParser(prog="python -m pipeline.demo.base_agent", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m demo.base_agent", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     ship_parser = sub.add_parser("ship", help="ship the base agent a demo run built (its runs/<name>/base)")
     ship_parser.add_argument("--run-dir", type=Path, default=REPO_ROOT / "runs" / "demo")

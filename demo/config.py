@@ -1,6 +1,6 @@
 """Settings of the closed-loop CPU demo (`configs/demo.yaml`, `configs/demo_fast.yaml`).
 
-Each section configures one step of `pipeline/demo/run.py`; a step is re-run only when its own section, or a
+Each section configures one step of `demo/run.py`; a step is re-run only when its own section, or a
 step it reads from, changed. Unknown keys and invalid values raise with the fix spelled out.
 """
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 
 from benchmarks.storefront.demos import check_planted
 from common.io import InputError, load_yaml_mapping
-from pipeline.demo.trainable import TRAIN_BAND
+from demo.trainable import TRAIN_BAND
 from train.chat_template import TOOLS_VIEWS
 from train.tracking import check_report_to
 
-# `python -m pipeline.demo --profile NAME` (and `make demo` / `make demo-full` / `make demo-fast`): the config each reads
+# `python -m demo --profile NAME` (and `make demo` / `make demo-full` / `make demo-fast`): the config each reads
 PROFILES = {"default": "configs/demo.yaml", "full": "configs/demo_full.yaml", "fast": "configs/demo_fast.yaml"}
 
 
@@ -166,7 +166,7 @@ class LoopSettings:
     calibration_tasks: int = 24
     calibration_samples: int = 4
     # The base agent's full-success rate calibration aims for, and that a game must reach at some knob value to be
-    # trained (pipeline.demo.trainable.TRAIN_BAND): a game it never wins teaches partial credit alone.
+    # trained (demo.trainable.TRAIN_BAND): a game it never wins teaches partial credit alone.
     band: list[float] = field(default_factory=lambda: list(TRAIN_BAND))
     max_rounds: int = 3
     iterations: int = 10  # GRPO iterations per capability adapter
@@ -215,7 +215,7 @@ class LoopSettings:
         if not self.direct_fresh and self.direct_task_pool == 0:
             raise ValueError("loop.direct_fresh false needs loop.direct_task_pool > 0 (direct GRPO then trains on that "
                              "fixed pool of target tasks alone); set a pool, e.g. 40, or direct_fresh true")
-        from pipeline.demo.rule_labeler import candidate_names
+        from demo.rule_labeler import candidate_names
 
         known = list(candidate_names())
         if not isinstance(self.capabilities, list) or any(c not in known for c in self.capabilities):

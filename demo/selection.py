@@ -3,7 +3,7 @@
 What the stand-in labelers see is what an LLM labeler would: each simulation's messages and its evaluation
 details (`reward_info`: the action checks, which list the gold actions with their verdicts, communicate
 and policy checks). They do not see the planted flaws, the demonstrations, or a task's hidden capability
-record. The rules are `pipeline/demo/rule_labeler.py`'s, the noise is per labeler (`noisy_labeler`), and the
+record. The rules are `demo/rule_labeler.py`'s, the noise is per labeler (`noisy_labeler`), and the
 files are the pipeline's own formats (summary.jsonl, candidates.json, labels/run_NN.json,
 selected_capabilities.json and its report), so `pipeline.aggregate_capabilities` could be re-run by hand.
 With an LLM endpoint, `python -m pipeline.label_trajectories` over the same summary replaces the rules.
@@ -16,8 +16,8 @@ from typing import Any
 from benchmarks.results import load_results
 from benchmarks.storefront.flaws import FLAW_CAPABILITY
 from common.io import InputError, atomic_write_json, atomic_write_jsonl, load_json
-from pipeline.demo import rule_labeler
-from pipeline._summarize import summarize_paths
+from demo import rule_labeler
+from pipeline.summarize import summarize_paths
 from pipeline.aggregate_capabilities import aggregate, format_table, write_outputs
 from pipeline.labels_to_run import labels_to_run
 
