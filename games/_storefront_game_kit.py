@@ -85,7 +85,7 @@ from benchmarks.storefront.user_sim import REQUEST_KINDS, Identity, UserRequest,
 from benchmarks.tooling import ToolCallRecord, ToolEnvGame
 from common.paths import REPO_ROOT
 from common.io import InputError, load_yaml_mapping
-from game_registry import Game, Policy, Probe, render_tool_call
+from game_registry import DifficultyKnob, Game, GameSpec, Policy, Probe, render_tool_call
 
 TARGET_BENCHMARK = "storefront"
 # The target's expert asks exactly this (benchmarks/storefront/env.py); the same words keep the two aligned.
@@ -938,3 +938,31 @@ def ablation_probes(ablations: dict[str, str]) -> tuple[Probe, ...]:
 
     return tuple(Probe(name=name, description=f"the expert that {lacks}", make_policy=make_policy(name))
                  for name, lacks in ablations.items())
+
+
+# As the target: the longest expert turn (an address change) is ~110 tokens.
+MAX_GEN_TOKENS = 160
+
+
+def storefront_game_spec(game_class: type, config_class: type, capability: str, *, hint: str, max_turns: int,
+                         difficulty_knobs: tuple[DifficultyKnob, ...], probes: tuple[Probe, ...] = ()) -> GameSpec:
+    """The GameSpec of a storefront capability game (what every game file registers): named
+    `capability_<capability>`, the storefront's written policy as its system prompt (a game may still write
+    its own per config: `policy`), no base prompt, `hint` as the hint prompt, the target's turn length, the
+    ablations and decision classes the game class declares (`ABLATIONS`, `DECISION_CLASSES`)."""
+    return GameSpec(
+        name=f"capability_{capability}",
+        make_env=game_class,  # game_class(config), config None for the defaults
+        system_prompt=POLICY,
+        base_prompt="",
+        hint_prompt=hint,
+        max_gen_tokens=MAX_GEN_TOKENS,
+        max_turns=max_turns,
+        capability=capability,
+        config_cls=config_class,
+        target=TARGET_BENCHMARK,
+        difficulty_knobs=difficulty_knobs,
+        probes=probes,
+        ablations=ablation_probes(game_class.ABLATIONS),
+        decision_classes=game_class.DECISION_CLASSES,
+    )

@@ -41,12 +41,11 @@ import random
 from dataclasses import dataclass
 
 from benchmarks.storefront.db import add_order, generate_db
-from benchmarks.storefront.policy import POLICY
 from benchmarks.storefront.tasks import RequestBuilder, descriptions_unique, draw_customer
 from benchmarks.storefront.user_sim import REQUEST_KINDS as SURFACE_KINDS  # every kind can be one of several
-from game_registry import DifficultyKnob, GameSpec, register_game
+from game_registry import DifficultyKnob, register_game
 from games._storefront_game_kit import (
-    TARGET_BENCHMARK,
+    storefront_game_spec,
     Instance,
     PlannedCall,
     PlannedRequest,
@@ -204,21 +203,9 @@ class MultiStepTaskCompletionGame(StorefrontCapabilityGame):
         return {"action": ACTION_WEIGHT * sum(done) / n, "communication": COMMUNICATION_WEIGHT * sum(told) / n}
 
 
-def make_game(config: MultiStepTaskCompletionConfig | None = None) -> MultiStepTaskCompletionGame:
-    """A fresh game (default config when None)."""
-    return MultiStepTaskCompletionGame(config)
 
-
-register_game(GameSpec(
-    name=GAME_NAME,
-    make_env=make_game,
-    system_prompt=POLICY,
-    base_prompt="",
-    hint_prompt=HINT,
-    max_gen_tokens=160,  # as the target: the longest expert turn (an address change) is ~110 tokens
+register_game(storefront_game_spec(
+    MultiStepTaskCompletionGame, MultiStepTaskCompletionConfig, CAPABILITY, hint=HINT,
     max_turns=MultiStepTaskCompletionConfig().max_steps,
-    capability=CAPABILITY,
-    config_cls=MultiStepTaskCompletionConfig,
-    target=TARGET_BENCHMARK,
     difficulty_knobs=(DifficultyKnob("n_requests", "increase", (1, 2, 3, 4)),),
 ))

@@ -60,12 +60,11 @@ from dataclasses import dataclass
 
 from benchmarks.storefront.communication import Replies
 from benchmarks.storefront.db import StoreDB, User, add_order, generate_db
-from benchmarks.storefront.policy import POLICY
 from benchmarks.storefront.probes import GUESS_STATUSES, NAME_EVERY_STATUS
 from benchmarks.storefront.tasks import CANNOT, RequestBuilder, SubRequest, descriptions_unique, draw_customer
-from game_registry import DifficultyKnob, GameSpec, register_game
+from game_registry import DifficultyKnob, register_game
 from games._storefront_game_kit import (
-    TARGET_BENCHMARK,
+    storefront_game_spec,
     Instance,
     PlannedCall,
     PlannedRequest,
@@ -79,7 +78,6 @@ from games._storefront_game_kit import (
     money,
     new_address,
     original_payment_method,
-    ablation_probes,
     surface_kind_weights,
 )
 
@@ -279,24 +277,10 @@ class PreconditionVerificationGame(StorefrontCapabilityGame):
                 "communication": COMMUNICATION_WEIGHT if action_ok and told else 0.0}
 
 
-def make_game(config: PreconditionVerificationConfig | None = None) -> PreconditionVerificationGame:
-    """A fresh game (default config when None)."""
-    return PreconditionVerificationGame(config)
 
-
-register_game(GameSpec(
-    name=GAME_NAME,
-    make_env=make_game,
-    system_prompt=POLICY,
-    base_prompt="",
-    hint_prompt=HINT,
-    max_gen_tokens=160,  # as the target: the longest expert turn (an address change) is ~110 tokens
-    max_turns=MAX_TURNS,  # a cap: the game ends itself at its config's max_steps (more requests need more)
-    capability=CAPABILITY,
-    config_cls=PreconditionVerificationConfig,
-    target=TARGET_BENCHMARK,
+register_game(storefront_game_spec(
+    PreconditionVerificationGame, PreconditionVerificationConfig, CAPABILITY, hint=HINT,
+    max_turns=MAX_TURNS,
     difficulty_knobs=(DifficultyKnob("eligibility_claim_rate", "increase", (0.0, 0.25, 0.5, 0.75, 1.0)),),
     probes=(NAME_EVERY_STATUS, GUESS_STATUSES),
-    ablations=ablation_probes(PreconditionVerificationGame.ABLATIONS),
-    decision_classes=PreconditionVerificationGame.DECISION_CLASSES,
 ))

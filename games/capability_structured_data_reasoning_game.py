@@ -66,12 +66,11 @@ from typing import Any
 
 from benchmarks.storefront.config import StorefrontConfig
 from benchmarks.storefront.db import Order, OrderItem, StoreDB, User, add_order, add_payment_method, generate_db
-from benchmarks.storefront.policy import POLICY
 from benchmarks.storefront.tasks import RequestBuilder, SubRequest, descriptions_unique, draw_customer
 from benchmarks.storefront.tools import StorefrontTools
-from game_registry import DifficultyKnob, GameSpec, register_game
+from game_registry import DifficultyKnob, register_game
 from games._storefront_game_kit import (
-    TARGET_BENCHMARK,
+    storefront_game_spec,
     Instance,
     PlannedCall,
     PlannedRequest,
@@ -84,7 +83,6 @@ from games._storefront_game_kit import (
     identity_sentence,
     money,
     MAX_DRAWS,
-    ablation_probes,
     surface_kind_weights,
 )
 
@@ -416,24 +414,10 @@ class StructuredDataReasoningGame(StorefrontCapabilityGame):
                                  else 0.0} for r, d in zip(self.instance.requests, done)])
 
 
-def make_game(config: StructuredDataReasoningConfig | None = None) -> StructuredDataReasoningGame:
-    """A fresh game (default config when None)."""
-    return StructuredDataReasoningGame(config)
 
-
-register_game(GameSpec(
-    name=GAME_NAME,
-    make_env=make_game,
-    system_prompt=POLICY,
-    base_prompt="",
-    hint_prompt=HINT,
-    max_gen_tokens=160,  # as the target: the longest expert turn is ~110 tokens
-    max_turns=MAX_TURNS,  # a cap: the game ends itself at its config's max_steps (more requests need more)
-    capability=CAPABILITY,
-    config_cls=StructuredDataReasoningConfig,
-    target=TARGET_BENCHMARK,
+register_game(storefront_game_spec(
+    StructuredDataReasoningGame, StructuredDataReasoningConfig, CAPABILITY, hint=HINT,
+    max_turns=MAX_TURNS,
     difficulty_knobs=(DifficultyKnob("n_distractor_items", "increase", (0, 1, 2, 3, 4)),
                       DifficultyKnob("min_payment_methods", "increase", (2, 3, 4, 5))),
-    ablations=ablation_probes(StructuredDataReasoningGame.ABLATIONS),
-    decision_classes=StructuredDataReasoningGame.DECISION_CLASSES,
 ))

@@ -65,12 +65,11 @@ import random
 from dataclasses import dataclass
 
 from benchmarks.storefront.db import Address, StoreDB, User, add_order, generate_db
-from benchmarks.storefront.policy import POLICY
 from benchmarks.storefront.tasks import RequestBuilder, descriptions_unique, draw_customer
 from benchmarks.storefront.user_sim import REQUEST_KINDS as SURFACE_KINDS  # a loose id applies to every kind
-from game_registry import DifficultyKnob, GameSpec, register_game
+from game_registry import DifficultyKnob, register_game
 from games._storefront_game_kit import (
-    TARGET_BENCHMARK,
+    storefront_game_spec,
     Instance,
     PlannedCall,
     PlannedRequest,
@@ -85,7 +84,6 @@ from games._storefront_game_kit import (
     money,
     new_address,
     original_payment_method,
-    ablation_probes,
     surface_kind_weights,
 )
 
@@ -317,24 +315,10 @@ class ToolCallingPrecisionGame(StorefrontCapabilityGame):
                 "confirm": parts["confirm"], "failed_calls": -FAILED_CALL_PENALTY * self.failed_call_count()}
 
 
-def make_game(config: ToolCallingPrecisionConfig | None = None) -> ToolCallingPrecisionGame:
-    """A fresh game (default config when None)."""
-    return ToolCallingPrecisionGame(config)
 
-
-register_game(GameSpec(
-    name=GAME_NAME,
-    make_env=make_game,
-    system_prompt=POLICY,
-    base_prompt="",
-    hint_prompt=HINT,
-    max_gen_tokens=160,  # as the target: the longest expert turn (an address change) is ~110 tokens
-    max_turns=MAX_TURNS,  # a cap: the game ends itself at its config's max_steps (more requests need more)
-    capability=CAPABILITY,
-    config_cls=ToolCallingPrecisionConfig,
-    target=TARGET_BENCHMARK,
+register_game(storefront_game_spec(
+    ToolCallingPrecisionGame, ToolCallingPrecisionConfig, CAPABILITY, hint=HINT,
+    max_turns=MAX_TURNS,
     difficulty_knobs=(DifficultyKnob("looseness", "increase", (0, 1, 2)),
                       DifficultyKnob("name_zip_rate", "increase", (0.0, 0.5, 1.0))),
-    ablations=ablation_probes(ToolCallingPrecisionGame.ABLATIONS),
-    decision_classes=ToolCallingPrecisionGame.DECISION_CLASSES,
 ))
