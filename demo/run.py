@@ -73,7 +73,7 @@ from common.paths import REPO_ROOT
 from common.io import InputError, atomic_write_json, atomic_write_jsonl, load_json
 from common.run_folder import Interrupted, check_output_dir, exit_code, follow_umask
 from demo.config import PROFILES, base_settings
-from demo.report import BASELINE_LABELS
+from demo.report_accounting import BASELINE_LABELS
 
 STEP_FILE = "step.json"
 # The steps a repeat (`--repeat N`) runs again with its own training seed, under <run-dir>/repeats/<r>/: everything

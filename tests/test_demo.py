@@ -650,7 +650,7 @@ def test_evaluate_max_steps_limits_the_episodes_the_demo_plays_but_not_the_demon
 
 
 def test_training_curves_end_at_the_episodes_each_run_used():
-    from demo.report import curve_episodes
+    from demo.report_plots import curve_episodes
 
     metrics = [{"iteration": i, "success_rate": 0.1 * i} for i in range(1, 9)]  # as train.grpo logs them
     assert curve_episodes(metrics, 64) == [64 * i for i in range(1, 9)]  # 8 iterations x 64 = 512, not 576

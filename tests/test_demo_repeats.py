@@ -142,7 +142,8 @@ def final_records(run_dir: Path, seed: int, trace_extra: int, direct_extra: int)
 
 def test_the_report_gives_each_models_mean_and_spread_over_repeats(tmp_path):
     from demo.config import DemoConfig
-    from demo.report import render_report, repeats_section
+    from demo.report import render_report
+    from demo.report_efficiency import repeats_section
     from demo.run import summarize_runs
 
     base = {"evaluate": {"seconds": 1.0, "device": "cpu",

@@ -155,7 +155,7 @@ def model_outcomes(extra_greedy: int, extra_sampled: int) -> dict[str, dict[str,
 
 def test_the_paired_section_compares_every_model_with_the_base_and_trace(tmp_path):
     from demo.config import DemoConfig
-    from demo.report import paired_section
+    from demo.report_paired import paired_section
 
     evaluate = {"base": write_runs(tmp_path, "base", model_outcomes(0, 0)),
                 "TRACE": write_runs(tmp_path, "TRACE", model_outcomes(0, 1)),
@@ -183,7 +183,7 @@ def test_the_paired_section_compares_every_model_with_the_base_and_trace(tmp_pat
 
 def test_the_paired_section_says_when_a_model_played_other_tasks(tmp_path):
     from demo.config import DemoConfig
-    from demo.report import paired_section
+    from demo.report_paired import paired_section
 
     evaluate = {"base": write_runs(tmp_path, "base", model_outcomes(0, 0)),
                 "other": write_runs(tmp_path, "other", model_outcomes(0, 0))}
@@ -219,7 +219,7 @@ def accounting_records() -> dict:
 
 def test_every_rollout_is_counted_per_model():
     from demo.config import DemoConfig
-    from demo.report import accounting_section, episode_accounting
+    from demo.report_accounting import accounting_section, episode_accounting
 
     accounting = episode_accounting(accounting_records(), DemoConfig())
     parts = accounting["parts"]
@@ -250,7 +250,7 @@ def test_every_rollout_is_counted_per_model():
 
 def test_accounting_of_a_run_without_a_gate_or_baselines():
     from demo.config import DemoConfig
-    from demo.report import episode_accounting
+    from demo.report_accounting import episode_accounting
 
     records = accounting_records()
     records["gate"] = {"figures": {"gate": None, "episodes": 0}}
@@ -300,7 +300,7 @@ def test_a_run_where_every_task_fails_has_no_variance_to_size_from(tmp_path):
     """The fast profile's barely trained agent passes nothing: differences of 0, and the sizing says why it has
     no figure instead of dividing by a zero width."""
     from demo.config import DemoConfig
-    from demo.report import paired_section
+    from demo.report_paired import paired_section
 
     nothing = {seed: {"greedy": [[0.0]] * 5, "sampled": [[0.0, 0.0]] * 5} for seed in SEEDS}
     evaluate = {"base": write_runs(tmp_path, "base", nothing), "TRACE": write_runs(tmp_path, "TRACE", nothing)}

@@ -122,7 +122,7 @@ def test_the_claim_at_its_own_ratio_is_trace_at_a_quarter_against_direct_grpos_f
 
 
 def test_the_claim_verdict_needs_every_mode_resolved_above_and_any_resolved_below_contradicts():
-    from demo.report import claim_verdict
+    from demo.report_efficiency import claim_verdict
 
     def cell(difference, excludes_zero=True, p=0.001):
         return {"difference": difference, "excludes_zero": excludes_zero, "sign_test_p": p}
@@ -171,17 +171,17 @@ def test_direct_grpos_first_point_at_or_above_trace_is_never_a_trace_checkpoint(
 
 
 def test_the_plot_draws_direct_grpo_and_trace_each_as_its_own_line(tmp_path, monkeypatch):
-    import demo.report as report
+    import demo.report_plots as report_plots
 
     drawn: list = []
-    save = report.save_figure
+    save = report_plots.save_figure
 
     def capture(figure, path):
         drawn.append([{c.get_label(): (list(c.lines[0].get_xdata()), list(c.lines[0].get_ydata()))
                        for c in axis.containers} for axis in figure.axes])
         return save(figure, path)
 
-    monkeypatch.setattr(report, "save_figure", capture)
+    monkeypatch.setattr(report_plots, "save_figure", capture)
     render(tmp_path, trace_records(tmp_path))
     assert (tmp_path / "efficiency.png").is_file()
     training, every = next(panels for panels in drawn if len(panels) == 2 and "TRACE, greedy" in panels[0])

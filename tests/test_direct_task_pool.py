@@ -117,7 +117,8 @@ def baselines(pool: int, groups: int) -> dict:
 
 def test_the_report_sets_both_settings_side_by_side_with_a_paired_difference(tmp_path):
     from demo.config import DemoConfig
-    from demo.report import direct_settings_section, episode_accounting
+    from demo.report_efficiency import direct_settings_section
+    from demo.report_accounting import episode_accounting
     from demo.run import summarize_runs
 
     evaluate = {"direct GRPO": write_runs(tmp_path, "direct", outcomes(0)),
