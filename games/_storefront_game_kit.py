@@ -82,7 +82,7 @@ from benchmarks.storefront.tasks import GREETINGS as TARGET_GREETINGS
 from benchmarks.storefront.tasks import Customer, SubRequest
 from benchmarks.storefront.tools import StorefrontTools
 from benchmarks.storefront.user_sim import REQUEST_KINDS, Identity, UserRequest, UserSimulator, is_question
-from benchmarks.tooling import ToolCallRecord, ToolEnvGame
+from benchmarks.tool_env_game import ToolCallRecord, ToolEnvGame
 from common.paths import REPO_ROOT
 from common.io import InputError, load_yaml_mapping
 from game_registry import DifficultyKnob, Game, GameSpec, Policy, Probe, render_tool_call

@@ -60,14 +60,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.tooling import Toolkit, ToolEnvGame, tool
+from benchmarks.toolkit import Toolkit, tool
+
+from benchmarks.tool_env_game import ToolEnvGame
 from game_registry import Action, DifficultyKnob, Game, GameSpec, Probe, StepResult
 from swebench.generators import GENERATORS, generate_one
 from swebench.grading import Grade, GradeConfig, Grader
 from swebench.patches import apply_patch, replacements
 from swebench.sandbox import CommandRun, SandboxConfig, resolve_isolation, run_command
 from swebench.scenario import Scenario, load_scenarios
-from benchmarks.tooling import EpisodeState
+from benchmarks.tool_env_game import EpisodeState
 from game_registry import render_tool_call
 
 MAX_SEARCH_HITS = 40

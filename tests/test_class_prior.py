@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks.tooling import ToolEnvGame, Toolkit, tool
+from benchmarks.toolkit import Toolkit, tool
+
+from benchmarks.tool_env_game import ToolEnvGame
 from game_registry import GameSpec, Probe, get_game, render_tool_call
 from pipeline.probes import MAX_CLASS_SHARE, PRIOR_MARGIN
 from pipeline.validate_game import validate, with_overrides

@@ -5,8 +5,8 @@ The rules (README "Layout"):
 - environments (games/, benchmarks/, game_registry, swebench/'s scenario, generation, sandbox and grading
   modules) import no model stack (torch, transformers, peft, trl, vllm, accelerate) and none of train/,
   moe_gate/, pipeline/ or the demo: they can be played, graded and tested without a model;
-- pipeline/ (Steps 1-2 tooling) imports neither train/ nor moe_gate/ nor the demo (demo/, the embedded
-  experiment on top of every step, which nothing imports);
+- demo/ (the embedded experiment) sits on top of every step: nothing imports it;
+- pipeline/ (Steps 1-2 tooling) imports neither train/ nor moe_gate/;
 - moe_gate/ (Step 4's gates) imports none of the other steps, the environments or the demo (only common/);
 - train/ imports neither pipeline/, swebench/ nor the demo;
 - no import cycle between the project's modules; no module imports another top-level package's `_private`

@@ -16,7 +16,8 @@ from typing import Any, Literal
 import pytest
 
 import toy_games as toy
-from benchmarks.tooling import Toolkit, ToolEnvGame, tool
+from benchmarks.toolkit import Toolkit, tool
+from benchmarks.tool_env_game import ToolEnvGame
 from game_registry import GameSpec, Probe, get_game, list_games
 from pipeline import probes as P
 from pipeline.validate_game import main, oracle_policy, probe_check, run_episode, validate

@@ -29,7 +29,7 @@ from benchmarks.storefront.tasks import CAPABILITIES, PLAIN_REASONS, Task, make_
 from benchmarks.storefront.tools import StorefrontTools
 from benchmarks.storefront.user_sim import (NO_REPLY, REQUEST_KINDS, STOP, YES_REPLIES, Identity, UserRequest,
                                             UserSimulator)
-from benchmarks.tooling import dump_compact
+from benchmarks.toolkit import dump_compact
 from game_registry import get_game, parse_hermes_action
 from common.io import InputError
 

@@ -1,4 +1,4 @@
-"""benchmarks/tooling.py: schema derivation, strict argument validation, and the ToolEnvGame loop."""
+"""benchmarks/toolkit.py and tool_env_game.py: schema derivation, strict argument validation, and the ToolEnvGame loop."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,9 @@ from typing import Any, Literal, Optional
 
 import pytest
 
-from benchmarks.tooling import FORMAT_ERROR_TEMPLATE, Toolkit, ToolEnvGame, parse_docstring, tool, tool_schema
+from benchmarks.toolkit import Toolkit, parse_docstring, tool, tool_schema
+
+from benchmarks.tool_env_game import FORMAT_ERROR_TEMPLATE, ToolEnvGame
 from game_registry import parse_hermes_action
 
 

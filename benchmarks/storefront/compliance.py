@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
-from benchmarks.tooling import ToolCallRecord
+from benchmarks.tool_env_game import ToolCallRecord
 
 _TOKEN = re.compile(r"[A-Za-z0-9_#@.\-]+")
 FREE_TOOLS = ("transfer_to_human_agents",)  # allowed at any time, before authentication too

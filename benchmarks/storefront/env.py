@@ -30,7 +30,7 @@ from benchmarks.storefront.policy import policy_text
 from benchmarks.storefront.tasks import Step, SubRequest, Task, call_key, make_task
 from benchmarks.storefront.tools import StorefrontTools
 from benchmarks.storefront.user_sim import UserSimulator, is_question
-from benchmarks.tooling import ToolEnvGame
+from benchmarks.tool_env_game import ToolEnvGame
 from game_registry import render_tool_call
 
 __all__ = ["AUTH_QUESTION", "StorefrontConfig", "StorefrontGame", "tool_call_text"]

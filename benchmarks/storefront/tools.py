@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Any, Literal
 
 from benchmarks.storefront.db import Address, Order, Payment, PaymentMethod, StoreDB, User
-from benchmarks.tooling import Toolkit, tool
+from benchmarks.toolkit import Toolkit, tool
 
 CANCEL_REASONS = ("no longer needed", "ordered by mistake")
 
