@@ -63,23 +63,10 @@ from benchmarks.storefront.db import StoreDB, User, add_order, generate_db
 from benchmarks.storefront.probes import GUESS_STATUSES, NAME_EVERY_STATUS
 from benchmarks.storefront.tasks import CANNOT, RequestBuilder, SubRequest, descriptions_unique, draw_customer
 from game_registry import DifficultyKnob, register_game
-from games._storefront_game_kit import (
-    storefront_game_spec,
-    Instance,
-    PlannedCall,
-    PlannedRequest,
-    StorefrontCapabilityGame,
-    StorefrontGameConfig,
-    address_text,
-    check_choices,
-    check_fraction,
-    draw_kind,
-    identity_sentence,
-    money,
-    new_address,
-    original_payment_method,
-    surface_kind_weights,
-)
+from games._storefront_game_kit import (Instance, PlannedCall, PlannedRequest, StorefrontCapabilityGame,
+                                        StorefrontGameConfig, address_text, check_choices, check_fraction, draw_kind,
+                                        identity_sentence, money, new_address, original_payment_method,
+                                        storefront_game_spec, surface_kind_weights)
 
 CAPABILITY = "precondition_verification"
 GAME_NAME = f"capability_{CAPABILITY}"

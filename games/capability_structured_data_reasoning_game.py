@@ -69,22 +69,9 @@ from benchmarks.storefront.db import Order, OrderItem, StoreDB, User, add_order,
 from benchmarks.storefront.tasks import RequestBuilder, SubRequest, descriptions_unique, draw_customer
 from benchmarks.storefront.tools import StorefrontTools
 from game_registry import DifficultyKnob, register_game
-from games._storefront_game_kit import (
-    storefront_game_spec,
-    Instance,
-    PlannedCall,
-    PlannedRequest,
-    StorefrontCapabilityGame,
-    StorefrontGameConfig,
-    check_choices,
-    check_fraction,
-    check_int,
-    draw_kind,
-    identity_sentence,
-    money,
-    MAX_DRAWS,
-    surface_kind_weights,
-)
+from games._storefront_game_kit import (Instance, MAX_DRAWS, PlannedCall, PlannedRequest, StorefrontCapabilityGame,
+                                        StorefrontGameConfig, check_choices, check_fraction, check_int, draw_kind,
+                                        identity_sentence, money, storefront_game_spec, surface_kind_weights)
 
 CAPABILITY = "structured_data_reasoning"
 GAME_NAME = f"capability_{CAPABILITY}"

@@ -68,24 +68,10 @@ from benchmarks.storefront.db import Address, StoreDB, User, add_order, generate
 from benchmarks.storefront.tasks import RequestBuilder, descriptions_unique, draw_customer
 from benchmarks.storefront.user_sim import REQUEST_KINDS as SURFACE_KINDS  # a loose id applies to every kind
 from game_registry import DifficultyKnob, register_game
-from games._storefront_game_kit import (
-    storefront_game_spec,
-    Instance,
-    PlannedCall,
-    PlannedRequest,
-    StorefrontCapabilityGame,
-    StorefrontGameConfig,
-    address_text,
-    check_choices,
-    check_fraction,
-    check_int,
-    draw_kind,
-    identity_sentence,
-    money,
-    new_address,
-    original_payment_method,
-    surface_kind_weights,
-)
+from games._storefront_game_kit import (Instance, PlannedCall, PlannedRequest, StorefrontCapabilityGame,
+                                        StorefrontGameConfig, address_text, check_choices, check_fraction, check_int,
+                                        draw_kind, identity_sentence, money, new_address, original_payment_method,
+                                        storefront_game_spec, surface_kind_weights)
 
 CAPABILITY = "tool_calling_precision"
 GAME_NAME = f"capability_{CAPABILITY}"
