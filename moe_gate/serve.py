@@ -22,7 +22,7 @@ first assistant token). A prompt without the header routes from all of its token
 Only the router runs here: the tokenizer and the embedding matrix (read from the base model's
 safetensors, not the whole model). Only hard `global` gates serve this way: per-layer gates (`token`,
 `trajectory`) choose a different adapter per layer or per token, which one vLLM LoRA per request cannot
-express; serve those in process (`load_capability_model`, or `--agent hf:GATE_DIR` in the storefront).
+express; serve those in process (`load_capability_model`, or `python -m train.play --agent hf:GATE_DIR`).
 Models that scale their input embeddings (e.g. Gemma) are not supported: the router reads them unscaled.
 Streaming requests are refused.
 """
