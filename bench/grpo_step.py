@@ -183,7 +183,7 @@ def run_both(spec: GameSpec, args: argparse.Namespace, model_dir: str, seeds: li
     Interleaving exposes both to the same background load, which on a shared machine drifts by more than the
     difference being measured; each side's clock only runs during its own work.
     """
-    from bench._trl_grpo import TRLSettings, run_trl
+    from _trl_grpo import TRLSettings, run_trl  # bench/_trl_grpo.py: this script's folder is first on sys.path
 
     ours = OursRunner(spec, args, model_dir, output_dir)
     settings = TRLSettings(
