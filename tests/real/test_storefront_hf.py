@@ -33,7 +33,7 @@ def test_three_storefront_tasks_through_the_hf_agent(real_model_dir, tmp_path):
     out = tmp_path / "results.json"
     started = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.storefront.run", "--agent", f"hf:{real_model_dir}", "--tasks", "3",
+        [sys.executable, "-m", "train.play", "--agent", f"hf:{real_model_dir}", "--tasks", "3",
          "--max-new-tokens", "96", "--out", str(out), "--no-progress"],
         cwd=REPO, capture_output=True, text=True, timeout=900)
     seconds = time.perf_counter() - started
