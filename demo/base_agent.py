@@ -182,8 +182,7 @@ def ship(run_dir: Path, shipped_dir: Path = SHIPPED_DIR) -> dict[str, Any]:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    from demo.config import PROFILES, base_settings
-    from demo.config import load_demo_config
+    from demo.config import PROFILES, base_settings, load_demo_config
 
     parser = argparse.ArgumentParser(prog="python -m demo.base_agent", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)

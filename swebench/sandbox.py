@@ -223,8 +223,8 @@ def _hidden_paths() -> list[str]:
 
 
 def _boot_command(uid: int, gid: int, workdir: Path | None, tmpfs_mb: int, command: list[str]) -> list[str]:
-    boot = [shutil.which("unshare") or "unshare", *UNSHARE_FLAGS, sandbox_interpreter(), "-I", "-S", str(BOOT_SCRIPT),
-            "--uid", str(uid), "--gid", str(gid), "--tmpfs-mb", str(tmpfs_mb)]
+    boot = [shutil.which("unshare") or "unshare", *UNSHARE_FLAGS, sandbox_interpreter(), "-I", "-S",
+            str(BOOT_SCRIPT), "--uid", str(uid), "--gid", str(gid), "--tmpfs-mb", str(tmpfs_mb)]
     if workdir is not None:
         boot += ["--workdir", str(workdir)]
     for path in _exposed_paths():

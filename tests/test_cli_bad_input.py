@@ -24,6 +24,7 @@ from benchmarks.storefront import run as storefront_run
 from pipeline import calibrate_environment, recalibrate, validate_game
 from common.io import InputError, check_number, check_output_path
 from signals import restore_sigint
+from train import agents as train_agents
 from train import play
 
 REPO = Path(__file__).resolve().parent.parent
@@ -842,6 +843,7 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
     ev = ["--model", str(tiny_model_dir), "--tasks", "2", "--out", str(out)]
     cr = ["--game", "storefront", "--model", str(tiny_model_dir), "--seeds", "2", "--samples", "2", "--out", str(out)]
     sf = ["--agent", "expert", "--tasks", "2", "--out", str(out), "--no-progress"]
+    tp = ["--agent", f"hf:{tiny_model_dir}", "--tasks", "2", "--out", str(out), "--no-progress"]
     rc = ["--game", "toy_vault_generic_door", "--knob", "n_keys", "--rollouts", f"2={rollouts}", "--json-output",
           str(out)]
     rp = [str(REPO / "configs/capability_selection.yaml"), "--stage", "capability", "--out", str(tmp_path / "p.md")]
@@ -860,6 +862,9 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
         "storefront.run": (storefront_run.main, {
             "missing": [*sf, "--config", str(m)], "output": ["--agent", "expert", "--tasks", "2", "--out", str(folder)],
             "nan": [*sf, "--temperature", "nan"]}, (storefront_run, "run_benchmark")),
+        "train.play": (play.main, {  # a model agent: every check before the model is built
+            "missing": [*tp, "--config", str(m)], "output": [*tp[:-3], "--no-progress", "--out", str(folder)],
+            "nan": [*tp, "--temperature", "nan"]}, (train_agents, "parse_agent_spec")),
         "recalibrate": (recalibrate.main, {
             "missing": [*rc[:5], f"2={m}", *rc[6:]], "output": [*rc[:-1], str(folder)],
             "nan": [*rc, "--success-threshold", "nan"]}, (recalibrate, "decide")),
@@ -891,6 +896,7 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
 GENERIC_CASES = [(name, kind) for name, kinds in {
     "label_trajectories": "missing output nan", "train.evaluate": "missing output nan",
     "train.collect_rollouts": "missing output nan", "storefront.run": "missing output nan",
+    "train.play": "missing output nan",
     "recalibrate": "missing output nan", "render_pipeline": "missing output nan", "demo_tau2": "output nan",
     "train.tiny": "missing output", "train.models fetch": "output", "swebench.calibrate": "output nan",
     "phase3_synthesize": "output nan", "phase4_validate": "missing output", "bench/sft_step": "missing nan",

@@ -13,10 +13,10 @@
   would. Connection errors, timeouts and 5xx answers are retried with exponential backoff, then the
   call fails loudly.
 
-`parse_agent_spec("expert" | "flawed:FLAW" | "hf:DIR[:ADAPTER]" | "vllm:URL")` builds one (the first two are the
-environment's own players, which load no model); `check_agent_spec` checks a spec before anything is loaded. Batched backends for training
-live in train/backends.py; these agents handle one conversation at a time and aim at being simple and
-correct.
+`parse_agent_spec("hf:DIR[:ADAPTER]" | "vllm:URL")` builds one; `check_agent_spec` checks a spec before anything
+is loaded; `any_agent` (`python -m train.play`) adds the environment's own players (expert, flawed:FLAW). Batched
+backends for training live in train/backends.py; these agents handle one conversation at a time and aim at being
+simple and correct.
 """
 from __future__ import annotations
 
@@ -278,7 +278,7 @@ def any_agent(args: argparse.Namespace) -> Agent:
     try:
         return parse_agent_spec(args.agent, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                                 tokenizer_dir=args.tokenizer, model=args.model)
-    except (ValueError, OSError) as err:  # a bad spec, a folder or file that is missing or unreadable
-        raise InputError(f"--agent {args.agent}: {err}") from None
-    except RuntimeError as err:  # VLLMAgent: the server refused, serves no model, or never answered
+    # ValueError/OSError: a bad spec, a folder or file that is missing or unreadable; RuntimeError: VLLMAgent's
+    # server refused, serves no model, or never answered
+    except (ValueError, OSError, RuntimeError) as err:
         raise InputError(f"--agent {args.agent}: {err}") from None
