@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from common.paths import REPO_ROOT
+from common.validation import InputError
 
 DEFAULT_GAME_DIRS = (REPO_ROOT, REPO_ROOT / "games")
 GAME_FILE_GLOB = "capability_*_game.py"
@@ -238,11 +239,11 @@ class Probe:
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z0-9_]+", self.name or ""):
-            raise ValueError(f"Probe.name must be snake_case, got {self.name!r}")
+            raise InputError(f"Probe.name must be snake_case, got {self.name!r}")
         if not callable(self.make_policy):
-            raise ValueError(f"Probe({self.name}).make_policy must be callable")
+            raise InputError(f"Probe({self.name}).make_policy must be callable")
         if not _is_fraction(self.expected_success):
-            raise ValueError(f"Probe({self.name}).expected_success must be a number in [0, 1], "
+            raise InputError(f"Probe({self.name}).expected_success must be a number in [0, 1], "
                              f"got {self.expected_success!r}")
 
 
@@ -260,9 +261,9 @@ class DifficultyKnob:
 
     def __post_init__(self) -> None:
         if self.harder not in ("increase", "decrease"):
-            raise ValueError(f"DifficultyKnob({self.name}).harder must be 'increase' or 'decrease', got {self.harder!r}")
+            raise InputError(f"DifficultyKnob({self.name}).harder must be 'increase' or 'decrease', got {self.harder!r}")
         if not isinstance(self.values, tuple):
-            raise ValueError(f"DifficultyKnob({self.name}).values must be a tuple (easy to hard)")
+            raise InputError(f"DifficultyKnob({self.name}).values must be a tuple (easy to hard)")
 
 
 def _is_fraction(value: Any) -> bool:
@@ -306,47 +307,47 @@ class GameSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.fullmatch(r"[a-z0-9_]+", self.name or ""):
-            raise ValueError(f"GameSpec.name must be a snake_case string, got {self.name!r}")
+            raise InputError(f"GameSpec.name must be a snake_case string, got {self.name!r}")
         for attr in ("make_env", "extract_action"):
             if not callable(getattr(self, attr)):
-                raise ValueError(f"GameSpec({self.name}).{attr} must be callable, got {getattr(self, attr)!r}")
+                raise InputError(f"GameSpec({self.name}).{attr} must be callable, got {getattr(self, attr)!r}")
         for attr in ("system_prompt", "base_prompt", "hint_prompt", "capability", "target"):
             if not isinstance(getattr(self, attr), str):
-                raise ValueError(f"GameSpec({self.name}).{attr} must be a string")
+                raise InputError(f"GameSpec({self.name}).{attr} must be a string")
         for attr in ("max_gen_tokens", "max_turns"):
             value = getattr(self, attr)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"GameSpec({self.name}).{attr} must be a positive int, got {value!r}")
+                raise InputError(f"GameSpec({self.name}).{attr} must be a positive int, got {value!r}")
         if self.config_cls is not None and not isinstance(self.config_cls, type):
-            raise ValueError(f"GameSpec({self.name}).config_cls must be a class")
+            raise InputError(f"GameSpec({self.name}).config_cls must be a class")
         self.difficulty_knobs = tuple(self.difficulty_knobs)
         self.probes = tuple(self.probes)
         if any(not isinstance(k, DifficultyKnob) for k in self.difficulty_knobs):
-            raise ValueError(f"GameSpec({self.name}).difficulty_knobs must hold DifficultyKnob values")
+            raise InputError(f"GameSpec({self.name}).difficulty_knobs must hold DifficultyKnob values")
         if self.difficulty_knobs:
             fields = {f.name for f in dataclasses.fields(self.config_cls)} if (
                 self.config_cls is not None and dataclasses.is_dataclass(self.config_cls)) else set()
             unknown = [k.name for k in self.difficulty_knobs if k.name not in fields]
             if unknown:
-                raise ValueError(f"GameSpec({self.name}).difficulty_knobs {unknown} are not fields of its config_cls "
+                raise InputError(f"GameSpec({self.name}).difficulty_knobs {unknown} are not fields of its config_cls "
                                  f"({sorted(fields) or 'no config dataclass'}); declare knobs that the config has")
         self.ablations = tuple(self.ablations)
         if any(not isinstance(p, Probe) for p in (*self.probes, *self.ablations)):
-            raise ValueError(f"GameSpec({self.name}).probes and .ablations must hold Probe values")
+            raise InputError(f"GameSpec({self.name}).probes and .ablations must hold Probe values")
         names = [p.name for p in (*self.probes, *self.ablations)]
         if len(set(names)) != len(names):
-            raise ValueError(f"GameSpec({self.name}).probes and .ablations share or repeat names: {names}")
+            raise InputError(f"GameSpec({self.name}).probes and .ablations share or repeat names: {names}")
         self.decision_classes = tuple(self.decision_classes)
         if any(not isinstance(c, str) or not re.fullmatch(r"[a-z0-9_]+", c) for c in self.decision_classes) or len(
                 set(self.decision_classes)) != len(self.decision_classes):
-            raise ValueError(f"GameSpec({self.name}).decision_classes must be distinct snake_case names, got "
+            raise InputError(f"GameSpec({self.name}).decision_classes must be distinct snake_case names, got "
                              f"{self.decision_classes!r}")
         if len(self.decision_classes) == 1:
-            raise ValueError(f"GameSpec({self.name}).decision_classes names one class: a decision needs two or more "
+            raise InputError(f"GameSpec({self.name}).decision_classes names one class: a decision needs two or more "
                              f"(or none, to keep the stricter ablation limit)")
         if not isinstance(self.probe_expectations, dict) or not all(
                 isinstance(k, str) and _is_fraction(v) for k, v in self.probe_expectations.items()):
-            raise ValueError(f"GameSpec({self.name}).probe_expectations must map probe names to shares in [0, 1]")
+            raise InputError(f"GameSpec({self.name}).probe_expectations must map probe names to shares in [0, 1]")
 
     def difficulty_knob(self, name: str) -> DifficultyKnob | None:
         """The declared knob called `name`, or None."""

@@ -45,7 +45,8 @@ import jinja2
 import jinja2.meta
 
 from common.cli import cli_entry
-from common.io import InputError, atomic_write_text, check_output_path, check_url, load_yaml_mapping
+from common.io import atomic_write_text, check_output_path, load_yaml_mapping
+from common.validation import InputError, check_url
 from common.paths import REPO_ROOT
 
 PROMPTS_DIR = REPO_ROOT / "prompts"

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from common.cli import cli_entry
-from common.io import check_int
+from common.validation import check_int
 from pipeline.aggregate_capabilities import CATEGORIES, FAILED_KEYS, PASSED_KEYS, aggregate
 
 MAX_CAPABILITIES = 13  # capability 12 is never LACKING on a failure; a 14th would need a negative probability

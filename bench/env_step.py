@@ -17,7 +17,7 @@ import time
 
 from game_registry import GameSpec, get_game, list_games
 from common.cli import cli_entry
-from common.io import check_number
+from common.validation import check_number
 
 TARGET_BENCHMARK = "storefront"
 

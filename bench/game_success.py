@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from common.paths import REPO_ROOT
-from common.io import InputError, atomic_write_json, check_output_path
+from common.io import atomic_write_json, check_output_path
+from common.validation import InputError
 
 GAMES = ("precondition_verification", "structured_data_reasoning", "tool_calling_precision")
 BAND = (0.10, 0.60)

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from common.cli import cli_entry
-from common.io import InputError, check_int, check_number
+from common.validation import InputError, check_int, check_number
 from moe_gate import build_capability_model
 from moe_gate.model_builder import MASKED_MAX_MACS
 from moe_gate.smoke_test import make_random_adapter, make_tiny_base, randomise_gate

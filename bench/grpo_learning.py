@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from common.cli import cli_entry
-from common.io import InputError, atomic_write_json, load_json
+from common.io import atomic_write_json, load_json
+from common.validation import InputError
 
 
 def parse_setting(text: str) -> tuple[str, int | None, int | None, float | None]:

@@ -39,7 +39,7 @@ import torch
 from tqdm import tqdm
 
 from game_registry import GameImportError, GameSpec, get_game
-from common.io import InputError
+from common.validation import InputError
 
 DEFAULT_GAME = "capability_precondition_verification"
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

@@ -46,7 +46,7 @@ import yaml
 
 from common.cli import cli_entry
 from common.paths import REPO_ROOT
-from common.io import InputError
+from common.validation import InputError
 from game_registry import get_game
 from train.backends import HFBackend, RolloutBackend, SamplingParams
 from train.episodes import ChatTokenizer, EpisodeRequest, run_episodes, start_episode

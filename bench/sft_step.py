@@ -24,7 +24,8 @@ import torch
 
 from common.cli import cli_entry
 from common.paths import REPO_ROOT
-from common.io import InputError, check_int, check_model_folder, check_number
+from common.io import check_model_folder
+from common.validation import InputError, check_int, check_number
 
 DEMO_CONFIG = REPO_ROOT / "configs/demo.yaml"
 

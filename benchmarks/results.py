@@ -20,7 +20,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from common.io import InputError, atomic_write_json, load_json
+from common.io import atomic_write_json, load_json
+from common.validation import InputError
 
 
 def make_simulation(*, task_id: str, messages: list[dict[str, Any]], reward_info: dict[str, Any],

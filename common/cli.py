@@ -15,7 +15,7 @@ import functools
 import sys
 from typing import Any, Callable
 
-from common.io import InputError
+from common.validation import InputError
 
 INPUT_ERROR = 2  # exit status of a command refused at the door
 

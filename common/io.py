@@ -8,7 +8,6 @@ Reads raise `InputError`, which every CLI turns into exit code 2 with the file n
 from __future__ import annotations
 
 import json
-import math
 import os
 import stat
 import tempfile
@@ -16,9 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-
-class InputError(Exception):
-    """Bad user input (a file, a flag). CLIs print it and exit 2; nothing is written."""
+from common.validation import InputError
 
 
 def _writable_ancestor(target: Path, text: str, flag: str) -> Path:
@@ -93,23 +90,6 @@ def check_distinct_paths(output: str | os.PathLike, flag: str, *inputs: str | os
                              "the input would be overwritten")
 
 
-def check_url(url: str | None, flag: str) -> str:
-    """`url` if it is an http(s) URL with a host, else InputError showing the fix (a missing scheme is the
-    usual slip: `localhost:8000` would otherwise be retried for half a minute before anything says why)."""
-    from urllib.parse import urlsplit
-
-    text = (url or "").strip()
-    try:
-        parts = urlsplit(text)
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0-65535
-    except ValueError as err:
-        raise InputError(f"{flag} {url}: not a valid URL ({err}); e.g. {flag} http://127.0.0.1:8000/v1") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        fixed = f"http://{text}" if text and "://" not in text else "http://127.0.0.1:8000/v1"
-        raise InputError(f"{flag} {url}: needs a scheme and host; add http:// (or https://), e.g. {flag} {fixed}")
-    return text
-
-
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
 
@@ -128,43 +108,6 @@ def check_model_folder(path: str | os.PathLike, flag: str) -> Path:
         raise InputError(f"{flag} {path}: no weights (none of {', '.join(WEIGHT_FILES)}); the model was not saved "
                          "completely, save or fetch it again")
     return folder
-
-
-def check_number(value: float, flag: str, low: float | None = None, high: float | None = None, *,
-                 low_open: bool = False, high_open: bool = False) -> float:
-    """`value` if it is a finite number within the bounds, else InputError naming `flag` and the range.
-
-    `low_open` / `high_open` exclude that bound (e.g. low=0, low_open=True means "> 0"). NaN and infinities
-    are always refused: NaN fails no comparison, so a range test alone lets it through.
-    """
-    if low is not None and high is not None:
-        wanted = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-    elif low is not None:
-        wanted = f"{'>' if low_open else '>='} {low:g}"
-    elif high is not None:
-        wanted = f"{'<' if high_open else '<='} {high:g}"
-    else:
-        wanted = ""
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    ok = number and math.isfinite(value)
-    if ok and low is not None:
-        ok = value > low if low_open else value >= low
-    if ok and high is not None:
-        ok = value < high if high_open else value <= high
-    if not ok:
-        raise InputError(f"{flag} must be a finite number {wanted}".rstrip() + f", got {value!r}")
-    return value
-
-
-def check_int(value: int, flag: str, low: int | None = None, high: int | None = None) -> int:
-    """`value` if it is an integer within [low, high] (either bound optional), else InputError naming `flag`."""
-    ok = isinstance(value, int) and not isinstance(value, bool)
-    ok = ok and (low is None or value >= low) and (high is None or value <= high)
-    if not ok:
-        wanted = (f"in [{low}, {high}]" if low is not None and high is not None
-                  else f">= {low}" if low is not None else f"<= {high}" if high is not None else "")
-        raise InputError(f"{flag} must be an integer {wanted}".rstrip() + f", got {value!r}")
-    return value
 
 
 _UMASK_LOCK = threading.Lock()

@@ -19,7 +19,8 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from common.io import InputError, check_model_folder, check_output_folder, current_umask
+from common.io import check_model_folder, check_output_folder, current_umask
+from common.validation import InputError
 
 INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
 

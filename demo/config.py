@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.storefront.demos import check_planted
-from common.io import InputError, load_yaml_mapping
+from common.io import load_yaml_mapping
+from common.validation import InputError
 from demo.trainable import TRAIN_BAND
 from train.chat_template import TOOLS_VIEWS
 from train.tracking import check_report_to
@@ -24,12 +25,12 @@ PROFILES = {"default": "configs/demo.yaml", "full": "configs/demo_full.yaml", "f
 
 def _positive_int(owner: str, name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{owner}.{name} must be an int >= 1, got {value!r}")
+        raise InputError(f"{owner}.{name} must be an int >= 1, got {value!r}")
 
 
 def _number(owner: str, name: str, value: Any, low: float, high: float = math.inf) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise ValueError(f"{owner}.{name} must be a number in [{low}, {high}], got {value!r}")
+        raise InputError(f"{owner}.{name} must be a number in [{low}, {high}], got {value!r}")
 
 
 def check_efficiency_fractions(value: Any) -> None:
@@ -39,9 +40,9 @@ def check_efficiency_fractions(value: Any) -> None:
            f"the efficiency step off), got {value!r}")
     if not isinstance(value, list) or any(isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f < 1
                                           for f in value):
-        raise ValueError(fix)
+        raise InputError(fix)
     if any(b <= a for a, b in zip(value, value[1:])):
-        raise ValueError(fix)
+        raise InputError(fix)
 
 
 @dataclass
@@ -75,12 +76,12 @@ class BaseAgentSettings:
             _positive_int(owner, name, getattr(self, name))
         self.planted = check_planted(self.planted, "base.planted")
         if self.tools_view not in TOOLS_VIEWS:
-            raise ValueError(f"base.tools_view must be one of {', '.join(TOOLS_VIEWS)}, got {self.tools_view!r}")
+            raise InputError(f"base.tools_view must be one of {', '.join(TOOLS_VIEWS)}, got {self.tools_view!r}")
         _number(owner, "epochs", self.epochs, 1e-6)
         _number(owner, "openings_epochs", self.openings_epochs, 1e-6)
         _number(owner, "lr", self.lr, 1e-9, 1.0)
         if isinstance(self.openings, bool) or not isinstance(self.openings, int) or self.openings < 0:
-            raise ValueError(f"base.openings must be an int >= 0 (0 skips the openings curriculum), "
+            raise InputError(f"base.openings must be an int >= 0 (0 skips the openings curriculum), "
                              f"got {self.openings!r}")
 
 
@@ -112,12 +113,12 @@ class EvaluateSettings:
             _positive_int("evaluate", name, getattr(self, name))
         check_efficiency_fractions(self.efficiency_fractions)
         if not isinstance(self.each_adapter, bool):
-            raise ValueError(f"evaluate.each_adapter must be true or false, got {self.each_adapter!r}")
+            raise InputError(f"evaluate.each_adapter must be true or false, got {self.each_adapter!r}")
         if self.max_steps is not None:
             _positive_int("evaluate", "max_steps", self.max_steps)
         if not isinstance(self.seeds, list) or not self.seeds or not all(
                 isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
-            raise ValueError(f"evaluate.seeds must be a non-empty list of ints, got {self.seeds!r}")
+            raise InputError(f"evaluate.seeds must be a non-empty list of ints, got {self.seeds!r}")
         _number("evaluate", "temperature", self.temperature, 1e-6, 10.0)
 
 
@@ -143,14 +144,14 @@ class SelectSettings:
 
     def __post_init__(self) -> None:
         if bool(self.labeler_url) != bool(self.labeler_model):
-            raise ValueError("select.labeler_url and select.labeler_model go together: give both (an LLM labeler) "
+            raise InputError("select.labeler_url and select.labeler_model go together: give both (an LLM labeler) "
                              "or neither (the rule-based labelers)")
         if self.propose and not self.labeler_url:
-            raise ValueError("select.propose needs an LLM labeler (select.labeler_url and select.labeler_model)")
+            raise InputError("select.propose needs an LLM labeler (select.labeler_url and select.labeler_model)")
         for name in ("tasks", "samples", "runs", "k"):
             _positive_int("select", name, getattr(self, name))
         if self.k > self.runs:
-            raise ValueError(f"select.k={self.k} is more than select.runs={self.runs}; use k <= runs (default 8 of 10)")
+            raise InputError(f"select.k={self.k} is more than select.runs={self.runs}; use k <= runs (default 8 of 10)")
         for name in ("rho", "delta", "miss_rate", "false_alarm_rate"):
             _number("select", name, getattr(self, name), -1.0 if name == "delta" else 0.0, 1.0)
 
@@ -200,26 +201,26 @@ class LoopSettings:
         for name in ("fuzz_actions", "gate_sft_epochs", "gate_iterations", "direct_task_pool"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"loop.{name} must be an int >= 0, got {value!r}"
+                raise InputError(f"loop.{name} must be an int >= 0, got {value!r}"
                                  + (" (0 leaves direct GRPO's fixed-pool run out; 164 is τ²-Bench's task count)"
                                     if name == "direct_task_pool" else ""))
         if (not isinstance(self.band, list) or len(self.band) != 2
                 or not all(isinstance(b, (int, float)) for b in self.band) or not 0 <= self.band[0] <= self.band[1] <= 1):
-            raise ValueError(f"loop.band must be [low, high] with 0 <= low <= high <= 1, got {self.band!r}")
+            raise InputError(f"loop.band must be [low, high] with 0 <= low <= high <= 1, got {self.band!r}")
         _number("loop", "learning_rate", self.learning_rate, 1e-9, 1.0)
         _number("loop", "hint_fraction", self.hint_fraction, 0.0, 1.0)
         if not isinstance(self.baselines, bool):
-            raise ValueError(f"loop.baselines must be true or false, got {self.baselines!r}")
+            raise InputError(f"loop.baselines must be true or false, got {self.baselines!r}")
         if not isinstance(self.direct_fresh, bool):
-            raise ValueError(f"loop.direct_fresh must be true or false, got {self.direct_fresh!r}")
+            raise InputError(f"loop.direct_fresh must be true or false, got {self.direct_fresh!r}")
         if not self.direct_fresh and self.direct_task_pool == 0:
-            raise ValueError("loop.direct_fresh false needs loop.direct_task_pool > 0 (direct GRPO then trains on that "
+            raise InputError("loop.direct_fresh false needs loop.direct_task_pool > 0 (direct GRPO then trains on that "
                              "fixed pool of target tasks alone); set a pool, e.g. 40, or direct_fresh true")
         from demo.rule_labeler import candidate_names
 
         known = list(candidate_names())
         if not isinstance(self.capabilities, list) or any(c not in known for c in self.capabilities):
-            raise ValueError(f"loop.capabilities must list candidate capabilities ({', '.join(known)}), "
+            raise InputError(f"loop.capabilities must list candidate capabilities ({', '.join(known)}), "
                              f"got {self.capabilities!r}")
 
 
@@ -239,9 +240,9 @@ class OwnGameSettings:
         for name in ("tasks", "samples"):
             _positive_int("own_game", name, getattr(self, name))
         if not isinstance(self.enabled, bool):
-            raise ValueError(f"own_game.enabled must be true or false, got {self.enabled!r}")
+            raise InputError(f"own_game.enabled must be true or false, got {self.enabled!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"own_game.seed must be an int >= 0, got {self.seed!r}")
+            raise InputError(f"own_game.seed must be an int >= 0, got {self.seed!r}")
 
 
 @dataclass
@@ -265,7 +266,7 @@ class DemoConfig:
     def __post_init__(self) -> None:
         self.report_to = check_report_to(self.report_to)
         if isinstance(self.repeats, bool) or not isinstance(self.repeats, int) or self.repeats < 1:
-            raise ValueError(f"repeats must be an int >= 1 (1 = one run of every step; 3 = Steps 3-4 and the "
+            raise InputError(f"repeats must be an int >= 1 (1 = one run of every step; 3 = Steps 3-4 and the "
                              f"baselines with training seeds 0, 1, 2), got {self.repeats!r}")
 
     def storefront_config(self, root: Path) -> Any:

@@ -15,7 +15,8 @@ from typing import Any
 
 from benchmarks.results import load_results
 from benchmarks.storefront.flaws import FLAW_CAPABILITY
-from common.io import InputError, atomic_write_json, atomic_write_jsonl, load_json
+from common.io import atomic_write_json, atomic_write_jsonl, load_json
+from common.validation import InputError
 from demo import rule_labeler
 from pipeline.summarize import summarize_paths
 from pipeline.aggregate_capabilities import aggregate, format_table, write_outputs

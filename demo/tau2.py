@@ -29,7 +29,8 @@ from pathlib import Path
 
 from demo import rule_labeler
 from common.paths import REPO_ROOT
-from common.io import InputError, atomic_write_json, atomic_write_jsonl, check_output_folder, load_json
+from common.io import atomic_write_json, atomic_write_jsonl, check_output_folder, load_json
+from common.validation import InputError
 from pipeline.summarize import summarize_paths
 from pipeline.aggregate_capabilities import AggregationConfig, aggregate, format_table, write_outputs
 from pipeline.labels_to_run import labels_to_run

@@ -6,7 +6,7 @@ the policy. As in the target benchmark, each statement the agent makes closes th
 the customer only answers "Thanks." without repeating what is left: keeping track of the remaining
 requests is the agent's job. The customer leaves after the last statement.
 
-Surface (`storefront`, see games/_storefront_game_kit.py): the requests are the target's own, drawn by its
+Surface (`storefront`, see games/_storefront/): the requests are the target's own, drawn by its
 `RequestBuilder` from every kind the target draws (the default address at most once) at the target's
 relative weights, all allowed, with the target's id forms (loose and unknown ids, with the order search),
 reasons, addresses, items, refund targets and confirmation rule; `n_requests` stands in for the target's
@@ -43,11 +43,14 @@ from dataclasses import dataclass
 from benchmarks.storefront.db import add_order, generate_db
 from benchmarks.storefront.tasks import RequestBuilder, descriptions_unique, draw_customer
 from benchmarks.storefront.user_sim import REQUEST_KINDS as SURFACE_KINDS  # every kind can be one of several
+from common.validation import InputError
+from common.validation import check_choices, check_int, check_number
+from games._storefront.config import StorefrontGameConfig, draw_kind, surface_kind_weights
+from games._storefront.game import StorefrontCapabilityGame
+from games._storefront.instances import Instance, PlannedCall, PlannedRequest, identity_sentence
+from games._storefront.replies import address_text, money, new_address, original_payment_method
+from games._storefront.spec import storefront_game_spec
 from game_registry import DifficultyKnob, register_game
-from games._storefront_game_kit import (Instance, PlannedCall, PlannedRequest, StorefrontCapabilityGame,
-                                        StorefrontGameConfig, address_text, check_choices, check_fraction, check_int,
-                                        draw_kind, identity_sentence, money, new_address, original_payment_method,
-                                        storefront_game_spec, surface_kind_weights)
 
 CAPABILITY = "multi_step_task_completion"
 GAME_NAME = f"capability_{CAPABILITY}"
@@ -78,21 +81,21 @@ class MultiStepTaskCompletionConfig(StorefrontGameConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         owner = type(self).__name__
-        check_int(owner, "n_requests", self.n_requests, 1, MAX_REQUESTS)
+        check_int(self.n_requests, f"{owner}.n_requests", 1, MAX_REQUESTS)
         if self.requests_per_episode != 1:
-            raise ValueError(f"{owner}: this game's requests all come in the opening (n_requests sets how many); "
+            raise InputError(f"{owner}: this game's requests all come in the opening (n_requests sets how many); "
                              f"drop requests_per_episode={self.requests_per_episode} and pass n_requests instead")
         if self.email_auth_rate is not None:
-            check_fraction(owner, "email_auth_rate", self.email_auth_rate)
+            check_number(self.email_auth_rate, f"{owner}.email_auth_rate", 0, 1)
         kinds = REQUEST_KINDS if self.surface is None else SURFACE_KINDS
         if self.request_kinds is not None:
-            self.request_kinds = check_choices(owner, "request_kinds", self.request_kinds, kinds)
+            self.request_kinds = check_choices(self.request_kinds, f"{owner}.request_kinds", kinds)
         # {kind: weight} of the requests drawn (not a field: the summary shows request_kinds as given).
         self.drawn_kinds = (dict.fromkeys(self.request_kinds or DEFAULT_REQUEST_KINDS, 1.0) if self.surface is None
                             else surface_kind_weights(owner, self.surface, SURFACE_KINDS, self.request_kinds,
                                                       "request_kinds"))
         if tuple(self.drawn_kinds) == ("modify_user_address",) and self.n_requests > 1:
-            raise ValueError(f"{owner}: the default address can be changed once per episode, so request_kinds="
+            raise InputError(f"{owner}: the default address can be changed once per episode, so request_kinds="
                              f"('modify_user_address',) allows only n_requests=1; add an order request kind")
         self.check_room(self.oracle_room(), f"the oracle with n_requests={self.n_requests}")
 

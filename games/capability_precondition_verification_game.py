@@ -16,7 +16,7 @@ constant refuser that still reads and tells the status (`always_refuse`) each wi
 their class and none other (measured over 200 seeds on the demo's surface: 0.495 / 0.505); neither ever wins
 an instance where the check decides. More requests per episode stay a knob (each decision then has to fit).
 
-Surface (`storefront`, see games/_storefront_game_kit.py): each request is the target's own, drawn by its
+Surface (`storefront`, see games/_storefront/): each request is the target's own, drawn by its
 `RequestBuilder`: one of the target's kinds that has a status rule (cancel, order address, return,
 exchange) at the target's relative weights, with its id forms (loose ids, an unknown id and the order
 search), reason phrasings, items and refund targets, and the confirmation rule when the target has it;
@@ -62,11 +62,13 @@ from benchmarks.storefront.communication import Replies
 from benchmarks.storefront.db import StoreDB, User, add_order, generate_db
 from benchmarks.storefront.probes import GUESS_STATUSES, NAME_EVERY_STATUS
 from benchmarks.storefront.tasks import CANNOT, RequestBuilder, SubRequest, descriptions_unique, draw_customer
+from common.validation import check_choices, check_number
+from games._storefront.config import StorefrontGameConfig, draw_kind, surface_kind_weights
+from games._storefront.game import StorefrontCapabilityGame
+from games._storefront.instances import Instance, PlannedCall, PlannedRequest, identity_sentence
+from games._storefront.replies import address_text, money, new_address, original_payment_method
+from games._storefront.spec import storefront_game_spec
 from game_registry import DifficultyKnob, register_game
-from games._storefront_game_kit import (Instance, PlannedCall, PlannedRequest, StorefrontCapabilityGame,
-                                        StorefrontGameConfig, address_text, check_choices, check_fraction, draw_kind,
-                                        identity_sentence, money, new_address, original_payment_method,
-                                        storefront_game_spec, surface_kind_weights)
 
 CAPABILITY = "precondition_verification"
 GAME_NAME = f"capability_{CAPABILITY}"
@@ -113,13 +115,13 @@ class PreconditionVerificationConfig(StorefrontGameConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         owner = type(self).__name__
-        check_fraction(owner, "violating_fraction", self.violating_fraction)
-        check_fraction(owner, "eligibility_claim_rate", self.eligibility_claim_rate)
+        check_number(self.violating_fraction, f"{owner}.violating_fraction", 0, 1)
+        check_number(self.eligibility_claim_rate, f"{owner}.eligibility_claim_rate", 0, 1)
         if self.email_auth_rate is not None:
-            check_fraction(owner, "email_auth_rate", self.email_auth_rate)
+            check_number(self.email_auth_rate, f"{owner}.email_auth_rate", 0, 1)
         kinds = REQUEST_KINDS if self.surface is None else SURFACE_KINDS
         if self.request_kinds is not None:
-            self.request_kinds = check_choices(owner, "request_kinds", self.request_kinds, kinds)
+            self.request_kinds = check_choices(self.request_kinds, f"{owner}.request_kinds", kinds)
         # {kind: weight} of the requests drawn (not a field: the summary shows request_kinds as given).
         self.drawn_kinds = (dict.fromkeys(self.request_kinds or REQUEST_KINDS, 1.0) if self.surface is None else
                             surface_kind_weights(owner, self.surface, SURFACE_KINDS, self.request_kinds,

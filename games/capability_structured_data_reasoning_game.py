@@ -12,7 +12,7 @@ Each request is on a delivered order whose answer sits inside a JSON record amon
                        the product id comes from the order's item, the new item id from the product's
                        `variants`; the price difference is paid with / refunded to the original method.
 
-Surface (`storefront`, see games/_storefront_game_kit.py): the request is the target's own allowed return
+Surface (`storefront`, see games/_storefront/): the request is the target's own allowed return
 or exchange, drawn by its `RequestBuilder` at the target's relative weights of the two kinds, so the
 refund target (the order's payment method, which `other_payment_method_rate` makes another than the
 customer's first, or their gift card at `gift_card_refund_rate`), the one or two returned items
@@ -68,10 +68,14 @@ from benchmarks.storefront.config import StorefrontConfig
 from benchmarks.storefront.db import Order, OrderItem, StoreDB, User, add_order, add_payment_method, generate_db
 from benchmarks.storefront.tasks import RequestBuilder, SubRequest, descriptions_unique, draw_customer
 from benchmarks.storefront.tools import StorefrontTools
+from common.validation import InputError
+from common.validation import check_choices, check_int, check_number
+from games._storefront.config import StorefrontGameConfig, draw_kind, surface_kind_weights
+from games._storefront.game import StorefrontCapabilityGame
+from games._storefront.instances import MAX_DRAWS, Instance, PlannedCall, PlannedRequest, identity_sentence
+from games._storefront.replies import money
+from games._storefront.spec import storefront_game_spec
 from game_registry import DifficultyKnob, register_game
-from games._storefront_game_kit import (Instance, MAX_DRAWS, PlannedCall, PlannedRequest, StorefrontCapabilityGame,
-                                        StorefrontGameConfig, check_choices, check_fraction, check_int, draw_kind,
-                                        identity_sentence, money, storefront_game_spec, surface_kind_weights)
 
 CAPABILITY = "structured_data_reasoning"
 GAME_NAME = f"capability_{CAPABILITY}"
@@ -139,21 +143,21 @@ class StructuredDataReasoningConfig(StorefrontGameConfig):
         super().__post_init__()
         owner = type(self).__name__
         if self.task_kinds is not None:
-            self.task_kinds = check_choices(owner, "task_kinds", self.task_kinds, TASK_KINDS)
-        check_int(owner, "n_distractor_items", self.n_distractor_items, 0, 4)
+            self.task_kinds = check_choices(self.task_kinds, f"{owner}.task_kinds", TASK_KINDS)
+        check_int(self.n_distractor_items, f"{owner}.n_distractor_items", 0, 4)
         if self.max_return_items is not None:
-            check_int(owner, "max_return_items", self.max_return_items, 1, 2)
-        check_int(owner, "min_payment_methods", self.min_payment_methods, 1, 5)
+            check_int(self.max_return_items, f"{owner}.max_return_items", 1, 2)
+        check_int(self.min_payment_methods, f"{owner}.min_payment_methods", 1, 5)
         if self.email_auth_rate is not None:
-            check_fraction(owner, "email_auth_rate", self.email_auth_rate)
+            check_number(self.email_auth_rate, f"{owner}.email_auth_rate", 0, 1)
         # {kind: weight} of the requests drawn (not a field: the summary shows task_kinds as given).
         self.drawn_kinds = (dict.fromkeys(self.task_kinds or TASK_KINDS, 1.0) if self.surface is None else
                             surface_kind_weights(owner, self.surface, SURFACE_KINDS, self.task_kinds, "task_kinds"))
         if self.gift_card_share is not None:
-            check_fraction(owner, "gift_card_share", self.gift_card_share)
+            check_number(self.gift_card_share, f"{owner}.gift_card_share", 0, 1)
             self.drawn_kinds = self._with_gift_card_share(owner)
         if "return_to_gift_card" in self.drawn_kinds and self.min_payment_methods < 2:
-            raise ValueError(f"{owner}: task kind 'return_to_gift_card' needs a gift card besides the method the "
+            raise InputError(f"{owner}: task kind 'return_to_gift_card' needs a gift card besides the method the "
                              f"order was paid with; pass min_payment_methods=2 or more, or drop that kind")
         if self.surface is not None:
             self._check_store_size(owner)
@@ -182,7 +186,7 @@ class StructuredDataReasoningConfig(StorefrontGameConfig):
         """The surface's store must hold an order of the named items plus the distractors (distinct products)."""
         needed = (1 if self.max_return_items == 1 else 2) + self.n_distractor_items
         if self.surface.n_products < needed:
-            raise ValueError(f"{owner}: n_distractor_items={self.n_distractor_items} needs orders of {needed} distinct "
+            raise InputError(f"{owner}: n_distractor_items={self.n_distractor_items} needs orders of {needed} distinct "
                              f"products but the storefront has n_products={self.surface.n_products}; lower "
                              f"n_distractor_items or give the storefront n_products={needed}")
 

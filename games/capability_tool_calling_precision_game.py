@@ -25,7 +25,7 @@ their words, a zip as a number keeps it, one item id per return) wins only where
 write every value exactly (measured over 200 seeds on the demo's surface: 0.07), never where a value needed
 rewriting.
 
-Surface (`storefront`, see games/_storefront_game_kit.py): the request is the target's own, drawn by its
+Surface (`storefront`, see games/_storefront/): the request is the target's own, drawn by its
 `RequestBuilder` from every kind the target draws (a loose id applies to all of them) at the target's
 relative weights, always allowed, so its openings, reasons, addresses, items, refund targets, unknown ids
 (with the order search) and confirmation rule are the target's. `looseness` then sets the share of the
@@ -67,11 +67,13 @@ from dataclasses import dataclass
 from benchmarks.storefront.db import Address, StoreDB, User, add_order, generate_db
 from benchmarks.storefront.tasks import RequestBuilder, descriptions_unique, draw_customer
 from benchmarks.storefront.user_sim import REQUEST_KINDS as SURFACE_KINDS  # a loose id applies to every kind
+from common.validation import check_choices, check_int, check_number
+from games._storefront.config import StorefrontGameConfig, draw_kind, surface_kind_weights
+from games._storefront.game import StorefrontCapabilityGame
+from games._storefront.instances import Instance, PlannedCall, PlannedRequest, identity_sentence
+from games._storefront.replies import address_text, money, new_address, original_payment_method
+from games._storefront.spec import storefront_game_spec
 from game_registry import DifficultyKnob, register_game
-from games._storefront_game_kit import (Instance, PlannedCall, PlannedRequest, StorefrontCapabilityGame,
-                                        StorefrontGameConfig, address_text, check_choices, check_fraction, check_int,
-                                        draw_kind, identity_sentence, money, new_address, original_payment_method,
-                                        storefront_game_spec, surface_kind_weights)
 
 CAPABILITY = "tool_calling_precision"
 GAME_NAME = f"capability_{CAPABILITY}"
@@ -112,11 +114,11 @@ class ToolCallingPrecisionConfig(StorefrontGameConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         owner = type(self).__name__
-        check_int(owner, "looseness", self.looseness, 0, MAX_LOOSENESS)
+        check_int(self.looseness, f"{owner}.looseness", 0, MAX_LOOSENESS)
         kinds = TASK_KINDS if self.surface is None else SURFACE_KINDS
         if self.task_kinds is not None:
-            self.task_kinds = check_choices(owner, "task_kinds", self.task_kinds, kinds)
-        check_fraction(owner, "name_zip_rate", self.name_zip_rate)
+            self.task_kinds = check_choices(self.task_kinds, f"{owner}.task_kinds", kinds)
+        check_number(self.name_zip_rate, f"{owner}.name_zip_rate", 0, 1)
         # {kind: weight} of the requests drawn (not a field: the summary shows task_kinds as given).
         self.drawn_kinds = (dict.fromkeys(self.task_kinds or TASK_KINDS, 1.0) if self.surface is None else
                             surface_kind_weights(owner, self.surface, SURFACE_KINDS, self.task_kinds, "task_kinds"))

@@ -21,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from common.io import InputError
+from common.validation import InputError
 from common.run_folder import check_output_dir, follow_umask
 
 TOLERANCE = 1e-5

@@ -41,7 +41,8 @@ import yaml
 
 from game_registry import game_dirs
 from common.paths import REPO_ROOT
-from common.io import InputError, load_json
+from common.io import load_json
+from common.validation import InputError
 from pipeline.capabilities import load_selected, next_pending
 
 DEFAULT_AGENTS_FILE = REPO_ROOT / "configs" / "agents.yaml"

@@ -63,7 +63,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from common.cli import cli_entry
-from common.io import InputError, atomic_write_json, check_output_path, load_json
+from common.io import atomic_write_json, check_output_path, load_json
+from common.validation import InputError
 
 CATEGORIES = ("NA", "PRESENT", "LACKING")  # category code = position, used for Fleiss' κ
 FAILED_KEYS = ("na_failed", "present_failed", "lacking_failed")  # same order as CATEGORIES
@@ -90,17 +91,17 @@ class AggregationConfig:
 
     def __post_init__(self) -> None:
         if not _is_number(self.rho) or not 0.0 <= self.rho <= 1.0:
-            raise ValueError(f"rho must be in [0, 1] (got {self.rho!r}); it is a fraction of failed trajectories, "
+            raise InputError(f"rho must be in [0, 1] (got {self.rho!r}); it is a fraction of failed trajectories, "
                              "e.g. --rho 0.10")
         if not _is_number(self.delta) or not -1.0 <= self.delta <= 1.0:
-            raise ValueError(f"delta must be in [-1, 1] (got {self.delta!r}); it is a difference of two rates, "
+            raise InputError(f"delta must be in [-1, 1] (got {self.delta!r}); it is a difference of two rates, "
                              "e.g. --delta 0.20")
         if not _is_int(self.k) or self.k < 1:
-            raise ValueError(f"k must be an integer >= 1 (got {self.k!r}); e.g. --k 8 for 10 runs")
+            raise InputError(f"k must be an integer >= 1 (got {self.k!r}); e.g. --k 8 for 10 runs")
         if not _is_int(self.seed):
-            raise ValueError(f"seed must be an integer (got {self.seed!r})")
+            raise InputError(f"seed must be an integer (got {self.seed!r})")
         if not _is_int(self.n_bootstrap) or not 1 <= self.n_bootstrap <= MAX_BOOTSTRAP:
-            raise ValueError(f"n_bootstrap must be an integer from 1 to {MAX_BOOTSTRAP:,} (got {self.n_bootstrap!r}); "
+            raise InputError(f"n_bootstrap must be an integer from 1 to {MAX_BOOTSTRAP:,} (got {self.n_bootstrap!r}); "
                              "e.g. --n-bootstrap 2000")
 
     @property
@@ -561,8 +562,7 @@ def aggregate(run_paths: Sequence[str | Path], candidates: str | Path | dict | N
 
     The report: {"params": {...}, "capabilities": [one entry per capability, highest mean Δ first, with
     "selected" and "reason"], "selected": [names], "notes": [...]}. `selected_entries(report)` turns
-    it into the export list. Raises InputError for bad files or K > number of runs, ValueError for bad
-    thresholds.
+    it into the export list. Raises InputError for bad files, bad thresholds or K > number of runs.
     """
     config = AggregationConfig(rho=rho, delta=delta, k=k, seed=seed, n_bootstrap=n_bootstrap)
     run_paths = [str(p) for p in run_paths]

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.cli import cli_entry
-from common.io import InputError, atomic_write_json, check_number, check_output_path, load_json
+from common.io import atomic_write_json, check_output_path, load_json
+from common.validation import InputError, check_number
 
 PASS_AT_K = (1, 4, 8, 16)
 # Band attribute -> the reference implementation's flag for it (accepted as an alias).
@@ -253,14 +254,14 @@ class Bands:
             if name.endswith("pass_at_k"):
                 for k, bound in value.items():
                     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-                        raise ValueError(f"{name}: k must be a positive int, got {k!r} (write K=VALUE, e.g. 4=0.5)")
+                        raise InputError(f"{name}: k must be a positive int, got {k!r} (write K=VALUE, e.g. 4=0.5)")
                     if not 0.0 <= bound <= 1.0:
-                        raise ValueError(f"{name}: bound for k={k} must be in [0, 1], got {bound}")
+                        raise InputError(f"{name}: bound for k={k} must be in [0, 1], got {bound}")
             elif not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+                raise InputError(f"{name} must be a number in [0, 1], got {value!r}")
         for low, high in (("min_mean_reward", "max_mean_reward"), ("min_success_rate", "max_success_rate")):
             if getattr(self, low) > getattr(self, high):
-                raise ValueError(f"{low} ({getattr(self, low)}) is above {high} ({getattr(self, high)}); swap them")
+                raise InputError(f"{low} ({getattr(self, low)}) is above {high} ({getattr(self, high)}); swap them")
 
 
 # (metric, bound attribute, "min" or "max", flag)

@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 
 from common.cli import cli_entry
-from common.io import InputError, atomic_write_json, load_json
+from common.io import atomic_write_json, load_json
+from common.validation import InputError
 
 DEFAULT_FILE = "pipeline/selected_capabilities.json"
 FILE_VARIABLE = "TRACE_SELECTED"

@@ -52,8 +52,8 @@ from typing import Any, Sequence
 from tqdm import tqdm
 
 from common.cli import cli_entry
-from common.io import (InputError, atomic_write_json, check_distinct_paths, check_number, check_output_folder,
-                       check_url, load_jsonl)
+from common.io import atomic_write_json, check_distinct_paths, check_output_folder, load_jsonl
+from common.validation import InputError, check_number, check_url
 from pipeline.summarize import truncate_middle
 from pipeline.aggregate_capabilities import (CATEGORIES, AggregationConfig, aggregate, check_outputs, format_table,
                                              load_candidates, validate_run, write_outputs)
@@ -127,30 +127,30 @@ class LabelingConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
-            raise ValueError("model must be a non-empty string; pass --model NAME (the server's model name)")
+            raise InputError("model must be a non-empty string; pass --model NAME (the server's model name)")
         for name in ("runs", "max_tokens", "max_attempts", "concurrency", "min_candidates", "propose_max_chars"):
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1 (got {value!r}); e.g. --{name.replace('_', '-')} 3")
+                raise InputError(f"{name} must be an integer >= 1 (got {value!r}); e.g. --{name.replace('_', '-')} 3")
         for name in ("propose_failed", "propose_passed"):
             if not _is_int(getattr(self, name)) or getattr(self, name) < 0:
-                raise ValueError(f"{name} must be an integer >= 0 (got {getattr(self, name)!r})")
+                raise InputError(f"{name} must be an integer >= 0 (got {getattr(self, name)!r})")
         if not _is_int(self.max_candidates) or self.max_candidates < self.min_candidates:
-            raise ValueError(f"max_candidates ({self.max_candidates!r}) must be an integer >= min_candidates "
+            raise InputError(f"max_candidates ({self.max_candidates!r}) must be an integer >= min_candidates "
                              f"({self.min_candidates}); e.g. --min-candidates 5 --max-candidates 10")
         if not _is_int(self.seed):
-            raise ValueError(f"seed must be an integer (got {self.seed!r})")
+            raise InputError(f"seed must be an integer (got {self.seed!r})")
         if self.json_mode not in JSON_MODES:
-            raise ValueError(f"json_mode must be one of {', '.join(JSON_MODES)} (got {self.json_mode!r})")
+            raise InputError(f"json_mode must be one of {', '.join(JSON_MODES)} (got {self.json_mode!r})")
         if self.max_trajectory_chars is not None and (not _is_int(self.max_trajectory_chars)
                                                       or self.max_trajectory_chars < 1):
-            raise ValueError(f"max_trajectory_chars must be an integer >= 1 or None (got {self.max_trajectory_chars!r})")
+            raise InputError(f"max_trajectory_chars must be an integer >= 1 or None (got {self.max_trajectory_chars!r})")
         if len(self.temperatures) not in (1, self.runs):
-            raise ValueError(f"give one temperature or one per run ({self.runs}); got {len(self.temperatures)}: "
+            raise InputError(f"give one temperature or one per run ({self.runs}); got {len(self.temperatures)}: "
                              "e.g. --temperature 1.0 or --temperature 0.6,0.8,1.0 with --runs 3")
         for value in self.temperatures:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"temperatures must be finite numbers >= 0 (got {value!r})")
+                raise InputError(f"temperatures must be finite numbers >= 0 (got {value!r})")
 
     def temperature(self, run: int) -> float:
         """Sampling temperature of run `run` (1-based)."""

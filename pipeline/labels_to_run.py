@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Sequence
 
 from common.cli import cli_entry
-from common.io import InputError, atomic_write_json, check_output_path, load_jsonl
+from common.io import atomic_write_json, check_output_path, load_jsonl
+from common.validation import InputError
 from pipeline.aggregate_capabilities import CATEGORIES, FAILED_KEYS, PASSED_KEYS, validate_run
 
 

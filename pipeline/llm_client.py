@@ -25,6 +25,8 @@ from typing import Any, Callable
 
 import openai
 
+from common.validation import InputError
+
 RETRY_AFTER_STATUSES = (429, 503)  # statuses whose Retry-After header we honour
 
 
@@ -47,13 +49,13 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise ValueError(f"max_retries must be an integer >= 0 (got {self.max_retries!r}); e.g. --http-retries 6")
+            raise InputError(f"max_retries must be an integer >= 0 (got {self.max_retries!r}); e.g. --http-retries 6")
         for name in ("base_delay", "max_delay", "max_retry_after"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite number of seconds >= 0 (got {value!r})")
+                raise InputError(f"{name} must be a finite number of seconds >= 0 (got {value!r})")
         if self.max_delay < self.base_delay:
-            raise ValueError(f"max_delay ({self.max_delay}) must be >= base_delay ({self.base_delay}); "
+            raise InputError(f"max_delay ({self.max_delay}) must be >= base_delay ({self.base_delay}); "
                              "e.g. --backoff-base 1 --backoff-max 60")
 
     def backoff(self, retry: int, rng: random.Random) -> float:
@@ -71,7 +73,7 @@ class RateLimiter:
     def __init__(self, requests_per_minute: float | None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         if requests_per_minute is not None and (not math.isfinite(requests_per_minute) or requests_per_minute <= 0):
-            raise ValueError(f"requests_per_minute must be > 0 (got {requests_per_minute!r}); omit it for no limit")
+            raise InputError(f"requests_per_minute must be > 0 (got {requests_per_minute!r}); omit it for no limit")
         self.interval = 60.0 / requests_per_minute if requests_per_minute else 0.0
         self._clock, self._sleep = clock, sleep
         self._lock = threading.Lock()
@@ -142,7 +144,7 @@ class ChatClient:
                  timeout: float = 120.0, retry: RetryPolicy | None = None, limiter: RateLimiter | None = None,
                  sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None) -> None:
         if not api_key:
-            raise ValueError(f"{key_source} is empty; set it (any non-empty value, e.g. EMPTY, for a server "
+            raise InputError(f"{key_source} is empty; set it (any non-empty value, e.g. EMPTY, for a server "
                              "without authentication)")
         self.base_url, self.model, self.key_source = base_url, model, key_source
         self.retry = retry or RetryPolicy()

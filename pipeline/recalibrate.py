@@ -34,7 +34,8 @@ from typing import Any, Callable, Sequence
 
 from game_registry import DifficultyKnob, Game, GameSpec, get_game
 from common.cli import cli_entry
-from common.io import InputError, atomic_write_json, check_number, check_output_path, load_json
+from common.io import atomic_write_json, check_output_path, load_json
+from common.validation import InputError, check_number
 from pipeline.calibrate_environment import compute_metrics, estimate_reward_spread
 from pipeline.probes import class_shares
 

@@ -52,7 +52,8 @@ from typing import Any, Iterable, Sequence
 from tqdm import tqdm
 
 from common.cli import cli_entry
-from common.io import InputError, atomic_write_jsonl, check_output_path, load_json, load_jsonl
+from common.io import atomic_write_jsonl, check_output_path, load_json, load_jsonl
+from common.validation import InputError
 
 DEFAULT_MAX_CHARS = 1000
 DEFAULT_PASS_THRESHOLD = 1.0
@@ -79,11 +80,11 @@ class SummarizeOptions:
 
     def __post_init__(self) -> None:
         if isinstance(self.max_chars, bool) or not isinstance(self.max_chars, int) or self.max_chars < 1:
-            raise ValueError(f"max_chars must be a positive integer (got {self.max_chars!r}); e.g. 1000")
+            raise InputError(f"max_chars must be a positive integer (got {self.max_chars!r}); e.g. 1000")
         if not isinstance(self.pass_threshold, (int, float)) or not math.isfinite(self.pass_threshold):
-            raise ValueError(f"pass_threshold must be a finite number (got {self.pass_threshold!r}); e.g. 1.0")
+            raise InputError(f"pass_threshold must be a finite number (got {self.pass_threshold!r}); e.g. 1.0")
         if self.reports is not None and not Path(self.reports).exists():
-            raise ValueError(f"reports path {self.reports} does not exist; pass an existing folder or report file")
+            raise InputError(f"reports path {self.reports} does not exist; pass an existing folder or report file")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -483,7 +484,7 @@ def summarize_file(path: str | Path, max_chars: int = DEFAULT_MAX_CHARS,
                    _outcomes: SweOutcomes | None = None) -> list[dict]:
     """Compact every trajectory in one file (format auto-detected) into `{id, passed, reward, n_turns, text}`.
 
-    Raises InputError for a missing file, broken JSON or an unknown format, ValueError for bad options.
+    Raises InputError for a missing file, broken JSON, an unknown format or bad options.
     """
     options = SummarizeOptions(max_chars=max_chars, pass_threshold=pass_threshold,
                                reports=Path(reports) if reports is not None else None)

@@ -35,7 +35,8 @@ from tqdm import tqdm
 
 from game_registry import REPO_ROOT, Action, Game, GameSpec, get_game
 from common.cli import cli_entry
-from common.io import InputError, atomic_write_json, check_number, check_output_path, load_json
+from common.io import atomic_write_json, check_output_path, load_json
+from common.validation import InputError, check_number
 from pipeline.probes import (
     DEFAULT_TOLERANCE,
     MAX_CLASS_SHARE,

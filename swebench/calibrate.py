@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from common.io import (InputError, atomic_write_json, atomic_write_text, check_int, check_model_folder,
-                       check_number, check_output_path, load_json)
+from common.io import atomic_write_json, atomic_write_text, check_model_folder, check_output_path, load_json
+from common.validation import InputError, check_int, check_number
 from swebench.generators import GENERATORS, generate_one
 from swebench.mutations import ROUND_ORDER, SCHEDULES, mutate_round
 from swebench.sandbox import UNSAFE_FLAG, SandboxConfig, SandboxUnavailable, resolve_isolation
@@ -60,19 +60,19 @@ class CalibrationConfig:
 
     def __post_init__(self) -> None:
         if self.capability not in GENERATORS:
-            raise ValueError(f"capability must be one of {sorted(GENERATORS)}, got {self.capability!r}")
+            raise InputError(f"capability must be one of {sorted(GENERATORS)}, got {self.capability!r}")
         for name, low in (("target", 1), ("candidates", 1), ("samples", 1), ("workers", 1), ("rounds", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+                raise InputError(f"{name} must be an int >= {low}, got {value!r}")
         if self.rounds > len(ROUND_ORDER):
-            raise ValueError(f"rounds must be <= {len(ROUND_ORDER)} (the A/B/C/A/B schedule), got {self.rounds}")
+            raise InputError(f"rounds must be <= {len(ROUND_ORDER)} (the A/B/C/A/B schedule), got {self.rounds}")
         if self.candidates < self.target:
-            raise ValueError(f"candidates ({self.candidates}) must be >= target ({self.target}); generate more "
+            raise InputError(f"candidates ({self.candidates}) must be >= target ({self.target}); generate more "
                              "candidates than you need, some will be rejected")
         if not isinstance(self.threshold, (int, float)) or isinstance(self.threshold, bool) or not (
                 0.0 <= self.threshold <= 1.0):
-            raise ValueError(f"threshold must be a success rate in [0, 1], got {self.threshold!r}")
+            raise InputError(f"threshold must be a success rate in [0, 1], got {self.threshold!r}")
 
 
 def _load_state(path: Path) -> dict[str, Any] | None:

@@ -63,6 +63,7 @@ from typing import Any, Callable
 from benchmarks.toolkit import Toolkit, tool
 
 from benchmarks.tool_env_game import ToolEnvGame
+from common.validation import InputError
 from game_registry import Action, DifficultyKnob, Game, GameSpec, Probe, StepResult
 from swebench.generators import GENERATORS, generate_one
 from swebench.grading import Grade, GradeConfig, Grader
@@ -189,26 +190,26 @@ class ScenarioGameConfig:
     def __post_init__(self) -> None:
         owner = type(self).__name__
         if self.interface not in ("bash", "tools"):
-            raise ValueError(f"{owner}.interface must be 'bash' (mini-swe-agent's format: one shell command per "
+            raise InputError(f"{owner}.interface must be 'bash' (mini-swe-agent's format: one shell command per "
                              f"turn) or 'tools' (five JSON tools), got {self.interface!r}")
         if self.capability not in GENERATORS:
-            raise ValueError(f"{owner}.capability must be one of {sorted(GENERATORS)}, got {self.capability!r}")
+            raise InputError(f"{owner}.capability must be one of {sorted(GENERATORS)}, got {self.capability!r}")
         if not isinstance(self.scenarios_path, str):
-            raise ValueError(f"{owner}.scenarios_path must be a path string or '' (generate per seed)")
+            raise InputError(f"{owner}.scenarios_path must be a path string or '' (generate per seed)")
         if self.scenarios_path and not Path(self.scenarios_path).is_file():
-            raise ValueError(f"{owner}.scenarios_path {self.scenarios_path!r} is not a file; generate one with "
+            raise InputError(f"{owner}.scenarios_path {self.scenarios_path!r} is not a file; generate one with "
                              f"python -m swebench.generate --capability {self.capability} --n 10 "
                              f"--out {self.scenarios_path}, or leave it empty to generate per seed")
         for name, low in (("mutation_rounds", 0), ("max_steps", 2), ("max_errors", 0), ("max_test_runs", 0),
                           ("max_observation_chars", 500), ("max_turn_chars", 500), ("command_output_chars", 200)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{owner}.{name} must be an int >= {low}, got {value!r}")
+                raise InputError(f"{owner}.{name} must be an int >= {low}, got {value!r}")
         if self.mutation_rounds > 5:
-            raise ValueError(f"{owner}.mutation_rounds must be within 0..5 (the calibration schedule has 5 rounds), "
+            raise InputError(f"{owner}.mutation_rounds must be within 0..5 (the calibration schedule has 5 rounds), "
                              f"got {self.mutation_rounds}")
         if self.mutation_rounds and self.scenarios_path:
-            raise ValueError(f"{owner}: mutation_rounds applies to generated scenarios; a scenarios file carries its "
+            raise InputError(f"{owner}: mutation_rounds applies to generated scenarios; a scenarios file carries its "
                              "own mutations (swebench.calibrate writes them)")
         GradeConfig(partial_credit=self.partial_credit)  # validates partial_credit with its message
         self.sandbox_config()  # validates the sandbox settings

@@ -62,6 +62,7 @@ import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
+from common.validation import InputError
 from swebench.sandbox import SandboxConfig, TestRun, VerdictGroup, run_pytest, run_verdicts
 from swebench.scenario import Scenario
 
@@ -345,12 +346,12 @@ class GradeConfig:
     def __post_init__(self) -> None:
         if isinstance(self.partial_credit, bool) or not isinstance(self.partial_credit, (int, float)) or not (
                 0.0 <= self.partial_credit < 1.0):
-            raise ValueError(f"GradeConfig.partial_credit must be a number in [0, 1), got {self.partial_credit!r}; "
+            raise InputError(f"GradeConfig.partial_credit must be a number in [0, 1), got {self.partial_credit!r}; "
                              "0 gives reward only for a full fix")
         if not isinstance(self.sandbox, SandboxConfig):
-            raise ValueError("GradeConfig.sandbox must be a SandboxConfig")
+            raise InputError("GradeConfig.sandbox must be a SandboxConfig")
         if isinstance(self.cache_size, bool) or not isinstance(self.cache_size, int) or self.cache_size < 0:
-            raise ValueError(f"GradeConfig.cache_size must be an int >= 0, got {self.cache_size!r}")
+            raise InputError(f"GradeConfig.cache_size must be an int >= 0, got {self.cache_size!r}")
 
 
 @dataclass

@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from common.validation import InputError
 from swebench.scenario_model import check_relative_path
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "_sandbox_plugins"
@@ -108,15 +109,15 @@ class SandboxConfig:
         for name in ("timeout_s", "cpu_s", "memory_mb", "file_mb", "open_files", "tmpfs_mb", "output_chars"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"SandboxConfig.{name} must be a positive number, got {value!r}; e.g. "
+                raise InputError(f"SandboxConfig.{name} must be a positive number, got {value!r}; e.g. "
                                  f"{getattr(SandboxConfig, name)}")
         if self.isolation not in ("auto", "namespace", "fallback"):
-            raise ValueError(f"SandboxConfig.isolation must be 'auto', 'namespace' or 'fallback', got "
+            raise InputError(f"SandboxConfig.isolation must be 'auto', 'namespace' or 'fallback', got "
                              f"{self.isolation!r}")
         if not isinstance(self.allow_unisolated, bool):
-            raise ValueError(f"SandboxConfig.allow_unisolated must be true or false, got {self.allow_unisolated!r}")
+            raise InputError(f"SandboxConfig.allow_unisolated must be true or false, got {self.allow_unisolated!r}")
         if self.memory_mb < 128:
-            raise ValueError(f"SandboxConfig.memory_mb must be >= 128 (Python and pytest need it), got {self.memory_mb}")
+            raise InputError(f"SandboxConfig.memory_mb must be >= 128 (Python and pytest need it), got {self.memory_mb}")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from common.io import InputError
+from common.validation import InputError
 from swebench.patches import PatchError, apply_patch, parse_patch
 
 CAPABILITIES = ("deep_call_graph_traversal", "semantic_logic_precision")

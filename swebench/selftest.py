@@ -30,7 +30,8 @@ from typing import Iterable
 
 from tqdm import tqdm
 
-from common.io import InputError, atomic_write_json, check_distinct_paths, check_output_path
+from common.io import atomic_write_json, check_distinct_paths, check_output_path
+from common.validation import InputError
 from swebench.grading import test_node_ids
 from swebench.patches import PatchError, apply_patch
 from swebench.sandbox import (UNSAFE_FLAG, SandboxConfig, SandboxUnavailable, TestRun, VerdictGroup,

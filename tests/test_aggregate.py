@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.io import InputError
+from common.validation import InputError
 from pipeline.aggregate_capabilities import (aggregate, bootstrap_mean_ci, fleiss_kappa, format_table, main,
                                              report_path_for, run_metrics, selected_entries, validate_run)
 from pipeline.labels_to_run import SkippedTrajectoryWarning, labels_to_run

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from common.io import InputError
+from common.validation import InputError
 from pipeline.calibrate_environment import Bands, check_bands, compute_metrics, main, pass_at_k
 
 REPO = Path(__file__).resolve().parent.parent

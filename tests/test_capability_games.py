@@ -15,12 +15,8 @@ import pytest
 
 from game_registry import Action, GameSpec, get_game, list_games, parse_hermes_action, prompt_variant
 from benchmarks.storefront.user_sim import NO_REPLY, YES_REPLIES
-from games._storefront_game_kit import (
-    AUTH_QUESTION,
-    mentions_amount,
-    mentions_order_id,
-    mentions_phrase,
-)
+from games._storefront.instances import AUTH_QUESTION
+from games._storefront.replies import mentions_amount, mentions_order_id, mentions_phrase
 from pipeline.validate_game import validate
 from game_registry import render_tool_call
 

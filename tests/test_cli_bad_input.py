@@ -22,7 +22,8 @@ import game_registry
 import toy_games as toy
 from benchmarks.storefront import run as storefront_run
 from pipeline import calibrate_environment, recalibrate, validate_game
-from common.io import InputError, check_number, check_output_path
+from common.io import check_output_path
+from common.validation import InputError, check_number
 from signals import restore_sigint
 from train import agents as train_agents
 from train import play

@@ -242,7 +242,7 @@ def test_the_demos_grpo_runs_report_to_its_trackers(tiny_model_dir, tmp_path, mo
 
 
 def test_demo_report_to_comes_from_the_config_or_the_command_line_and_fingerprints_no_step(tmp_path):
-    from common.io import InputError
+    from common.validation import InputError
     from demo.config import load_demo_config
 
     path = tmp_path / "demo.yaml"
@@ -315,7 +315,7 @@ def test_game_mix_applies_each_games_overrides():
 
 
 def test_demo_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
-    from common.io import InputError
+    from common.validation import InputError
     from demo.config import load_demo_config
 
     for name in ("demo.yaml", "demo_full.yaml", "demo_fast.yaml"):

@@ -101,7 +101,7 @@ def test_a_base_agent_built_here_is_kept(tmp_path, fast):
 
 
 def test_ship_refuses_what_is_not_a_build(tmp_path, fast):
-    from common.io import InputError
+    from common.validation import InputError
 
     config, settings, shipped, manifest = fast
     with pytest.raises(InputError, match="base step first"):

@@ -33,7 +33,7 @@ def test_the_checkpoint_plan_takes_at_most_each_share_and_labels_the_share_it_is
 
 
 def test_the_fractions_are_validated_with_the_fix_spelled_out(tmp_path):
-    from common.io import InputError
+    from common.validation import InputError
     from demo.config import EvaluateSettings, load_demo_config
 
     assert EvaluateSettings().efficiency_fractions == [0.25, 0.5]

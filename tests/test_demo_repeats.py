@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_repeats_are_validated_with_the_fix_spelled_out(tmp_path):
-    from common.io import InputError
+    from common.validation import InputError
     from demo.config import DemoConfig, load_demo_config
 
     assert DemoConfig().repeats == 1 and load_demo_config(REPO / "configs" / "demo.yaml").repeats == 1

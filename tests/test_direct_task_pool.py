@@ -78,7 +78,7 @@ def test_the_trainer_plays_only_the_pools_tasks(tiny_model_dir, tmp_path, letter
 
 
 def test_the_demo_pool_is_checked_against_the_evaluation_tasks(tmp_path):
-    from common.io import InputError
+    from common.validation import InputError
     from demo.config import load_demo_config
     from demo.run import Demo
 
@@ -90,7 +90,7 @@ def test_the_demo_pool_is_checked_against_the_evaluation_tasks(tmp_path):
 
 
 def test_the_pool_setting_is_validated_and_the_default_is_tau2_benchs_count(tmp_path):
-    from common.io import InputError
+    from common.validation import InputError
     from demo.config import LoopSettings, load_demo_config
 
     assert LoopSettings().direct_task_pool == 164

@@ -23,7 +23,7 @@ from benchmarks.storefront.tools import StorefrontTools
 from benchmarks.storefront.user_sim import REQUEST_KINDS
 from game_registry import get_game, render_tool_call
 from benchmarks.storefront.config import surface_fields
-from games._storefront_game_kit import AUTH_QUESTION
+from games._storefront.instances import AUTH_QUESTION
 from demo.config import load_demo_config
 from pipeline.validate_game import validate
 from test_difficulty_knobs import (forgets_some_requests, guesses_items, guesses_payment_method, mutate_calls,

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 import game_registry
 from moe_gate import build_capability_model, save_gate
 from moe_gate.smoke_test import make_adapters, make_random_adapter, make_tiny_base, randomise_gate
-from common.io import InputError
+from common.validation import InputError
 from train.backends import HFBackend, SamplingParams
 from train.gate_config import MoEGateConfig, SFTConfig, load_gate_config
 from train.gate_policy import GatePolicy

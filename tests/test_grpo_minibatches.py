@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import game_registry
-from common.io import InputError
+from common.validation import InputError
 from train.backends import HFBackend
 from train.config import GRPOConfig, load_config
 from train.grpo import GRPOTrainer, Sequence, lr_factor_schedule, split_by_group

@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 import game_registry
-from common.io import InputError
+from common.validation import InputError
 from train.__main__ import main as train_main
 from train.backends import HFBackend, SamplingParams
 from train.collect_rollouts import main as collect_main

@@ -7,7 +7,8 @@ import stat
 
 import pytest
 
-from common.io import InputError, atomic_write_json, atomic_write_jsonl, atomic_write_text
+from common.io import atomic_write_json, atomic_write_jsonl, atomic_write_text
+from common.validation import InputError
 
 
 @pytest.fixture

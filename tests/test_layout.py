@@ -184,7 +184,7 @@ PLANTED = {  # (module file, line planted at the end of it, the violation it mus
     "train imports swebench's driver": ("train/evaluate.py", "def _planted():\n    import swebench.calibrate\n",
                                         "imports swebench.calibrate (swebench_driver)"),
     "a private module of another package": ("train/evaluate.py",
-                                            "def _planted():\n    from games._storefront_game_kit import x\n",
+                                            "def _planted():\n    from games._storefront.game import x\n",
                                             "private to games"),
     "a cycle": ("common/io.py", "def _planted():\n    import common.run_folder\n", "import cycle: common.io"),
 }
@@ -219,7 +219,7 @@ def test_environments_load_no_model_stack(module):
 
 def test_game_files_load_no_model_stack():
     loaded = imported_after("import game_registry; game_registry.discover_games()")
-    assert "games._storefront_game_kit" in loaded or any(m.startswith("trace_games.") for m in loaded)
+    assert "games._storefront.game" in loaded or any(m.startswith("trace_games.") for m in loaded)
     assert not models_loaded(loaded)
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from common.io import InputError
+from common.validation import InputError
 from train import models
 
 

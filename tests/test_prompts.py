@@ -25,7 +25,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 import render_pipeline
-from common.io import InputError
+from common.validation import InputError
 
 # Filled-in prompt -> (config that renders it, stage). Each config's first line gives the command.
 FILLED_IN = {

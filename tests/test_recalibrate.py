@@ -6,7 +6,7 @@ import json
 import pytest
 
 import toy_games as toy
-from common.io import InputError
+from common.validation import InputError
 from benchmarks.results import make_simulation
 from game_registry import DifficultyKnob
 from pipeline.recalibrate import decide, main, parse_knob_value, policy_collector, search_knob, search_knobs

@@ -31,7 +31,7 @@ from benchmarks.storefront.user_sim import (NO_REPLY, REQUEST_KINDS, STOP, YES_R
                                             UserSimulator)
 from benchmarks.toolkit import dump_compact
 from game_registry import get_game, parse_hermes_action
-from common.io import InputError
+from common.validation import InputError
 
 Responder = Callable[[StorefrontGame], str]
 # What the written policy allows, per request kind (written out here, not imported, so that a change of

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from common.io import InputError
+from common.validation import InputError
 from pipeline.summarize import (UnknownOutcomeWarning, main, render_messages, summarize_file, summarize_paths,
                                  truncate_middle)
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import torch
 
-from common.io import InputError
+from common.validation import InputError
 from train.backends import SamplingParams
 from train.policy import LoraPolicy
 from train.vllm_backend import VLLMBackend, VLLMError, backend_from_env, request_seed

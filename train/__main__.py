@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from game_registry import GameImportError, GameSpec, get_game
-from common.io import InputError
+from common.validation import InputError
 from common.run_folder import Interrupted, check_model, check_output_dir, exit_code
 from train.backends import HFBackend
 from train.checkpoint import ResumePlan, latest_checkpoint, plan_resume

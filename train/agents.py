@@ -30,7 +30,8 @@ from typing import Any, Callable
 from benchmarks.agents import Agent
 from benchmarks.storefront import run as storefront_run
 from common.chat_render import render_messages
-from common.io import InputError, check_model_folder, check_url
+from common.io import check_model_folder
+from common.validation import InputError, check_url
 from game_registry import Game
 
 IM_END = "<|im_end|>"

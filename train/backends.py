@@ -37,6 +37,7 @@ import torch
 from transformers import StaticCache
 from transformers.cache_utils import StaticLayer
 
+from common.validation import InputError
 from train.sampling import choose_tokens, step_uniforms
 from train.shared_prefix import (MIN_SHARED_PREFIX, SharedPrefixSampler, base_config, common_prefix_lengths,
                                  supports_shared_prefix)
@@ -52,9 +53,9 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+            raise InputError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+            raise InputError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
 
 
 @dataclass

@@ -26,7 +26,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from common.io import InputError
+from common.validation import InputError
 from common.run_folder import check_output_dir, follow_umask, looks_local, same_path
 from train.config import GRPOConfig, load_config
 

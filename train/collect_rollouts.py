@@ -23,7 +23,8 @@ from tqdm import tqdm
 
 from benchmarks.results import write_results
 from game_registry import GameSpec
-from common.io import InputError, check_int, check_model_folder, check_number, check_output_path
+from common.io import check_model_folder, check_output_path
+from common.validation import InputError, check_int, check_number
 from common.run_folder import exit_code
 from train.backends import HFBackend, RolloutBackend
 from train.episodes import ChatTokenizer, EpisodeRequest, check_prompts_fit, episode_to_simulation, run_episodes

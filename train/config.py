@@ -1,6 +1,6 @@
 """GRPO run configuration: one dataclass, loaded from YAML plus `--key value` overrides.
 
-Every value is checked in `__post_init__`, and a bad one raises ValueError saying how to fix it. The
+Every value is checked in `__post_init__`, and a bad one raises InputError (common/validation.py) saying how to fix it. The
 resolved config is saved as `config.yaml` next to every adapter the run writes; configs/grpo.yaml restates
 the defaults with comments.
 
@@ -48,7 +48,8 @@ from typing import Any
 
 import yaml
 
-from common.io import InputError, load_yaml_mapping
+from common.io import load_yaml_mapping
+from common.validation import InputError, need
 from train.tracking import check_report_to
 
 LR_SCHEDULES = ("constant", "linear", "cosine")
@@ -117,10 +118,6 @@ class GRPOConfig:
     report_to: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        def need(condition: bool, message: str) -> None:
-            if not condition:
-                raise ValueError(message)
-
         need(self.lora_r >= 1, f"lora_r must be >= 1, got {self.lora_r}")
         need(self.lora_alpha > 0, f"lora_alpha must be > 0, got {self.lora_alpha}")
         need(0.0 <= self.lora_dropout < 1.0, f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
@@ -159,7 +156,7 @@ class GRPOConfig:
         need(self.save_every >= 1, f"save_every must be >= 1, got {self.save_every}")
         need(self.dtype in ("float32", "bfloat16"), f"dtype must be float32 or bfloat16, got {self.dtype!r}")
         need(isinstance(self.game_overrides, dict), "game_overrides must be a mapping of config field -> value")
-        self.report_to = check_report_to(self.report_to)  # ValueError naming the accepted trackers
+        self.report_to = check_report_to(self.report_to)  # InputError naming the accepted trackers
 
     @property
     def steps_per_iteration(self) -> int:

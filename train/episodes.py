@@ -177,7 +177,7 @@ def check_prompts_fit(spec: GameSpec, requests: Sequence[EpisodeRequest], chat: 
     """InputError when `max_episode_tokens` is below the floor or leaves no room after the longest opening prompt
     of `requests` (each distinct task and wording once): such episodes generate nothing and score 0 while the
     run looks normal. The rule of the GRPO trainer's `check_prompts_fit`, for the evaluation and rollout CLIs."""
-    from common.io import InputError
+    from common.validation import InputError
 
     if isinstance(max_episode_tokens, bool) or not isinstance(max_episode_tokens, int) \
             or max_episode_tokens < MIN_EPISODE_TOKENS:

@@ -3,7 +3,7 @@ warm start (`train.train_router_sft`) and GRPO over the gates (`train.grpo_gater
 
 One YAML file holds all three: top-level keys describe the routed model, `sft:` the warm start and
 `grpo:` the fields of train/config.py's GRPOConfig (its `lora_*` fields do not apply and are refused).
-Every value is checked in `__post_init__`; a bad one raises ValueError saying how to fix it. The resolved
+Every value is checked in `__post_init__`; a bad one raises InputError (common/validation.py) saying how to fix it. The resolved
 config is saved as `moe_gate.yaml` next to every gate the commands write.
 """
 from __future__ import annotations
@@ -15,17 +15,13 @@ from typing import Any
 
 import yaml
 
-from common.io import InputError, atomic_write_text, load_yaml_mapping
+from common.io import atomic_write_text, load_yaml_mapping
+from common.validation import InputError, need
 from train.config import GRPOConfig
 from train.tracking import check_report_to
 
 MODES = ("token", "trajectory", "global")
 ESTIMATORS = ("straight_through", "gumbel")
-
-
-def _need(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)
 
 
 @dataclass
@@ -37,8 +33,8 @@ class SFTData:
     game: str = ""  # registered game whose tool schemas the conversations were rendered with ("" = none)
 
     def __post_init__(self) -> None:
-        _need(bool(self.path), "sft.data entries need a path to a rollout results file")
-        _need(bool(self.label), f"sft.data entry {self.path}: give a label (an adapter name or 'base')")
+        need(bool(self.path), "sft.data entries need a path to a rollout results file")
+        need(bool(self.label), f"sft.data entry {self.path}: give a label (an adapter name or 'base')")
 
 
 @dataclass
@@ -68,16 +64,16 @@ class SFTConfig:
 
     def __post_init__(self) -> None:
         self.data = [d if isinstance(d, SFTData) else SFTData(**d) for d in self.data]
-        _need(0.0 <= self.min_reward <= 1.0, f"sft.min_reward must be in [0, 1], got {self.min_reward}")
-        _need(self.epochs >= 1, f"sft.epochs must be >= 1, got {self.epochs}")
-        _need(self.learning_rate > 0, f"sft.learning_rate must be > 0, got {self.learning_rate}")
-        _need(self.weight_decay >= 0, f"sft.weight_decay must be >= 0, got {self.weight_decay}")
-        _need(self.batch_size >= 1, f"sft.batch_size must be >= 1, got {self.batch_size}")
-        _need(self.load_balance_weight >= 0, f"sft.load_balance_weight must be >= 0, got {self.load_balance_weight}")
-        _need(self.max_tokens >= 16, f"sft.max_tokens must be >= 16, got {self.max_tokens}")
-        _need(0.0 <= self.validation_fraction < 1.0,
+        need(0.0 <= self.min_reward <= 1.0, f"sft.min_reward must be in [0, 1], got {self.min_reward}")
+        need(self.epochs >= 1, f"sft.epochs must be >= 1, got {self.epochs}")
+        need(self.learning_rate > 0, f"sft.learning_rate must be > 0, got {self.learning_rate}")
+        need(self.weight_decay >= 0, f"sft.weight_decay must be >= 0, got {self.weight_decay}")
+        need(self.batch_size >= 1, f"sft.batch_size must be >= 1, got {self.batch_size}")
+        need(self.load_balance_weight >= 0, f"sft.load_balance_weight must be >= 0, got {self.load_balance_weight}")
+        need(self.max_tokens >= 16, f"sft.max_tokens must be >= 16, got {self.max_tokens}")
+        need(0.0 <= self.validation_fraction < 1.0,
               f"sft.validation_fraction must be in [0, 1), got {self.validation_fraction}")
-        _need(isinstance(self.balance_labels, bool),
+        need(isinstance(self.balance_labels, bool),
               f"sft.balance_labels must be true or false (a YAML boolean, unquoted), got {self.balance_labels!r}")
 
 
@@ -104,30 +100,30 @@ class MoEGateConfig:
     def __post_init__(self) -> None:
         if isinstance(self.sft, dict):
             self.sft = SFTConfig(**self.sft)
-        _need(isinstance(self.adapters, dict) and bool(self.adapters),
+        need(isinstance(self.adapters, dict) and bool(self.adapters),
               "adapters must map each capability name to its PEFT adapter folder, e.g. "
               "{precondition_verification: pipeline/adapters/precondition_verification}")
-        _need(self.mode in MODES, f"mode must be one of {list(MODES)}, got {self.mode!r}")
-        _need(self.estimator in ESTIMATORS, f"estimator must be one of {list(ESTIMATORS)}, got {self.estimator!r}")
-        _need(self.gumbel_tau > 0, f"gumbel_tau must be > 0, got {self.gumbel_tau}")
-        _need(self.dtype in ("float32", "bfloat16"), f"dtype must be float32 or bfloat16, got {self.dtype!r}")
-        _need(isinstance(self.grpo, dict), "grpo must be a mapping of GRPOConfig fields (see train/config.py)")
+        need(self.mode in MODES, f"mode must be one of {list(MODES)}, got {self.mode!r}")
+        need(self.estimator in ESTIMATORS, f"estimator must be one of {list(ESTIMATORS)}, got {self.estimator!r}")
+        need(self.gumbel_tau > 0, f"gumbel_tau must be > 0, got {self.gumbel_tau}")
+        need(self.dtype in ("float32", "bfloat16"), f"dtype must be float32 or bfloat16, got {self.dtype!r}")
+        need(isinstance(self.grpo, dict), "grpo must be a mapping of GRPOConfig fields (see train/config.py)")
         lora = sorted(k for k in self.grpo if k.startswith("lora_"))
-        _need(not lora, f"grpo: {lora} configure a LoRA; grpo_gater trains only the gates, remove them")
-        _need(isinstance(self.grpo_game_overrides, dict) and all(
+        need(not lora, f"grpo: {lora} configure a LoRA; grpo_gater trains only the gates, remove them")
+        need(isinstance(self.grpo_game_overrides, dict) and all(
             isinstance(v, dict) for v in self.grpo_game_overrides.values()),
               f"grpo_game_overrides must map a game name to a mapping of its config fields, got "
               f"{self.grpo_game_overrides!r}")
-        _need(set(self.grpo_game_overrides) <= set(self.grpo_games),
+        need(set(self.grpo_game_overrides) <= set(self.grpo_games),
               f"grpo_game_overrides names games outside grpo_games: "
               f"{sorted(set(self.grpo_game_overrides) - set(self.grpo_games))}")
-        _need(isinstance(self.grpo_games, list) and len(self.grpo_games) != 1,
+        need(isinstance(self.grpo_games, list) and len(self.grpo_games) != 1,
               f"grpo_games must list at least two games to mix (or none; one game goes in grpo.game), "
               f"got {self.grpo_games!r}")
         self.report_to = check_report_to(self.report_to)
         slots = self.slot_names
         for entry in self.sft.data:
-            _need(entry.label in slots, f"sft.data {entry.path}: label {entry.label!r} is not a slot; slots are {slots}")
+            need(entry.label in slots, f"sft.data {entry.path}: label {entry.label!r} is not a slot; slots are {slots}")
 
     @property
     def slot_names(self) -> list[str]:

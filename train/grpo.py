@@ -57,7 +57,8 @@ from tqdm import tqdm
 
 from benchmarks.results import write_results
 from game_registry import GameSpec
-from common.io import InputError, atomic_write_text
+from common.io import atomic_write_text
+from common.validation import InputError
 from common.run_folder import sigint_deferred
 from train.backends import RolloutBackend, SamplingParams
 from train.checkpoint import load_checkpoint, rank_state, save_checkpoint

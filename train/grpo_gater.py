@@ -38,7 +38,7 @@ import torch
 
 from game_registry import GameImportError, get_game
 from moe_gate import GateError, build_capability_model
-from common.io import InputError
+from common.validation import InputError
 from common.run_folder import Interrupted, check_model, check_output_dir, exit_code
 from train.__main__ import _check_game_overrides, finished_message, resume_hint
 from train.backends import HFBackend

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from common.cli import cli_entry
 from common.paths import REPO_ROOT as REPO
-from common.io import InputError, atomic_write_json, check_output_folder
+from common.io import atomic_write_json, check_output_folder
+from common.validation import InputError
 from common.run_folder import follow_umask
 
 MARKER = "trace_model.json"  # written last: its presence means the conversion finished

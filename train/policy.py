@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import torch
 
-from common.io import InputError
+from common.validation import InputError
 from common.run_folder import follow_umask
 from train.distributed import world
 

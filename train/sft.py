@@ -50,7 +50,8 @@ from typing import Any, NamedTuple, Sequence
 import torch
 from tqdm import tqdm
 
-from common.io import InputError, atomic_write_json, check_model_folder, load_jsonl
+from common.io import atomic_write_json, check_model_folder, load_jsonl
+from common.validation import InputError
 from common.run_folder import Interrupted, check_output_dir, exit_code, follow_umask, sigint_deferred
 from train.logprobs import logits_after_prefix
 from train.tracking import MetricLogger, check_report_to, open_trackers, require_trackers, scalars_of
@@ -77,19 +78,19 @@ class SFTConfig:
         for name in ("epochs", "lr"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"SFTConfig.{name} must be a number > 0, got {value!r}")
+                raise InputError(f"SFTConfig.{name} must be a number > 0, got {value!r}")
         if not 0 <= self.final_lr_ratio <= 1:
-            raise ValueError(f"SFTConfig.final_lr_ratio must be in [0, 1], got {self.final_lr_ratio!r}")
+            raise InputError(f"SFTConfig.final_lr_ratio must be in [0, 1], got {self.final_lr_ratio!r}")
         for name in ("warmup_steps", "seed"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"SFTConfig.{name} must be an int >= 0, got {value!r}")
+                raise InputError(f"SFTConfig.{name} must be an int >= 0, got {value!r}")
         if isinstance(self.batch_tokens, bool) or not isinstance(self.batch_tokens, int) or self.batch_tokens < 64:
-            raise ValueError(f"SFTConfig.batch_tokens must be an int >= 64 (e.g. 8192), got {self.batch_tokens!r}")
+            raise InputError(f"SFTConfig.batch_tokens must be an int >= 64 (e.g. 8192), got {self.batch_tokens!r}")
         if not isinstance(self.share_prefix, bool):
-            raise ValueError(f"SFTConfig.share_prefix must be true or false, got {self.share_prefix!r}")
+            raise InputError(f"SFTConfig.share_prefix must be true or false, got {self.share_prefix!r}")
         if not self.max_grad_norm > 0:
-            raise ValueError(f"SFTConfig.max_grad_norm must be > 0, got {self.max_grad_norm!r}")
+            raise InputError(f"SFTConfig.max_grad_norm must be > 0, got {self.max_grad_norm!r}")
 
 
 class TokenizedChat(NamedTuple):

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 from jinja2.exceptions import TemplateError
 from tqdm import tqdm
 
-from common.io import InputError, atomic_write_json, check_output_folder, load_jsonl
+from common.io import atomic_write_json, check_output_folder, load_jsonl
+from common.validation import InputError
 from train.chat_template import (
     TOOLS_VIEWS,
     chat_template,
@@ -82,38 +83,38 @@ class TinyModelConfig:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "max_position_embeddings"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise InputError(f"{name} must be a positive integer, got {value!r}")
         if self.vocab_size > MAX_VOCAB_SIZE:
-            raise ValueError(f"vocab_size={self.vocab_size:,} is above the maximum {MAX_VOCAB_SIZE:,} of a tiny model; "
+            raise InputError(f"vocab_size={self.vocab_size:,} is above the maximum {MAX_VOCAB_SIZE:,} of a tiny model; "
                              "use e.g. --vocab 1024 (BPE stops earlier when the corpus has no more merges)")
         if self.vocab_size < MIN_VOCAB_SIZE:
-            raise ValueError(
+            raise InputError(
                 f"vocab_size={self.vocab_size} is below the minimum {MIN_VOCAB_SIZE} "
                 f"({BYTE_ALPHABET_SIZE} byte symbols + {len(SPECIAL_TOKENS) + len(TOOL_TOKENS)} chat tokens); "
                 "use e.g. --vocab 512"
             )
         if self.hidden_size % self.num_heads:
-            raise ValueError(
+            raise InputError(
                 f"hidden_size={self.hidden_size} must be divisible by num_heads={self.num_heads}; "
                 f"e.g. use --heads {_largest_divisor_at_most(self.hidden_size, self.num_heads)}"
             )
         if (self.hidden_size // self.num_heads) % 2:
-            raise ValueError(
+            raise InputError(
                 f"head_dim = hidden_size / num_heads = {self.hidden_size // self.num_heads} must be even "
                 "(rotary embeddings rotate pairs of dimensions); pick hidden_size and num_heads so it is"
             )
         if self.num_kv_heads is None:
             self.num_kv_heads = self.num_heads
         if not isinstance(self.num_kv_heads, int) or self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads:
-            raise ValueError(
+            raise InputError(
                 f"num_kv_heads={self.num_kv_heads!r} must be a positive divisor of num_heads={self.num_heads}"
             )
         if self.intermediate_size is None:
             self.intermediate_size = 3 * self.hidden_size
         if not isinstance(self.intermediate_size, int) or self.intermediate_size < 1:
-            raise ValueError(f"intermediate_size must be a positive integer, got {self.intermediate_size!r}")
+            raise InputError(f"intermediate_size must be a positive integer, got {self.intermediate_size!r}")
         if not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+            raise InputError(f"seed must be a non-negative integer, got {self.seed!r}")
 
     @property
     def head_dim(self) -> int:

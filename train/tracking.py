@@ -39,7 +39,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
 
-from common.io import InputError, atomic_write_json
+from common.io import atomic_write_json
+from common.validation import InputError
 
 TRACKERS = ("tensorboard", "wandb", "trackio", "mlflow")
 # tracker -> (module whose import proves the package is there, pip command that installs it)
@@ -63,13 +64,13 @@ def check_report_to(value: Any, owner: str = "report_to") -> list[str]:
     if isinstance(value, str):
         value = [part for part in value.replace(" ", ",").split(",") if part]
     if not isinstance(value, (list, tuple)) or not all(isinstance(name, str) for name in value):
-        raise ValueError(f"{owner} must be a list of tracker names ({', '.join(TRACKERS)}), got {value!r}")
+        raise InputError(f"{owner} must be a list of tracker names ({', '.join(TRACKERS)}), got {value!r}")
     names = [name.strip().lower() for name in value]
     if names == ["none"]:
         return []
     unknown = [name for name in names if name not in TRACKERS]
     if unknown:
-        raise ValueError(f"{owner}: unknown tracker {', '.join(map(repr, unknown))}; accepted: "
+        raise InputError(f"{owner}: unknown tracker {', '.join(map(repr, unknown))}; accepted: "
                          f"{', '.join(TRACKERS)} (or none), e.g. --report_to tensorboard")
     return list(dict.fromkeys(names))  # each once, in the order given
 

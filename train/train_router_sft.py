@@ -43,7 +43,8 @@ import torch.nn.functional as F
 
 from moe_gate import GateError, build_capability_model, load_balance_loss, save_gate
 from moe_gate.model_builder import CapabilityModel
-from common.io import InputError, atomic_write_jsonl
+from common.io import atomic_write_jsonl
+from common.validation import InputError
 from common.run_folder import Interrupted, check_model, check_output_dir, exit_code, sigint_deferred
 from train.gate_config import MoEGateConfig, SFTConfig, load_gate_config, save_gate_config
 from train.tracking import MetricLogger, open_trackers, require_trackers, scalars_of

@@ -48,7 +48,7 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
-from common.io import InputError
+from common.validation import InputError
 from train.backends import Completion, RolloutBackend, SamplingParams
 from train.distributed import world
 from train.policy import Policy

@@ -16,6 +16,7 @@ from typing import Any
 
 from benchmarks.storefront.db import IdFormat
 from benchmarks.storefront.user_sim import REQUEST_KINDS
+from common.validation import InputError
 
 RATE_FIELDS = ("forbidden_rate", "unknown_order_id_rate", "loose_order_id_rate", "paraphrase_rate",
                "leading_zero_zip_rate", "two_items_rate", "gift_card_refund_rate", "other_payment_method_rate",
@@ -29,18 +30,18 @@ def _parse_weights(value: Any, owner: str) -> dict[str, float]:
     if isinstance(value, str):
         pairs = [p.split("=", 1) for p in value.split(",") if p.strip()]
         if any(len(p) != 2 for p in pairs):
-            raise ValueError(f"{owner}.kind_weights: write KIND=WEIGHT pairs separated by commas, got {value!r}")
+            raise InputError(f"{owner}.kind_weights: write KIND=WEIGHT pairs separated by commas, got {value!r}")
         try:
             value = {k.strip(): float(v) for k, v in pairs}
         except ValueError:
-            raise ValueError(f"{owner}.kind_weights: weights must be numbers, got {value!r}") from None
+            raise InputError(f"{owner}.kind_weights: weights must be numbers, got {value!r}") from None
     if not isinstance(value, dict) or not value:
-        raise ValueError(f"{owner}.kind_weights must be a non-empty {{kind: weight}} mapping, got {value!r}")
+        raise InputError(f"{owner}.kind_weights must be a non-empty {{kind: weight}} mapping, got {value!r}")
     unknown = [k for k in value if k not in REQUEST_KINDS]
     bad = [k for k, w in value.items() if isinstance(w, bool) or not isinstance(w, (int, float))
            or not math.isfinite(w) or w < 0]
     if unknown or bad or not sum(value.values()) > 0:
-        raise ValueError(f"{owner}.kind_weights: kinds must come from {', '.join(REQUEST_KINDS)} with finite weights "
+        raise InputError(f"{owner}.kind_weights: kinds must come from {', '.join(REQUEST_KINDS)} with finite weights "
                          f">= 0 and a positive sum; got {value!r}")
     return {k: float(w) for k, w in value.items()}
 
@@ -84,37 +85,37 @@ class StorefrontConfig:
             try:
                 counts = tuple(float(x) for x in counts.split(",") if x.strip())
             except ValueError:
-                raise ValueError(f"{owner}.request_counts must be comma-separated numbers (weights of 1, 2, 3 "
+                raise InputError(f"{owner}.request_counts must be comma-separated numbers (weights of 1, 2, 3 "
                                  f"requests), got {self.request_counts!r}; e.g. request_counts=0.5,0.3,0.2") from None
         counts = tuple(counts)
         if (not 1 <= len(counts) <= 3 or any(isinstance(c, bool) or not isinstance(c, (int, float))
                                                or not math.isfinite(c) or c < 0 for c in counts) or sum(counts) <= 0):
-            raise ValueError(f"{owner}.request_counts must be 1-3 finite weights >= 0 (for 1, 2, 3 requests) with a "
+            raise InputError(f"{owner}.request_counts must be 1-3 finite weights >= 0 (for 1, 2, 3 requests) with a "
                              f"positive sum, got {self.request_counts!r}; e.g. request_counts=(0.5, 0.3, 0.2)")
         self.request_counts = tuple(float(c) for c in counts)
         self.kind_weights = _parse_weights(self.kind_weights, owner)
         for name in RATE_FIELDS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-                raise ValueError(f"{owner}.{name} must be a number in [0, 1], got {value!r}; e.g. {name}=0.3")
+                raise InputError(f"{owner}.{name} must be a number in [0, 1], got {value!r}; e.g. {name}=0.3")
         for name in ("require_confirmation", "short_emails"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{owner}.{name} must be True or False, got {getattr(self, name)!r}")
+                raise InputError(f"{owner}.{name} must be True or False, got {getattr(self, name)!r}")
         for name in ("max_steps", "max_user_turns"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{owner}.{name} must be a positive int, got {value!r}")
+                raise InputError(f"{owner}.{name} must be a positive int, got {value!r}")
         if not isinstance(self.n_users, int) or isinstance(self.n_users, bool) or not 1 <= self.n_users <= 100:
-            raise ValueError(f"{owner}.n_users must be an int in 1..100, got {self.n_users!r}; e.g. n_users=3")
+            raise InputError(f"{owner}.n_users must be an int in 1..100, got {self.n_users!r}; e.g. n_users=3")
         for name in ("order_id_digits", "item_id_digits", "product_id_digits", "user_id_digits", "payment_id_digits"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 3 <= value <= 9:
-                raise ValueError(f"{owner}.{name} must be an int in 3..9 (3 digits leave 900 ids), got {value!r}; "
+                raise InputError(f"{owner}.{name} must be an int in 3..9 (3 digits leave 900 ids), got {value!r}; "
                                  f"e.g. {name}=3 for the CPU demo")
         if not isinstance(self.max_errors, int) or isinstance(self.max_errors, bool) or self.max_errors < 0:
-            raise ValueError(f"{owner}.max_errors must be an int >= 0, got {self.max_errors!r}")
+            raise InputError(f"{owner}.max_errors must be an int >= 0, got {self.max_errors!r}")
         if not isinstance(self.n_products, int) or not 3 <= self.n_products <= 12:
-            raise ValueError(f"{owner}.n_products must be in 3..12 (the catalog), got {self.n_products!r}")
+            raise InputError(f"{owner}.n_products must be in 3..12 (the catalog), got {self.n_products!r}")
 
     @property
     def ids(self) -> IdFormat:

@@ -20,6 +20,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Sequence, TypeVar
 
+from common.validation import InputError
+
 T = TypeVar("T")
 
 ORDER_STATUSES = ("pending", "processed", "delivered", "cancelled", "return requested", "exchange requested")
@@ -278,9 +280,9 @@ class IdFormat:
         for name in ("order_digits", "item_digits", "product_digits", "user_digits", "payment_digits"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not 3 <= value <= 9:
-                raise ValueError(f"IdFormat.{name} must be an int in 3..9 (3 digits leave 900 ids), got {value!r}")
+                raise InputError(f"IdFormat.{name} must be an int in 3..9 (3 digits leave 900 ids), got {value!r}")
         if not isinstance(self.short_emails, bool):
-            raise ValueError(f"IdFormat.short_emails must be True or False, got {self.short_emails!r}")
+            raise InputError(f"IdFormat.short_emails must be True or False, got {self.short_emails!r}")
 
 
 @dataclass

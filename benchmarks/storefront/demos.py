@@ -29,7 +29,8 @@ from benchmarks.storefront.config import StorefrontConfig
 from benchmarks.storefront.env import StorefrontGame
 from benchmarks.storefront.flaws import FLAWS, FlawedExpertAgent
 from benchmarks.storefront.run import load_config, play_episode
-from common.io import InputError, atomic_write_jsonl, check_output_path
+from common.io import atomic_write_jsonl, check_output_path
+from common.validation import InputError
 
 TRIALS = 4  # customer wordings a demonstration draws from
 

@@ -34,7 +34,8 @@ from benchmarks.storefront.flaws import FlawedExpertAgent
 from benchmarks.storefront.user_sim import REQUEST_KINDS
 from game_registry import parse_hermes_action
 from common.cli import cli_entry
-from common.io import InputError, check_number, check_output_path, load_yaml_mapping
+from common.io import check_output_path, load_yaml_mapping
+from common.validation import InputError, check_number
 from common.run_folder import exit_code
 
 

@@ -254,7 +254,7 @@ def _confirm(text: str) -> Step:
 class RequestBuilder:
     """Builds one task's requests from the config's rates (all randomness from `rng`).
 
-    Public because the storefront capability games (games/_storefront_game_kit.py) draw their requests
+    Public because the storefront capability games (games/_storefront/) draw their requests
     with it from the target's config, so their openings, id forms, reasons and plans are the target's.
     """
 

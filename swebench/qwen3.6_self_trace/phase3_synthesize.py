@@ -33,7 +33,8 @@ def chosen_capabilities(requested: list[str], run_dir: Path) -> list[str]:
         return requested
     selected = run_dir / "phase2" / "selected_capabilities.json"
     if selected.is_file():
-        from common.io import InputError, load_json
+        from common.io import load_json
+        from common.validation import InputError
 
         entries = load_json(selected)
         if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
@@ -68,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.candidates < args.target or args.target < 1:
         parser.error("--target must be >= 1 and --candidates >= --target")
 
-    from common.io import check_int, check_model_folder, check_number, check_output_folder
+    from common.io import check_model_folder, check_output_folder
+    from common.validation import check_int, check_number
     from swebench import calibrate as calibration
     from swebench import generate, selftest
     from swebench.scenario import default_scenarios_path, load_scenarios

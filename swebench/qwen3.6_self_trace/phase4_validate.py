@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR)
     args = parser.parse_args(argv)
 
-    from common.io import InputError, atomic_write_json, check_int, check_output_path
+    from common.io import atomic_write_json, check_output_path
+    from common.validation import InputError, check_int
     from swebench.game import CONFIG_CLASSES, ScenarioGame, make_spec
     from swebench.sandbox import SandboxConfig
     from swebench.scenario import load_scenarios

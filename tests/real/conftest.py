@@ -18,7 +18,7 @@ ADAPTER_DIR = Path(__file__).resolve().parents[2] / ".cache" / "real-test" / "gr
 
 @pytest.fixture(scope="session")
 def real_model_dir() -> Path:
-    from common.io import InputError
+    from common.validation import InputError
     from train.models import fetch
 
     if os.environ.get("TRACE_REAL_MODEL_DIR"):
