@@ -362,6 +362,16 @@ class GameSpec:
         return self.make_env(self.config_cls(**overrides))
 
 
+def check_game_overrides(spec: GameSpec, overrides: dict[str, Any], where: str = "game_overrides") -> None:
+    """Build one game of `spec` with `overrides` now, so a misspelt or bad config field is refused before any
+    model loads: InputError naming `where`, the game and the config's own message. A game's config raises
+    TypeError for an unknown field and ValueError (InputError is one) for a bad value, as the game prompts ask."""
+    try:
+        spec.make(**overrides)
+    except (TypeError, ValueError) as err:
+        raise InputError(f"{where} {overrides} do not fit game {spec.name!r}: {err}") from None
+
+
 def prompt_variant(messages: list[dict[str, Any]], spec: GameSpec, hinted: bool) -> list[dict[str, Any]]:
     """Copy of `messages` whose system message carries the base prompt or, when hinted, the hint prompt."""
     extra = spec.hint_prompt if hinted else spec.base_prompt

@@ -44,7 +44,7 @@ from typing import Any
 import jinja2
 import jinja2.meta
 
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.io import atomic_write_text, check_output_path, load_yaml_mapping
 from common.validation import InputError, check_url
 from common.paths import REPO_ROOT
@@ -508,4 +508,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.validation import check_int
 from pipeline.aggregate_capabilities import CATEGORIES, FAILED_KEYS, PASSED_KEYS, aggregate
 
@@ -76,4 +76,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -16,7 +16,7 @@ import sys
 import time
 
 from game_registry import GameSpec, get_game, list_games
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.validation import check_number
 
 TARGET_BENCHMARK = "storefront"
@@ -89,4 +89,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.cli import cli_entry, exit_code
 from common.paths import REPO_ROOT
 from common.io import atomic_write_json, check_output_path
 from common.validation import InputError
@@ -62,6 +63,7 @@ def cell_text(label: str, figures: dict[str, Any]) -> str:
             f"classes {classes}\n  {'':34s} first mistakes: {mistakes_text(figures) or '-'}")
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=str(REPO_ROOT / "assets" / "demo_base_agent"))
@@ -74,20 +76,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max_episode_tokens", type=int, default=3072)
     parser.add_argument("--out", default="bench_out/game_success.json")
     args = parser.parse_args(argv)
-    try:
-        if args.episodes < 1:
-            raise InputError(f"--episodes must be >= 1, got {args.episodes}")
-        if any(not 0.0 <= t <= 2.0 for t in args.temperatures):
-            raise InputError(f"--temperatures must lie in [0, 2], got {args.temperatures}")
-        check_output_path(args.out, "--out")
-        if not (Path(args.model) / "config.json").is_file():
-            raise InputError(f"--model {args.model}: no config.json there (the shipped base agent is "
-                             f"assets/demo_base_agent)")
-        from demo.config import load_demo_config
-        config = load_demo_config(args.config)
-    except (InputError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if args.episodes < 1:
+        raise InputError(f"--episodes must be >= 1, got {args.episodes}")
+    if any(not 0.0 <= t <= 2.0 for t in args.temperatures):
+        raise InputError(f"--temperatures must lie in [0, 2], got {args.temperatures}")
+    check_output_path(args.out, "--out")
+    if not (Path(args.model) / "config.json").is_file():
+        raise InputError(f"--model {args.model}: no config.json there (the shipped base agent is "
+                         f"assets/demo_base_agent)")
+    from demo.config import load_demo_config
+    config = load_demo_config(args.config)
 
     import torch
 
@@ -131,4 +129,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.validation import InputError, check_int, check_number
 from moe_gate import build_capability_model
 from moe_gate.model_builder import MASKED_MAX_MACS
@@ -186,4 +186,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

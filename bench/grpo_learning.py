@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.io import atomic_write_json, load_json
 from common.validation import InputError
 
@@ -324,4 +324,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -39,6 +39,7 @@ import torch
 from tqdm import tqdm
 
 from game_registry import GameImportError, GameSpec, get_game
+from common.cli import exit_code
 from common.validation import InputError
 
 DEFAULT_GAME = "capability_precondition_verification"
@@ -277,4 +278,4 @@ def _build_model(out_dir: Path) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

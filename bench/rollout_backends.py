@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.paths import REPO_ROOT
 from common.validation import InputError
 from game_registry import get_game
@@ -281,4 +281,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

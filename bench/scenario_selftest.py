@@ -17,6 +17,7 @@ import argparse
 import sys
 import time
 
+from common.cli import exit_code
 from swebench.generators import GENERATORS, generate_one
 from swebench.mutations import mutate_rounds
 from swebench.sandbox import (UNSAFE_FLAG, SandboxConfig, SandboxUnavailable,
@@ -67,4 +68,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.paths import REPO_ROOT
 from common.io import check_model_folder
 from common.validation import InputError, check_int, check_number
@@ -103,4 +103,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

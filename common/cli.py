@@ -1,6 +1,12 @@
-"""The one way a command fails on bad input: `@cli_entry` on its entry function turns an InputError (a flag, a
-file, a config that cannot be used) into one line, `error: <what is wrong and the fix>`, on stderr and exit
-status 2, before any work starts; no traceback. Ctrl-C is common.run_folder.exit_code's (exit 130):
+"""How every command ends when it cannot go on, written once:
+
+- bad input: `@cli_entry` on the entry function turns an InputError (common/validation.py: a flag, a file, a
+  config value that cannot be used) into one line, `error: <what is wrong and the fix>`, on stderr and exit
+  status 2, before any work starts; no traceback. It applies in process too (`main([...])` returns 2).
+- Ctrl-C: `exit_code(main)`, the `if __name__ == "__main__":` of every command, turns it into one line,
+  `interrupted; <what to do next>`, and exit status 130. Only there: a program that calls `main` in process
+  gets the KeyboardInterrupt and stops too. A command that knows what to do next (resume with ...) raises
+  `Interrupted("resume with: ...")` from the KeyboardInterrupt it catches.
 
     @cli_entry
     def main(argv: list[str] | None = None) -> int:
@@ -12,12 +18,14 @@ status 2, before any work starts; no traceback. Ctrl-C is common.run_folder.exit
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from typing import Any, Callable
 
 from common.validation import InputError
 
 INPUT_ERROR = 2  # exit status of a command refused at the door
+INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
 
 
 def cli_entry(entry: Callable[..., int]) -> Callable[..., int]:
@@ -32,3 +40,20 @@ def cli_entry(entry: Callable[..., int]) -> Callable[..., int]:
             return INPUT_ERROR
 
     return checked
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with what to do next (e.g. the command that resumes the run). A CLI's `main` raises it from the
+    KeyboardInterrupt it catches; a KeyboardInterrupt still, so a program that called `main` in process stops too."""
+
+
+def exit_code(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    """`main(argv)`, or after a Ctrl-C one line on stderr, `interrupted; <what to do next>`, and 130 (no traceback).
+    The `if __name__ == "__main__":` of every command: `sys.exit(exit_code(main))`."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt as err:
+        next_step = str(err) if isinstance(err, Interrupted) and str(err) else "nothing was saved by this run"
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the job
+            print(f"interrupted; {next_step}", file=sys.stderr, flush=True)
+        return INTERRUPTED

@@ -1,28 +1,25 @@
 """What the training CLIs share about their output folders: the checks before any work, the file modes of what
-they write, and how Ctrl-C ends a run.
+they write, and how a Ctrl-C waits while a run's files are replaced.
 
 - `check_output_dir` / `check_model`: raise InputError (exit 2, one line) before a model loads (the folder and
   model checks of common.io, plus "not one of the run's inputs" and "a hub id goes to the loader").
 - `follow_umask`: safetensors (and tempfile's staging folders) create owner-only entries (0600 / 0700); an
   artifact gets the mode any other file of the user gets, so e.g. a vLLM server running as another user can
   read an adapter.
-- `exit_code` / `Interrupted`: a Ctrl-C ends a CLI with one line (`interrupted; <what to do next>`) and exit 130;
-  `sigint_deferred` holds a Ctrl-C while a run's files are replaced, so each is the old one or the complete new one.
+- `sigint_deferred` holds a Ctrl-C while a run's files are replaced, so each is the old one or the complete new
+  one (common/cli.py's `exit_code` turns the Ctrl-C into one line and exit 130).
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
-import sys
 import threading
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Iterable, Iterator
 
 from common.io import check_model_folder, check_output_folder, current_umask
 from common.validation import InputError
-
-INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
 
 
 def same_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
@@ -68,23 +65,6 @@ def follow_umask(path: str | os.PathLike) -> None:
     for entry in [root, *root.rglob("*")] if root.is_dir() else [root]:
         if not entry.is_symlink():
             os.chmod(entry, (0o777 if entry.is_dir() else 0o666) & ~mask)
-
-
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C, with what to do next (e.g. the command that resumes the run). A CLI's `main` raises it from the
-    KeyboardInterrupt it catches; a KeyboardInterrupt still, so a program that called `main` in process stops too."""
-
-
-def exit_code(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
-    """`main(argv)`, or after a Ctrl-C one line on stderr, `interrupted; <what to do next>`, and 130 (no traceback).
-    The `if __name__ == "__main__":` of every training CLI: `sys.exit(exit_code(main))`."""
-    try:
-        return main(argv)
-    except KeyboardInterrupt as err:
-        next_step = str(err) if isinstance(err, Interrupted) and str(err) else "nothing was saved by this run"
-        if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the job
-            print(f"interrupted; {next_step}", file=sys.stderr, flush=True)
-        return INTERRUPTED
 
 
 @contextlib.contextmanager

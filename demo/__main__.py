@@ -1,7 +1,7 @@
 """python -m demo: the demo's command line (demo/run.py)."""
 import sys
 
-from common.run_folder import exit_code
+from common.cli import exit_code
 from demo.run import main
 
 sys.exit(exit_code(main))

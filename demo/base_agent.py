@@ -39,11 +39,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.paths import REPO_ROOT
 from common.io import atomic_write_json, load_json
 from common.validation import InputError
-from common.run_folder import exit_code
 
 SHIPPED_DIR = REPO_ROOT / "assets" / "demo_base_agent"
 MANIFEST = "manifest.json"

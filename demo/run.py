@@ -68,11 +68,11 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
 
-from common.cli import cli_entry
+from common.cli import Interrupted, cli_entry, exit_code
 from common.paths import REPO_ROOT
 from common.io import atomic_write_json, atomic_write_jsonl, load_json
 from common.validation import InputError
-from common.run_folder import Interrupted, check_output_dir, exit_code, follow_umask
+from common.run_folder import check_output_dir, follow_umask
 from demo.config import PROFILES, base_settings
 from demo.report_accounting import BASELINE_LABELS
 

@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from demo import rule_labeler
+from common.cli import cli_entry, exit_code
 from common.paths import REPO_ROOT
 from common.io import atomic_write_json, atomic_write_jsonl, check_output_folder, load_json
 from common.validation import InputError
@@ -114,6 +115,7 @@ def run_selection(run_dir: Path, n_runs: int, k: int, rho: float, delta: float) 
     return report
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m demo.tau2", description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-dir", type=Path, default=REPO_ROOT / "runs" / "demo_tau2")
@@ -127,14 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     if not TAU2_RESULTS:
         print(f"error: no τ²-bench results found under {REPO_ROOT / 'tests/fixtures/real/tau2-bench'}", file=sys.stderr)
         return 2
-    try:  # the aggregation's thresholds and the run folder, before any of the 22 files is written
-        AggregationConfig(rho=args.rho, delta=args.delta, k=args.k)
-        if args.k > args.runs:
-            raise ValueError(f"--k {args.k} must be <= --runs {args.runs}")
-        check_output_folder(args.run_dir / "select" / "labels", "--run-dir")
-    except (InputError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    # The aggregation's thresholds and the run folder, before any of the 22 files is written.
+    AggregationConfig(rho=args.rho, delta=args.delta, k=args.k)
+    if args.k > args.runs:
+        raise InputError(f"--k {args.k} must be <= --runs {args.runs}")
+    check_output_folder(args.run_dir / "select" / "labels", "--run-dir")
 
     print(BANNER)
     print("TRACE demo, Step 1: capability selection on real τ²-bench results (gpt-4.1, airline + retail)")
@@ -160,4 +159,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

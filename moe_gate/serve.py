@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from common.cli import exit_code
 from common.chat_render import render_messages
 from moe_gate.gater import TrajectoryGlobalRouter
 from moe_gate.model_builder import (GATE_WEIGHTS, assistant_header_text, first_prompt_text, read_gate_config,
@@ -225,4 +226,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -21,6 +21,7 @@ from typing import Callable
 
 import torch
 
+from common.cli import exit_code
 from common.validation import InputError
 from common.run_folder import check_output_dir, follow_umask
 
@@ -182,4 +183,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

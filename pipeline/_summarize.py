@@ -2,7 +2,7 @@
 `python pipeline/_summarize.py ...`) runs pipeline/summarize.py's CLI, the module to import."""
 import sys
 
-from common.run_folder import exit_code
+from common.cli import exit_code
 from pipeline.summarize import main
 
 if __name__ == "__main__":

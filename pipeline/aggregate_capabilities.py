@@ -62,7 +62,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.io import atomic_write_json, check_output_path, load_json
 from common.validation import InputError
 
@@ -676,11 +676,7 @@ def main(argv: Iterable[str] | None = None) -> int:
                         help=f"bootstrap resamples, 1 to {MAX_BOOTSTRAP:,} (default 2000)")
     parser.add_argument("--export", default=DEFAULT_EXPORT, help=f"selected list output (default {DEFAULT_EXPORT})")
     args = parser.parse_args(None if argv is None else list(argv))
-    try:
-        AggregationConfig(rho=args.rho, delta=args.delta, k=args.k, seed=args.seed, n_bootstrap=args.n_bootstrap)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    AggregationConfig(rho=args.rho, delta=args.delta, k=args.k, seed=args.seed, n_bootstrap=args.n_bootstrap)
     check_outputs(args.export)
     run_paths = expand_run_globs(args.runs)
     report = aggregate(run_paths, candidates=args.candidates, rho=args.rho, delta=args.delta, k=args.k,
@@ -694,4 +690,4 @@ def main(argv: Iterable[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

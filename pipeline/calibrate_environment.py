@@ -30,7 +30,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.io import atomic_write_json, check_output_path, load_json
 from common.validation import InputError, check_number
 
@@ -399,27 +399,24 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:  # flags and the output path first: a typo must not cost a run
-        check_number(args.success_threshold, "--success-threshold", 0.0, 1.0, low_open=True)
-        for _, attribute, _ in _SCALAR_BANDS:
-            check_number(getattr(args, attribute), _flag(attribute), 0.0, 1.0)
-        for flag, bounds in (("--min-pass-at-k", args.min_pass_at_k), ("--max-pass-at-k", args.max_pass_at_k)):
-            for k, bound in bounds:
-                check_number(bound, f"the VALUE of {flag} {k}=VALUE", 0.0, 1.0)
-        if args.group_size is not None and args.group_size < 1:
-            raise InputError(f"--group-size must be >= 1, got {args.group_size}")
-        if args.allow_partial_groups and args.group_size is None:
-            raise InputError("--allow-partial-groups only applies with --group-size N")
-        if args.json_output is not None:
-            check_output_path(args.json_output, "--json-output")
-        bands = Bands(
-            **{attribute: getattr(args, attribute) for _, attribute, _ in _SCALAR_BANDS},
-            min_pass_at_k=dict(args.min_pass_at_k),
-            max_pass_at_k=dict(args.max_pass_at_k),
-        )
-    except (InputError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    # Flags and the output path first: a typo must not cost a run.
+    check_number(args.success_threshold, "--success-threshold", 0.0, 1.0, low_open=True)
+    for _, attribute, _ in _SCALAR_BANDS:
+        check_number(getattr(args, attribute), _flag(attribute), 0.0, 1.0)
+    for flag, bounds in (("--min-pass-at-k", args.min_pass_at_k), ("--max-pass-at-k", args.max_pass_at_k)):
+        for k, bound in bounds:
+            check_number(bound, f"the VALUE of {flag} {k}=VALUE", 0.0, 1.0)
+    if args.group_size is not None and args.group_size < 1:
+        raise InputError(f"--group-size must be >= 1, got {args.group_size}")
+    if args.allow_partial_groups and args.group_size is None:
+        raise InputError("--allow-partial-groups only applies with --group-size N")
+    if args.json_output is not None:
+        check_output_path(args.json_output, "--json-output")
+    bands = Bands(
+        **{attribute: getattr(args, attribute) for _, attribute, _ in _SCALAR_BANDS},
+        min_pass_at_k=dict(args.min_pass_at_k),
+        max_pass_at_k=dict(args.max_pass_at_k),
+    )
     data = load_json(args.rollouts)
     if not isinstance(data, dict) or "simulations" not in data:
         raise InputError(f"{args.rollouts}: not τ²-bench results JSON (no `simulations` key)")
@@ -441,4 +438,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

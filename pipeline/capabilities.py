@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.io import atomic_write_json, load_json
 from common.validation import InputError
 
@@ -115,4 +115,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -51,7 +51,7 @@ from typing import Any, Sequence
 
 from tqdm import tqdm
 
-from common.cli import cli_entry
+from common.cli import INTERRUPTED, cli_entry, exit_code
 from common.io import atomic_write_json, check_distinct_paths, check_output_folder, load_jsonl
 from common.validation import InputError, check_number, check_url
 from pipeline.summarize import truncate_middle
@@ -59,8 +59,6 @@ from pipeline.aggregate_capabilities import (CATEGORIES, AggregationConfig, aggr
                                              load_candidates, validate_run, write_outputs)
 from pipeline.labels_to_run import SkippedTrajectoryWarning, labels_to_run
 from pipeline.llm_client import ChatClient, FatalAPIError, RateLimiter, RetryPolicy
-
-INTERRUPTED = 130  # exit code after Ctrl-C (the shell's for SIGINT)
 
 JSON_MODES = ("object", "schema", "none")
 CACHE_NAME = "label_cache.jsonl"
@@ -777,24 +775,20 @@ def main(argv: list[str] | None = None) -> int:
 def _label(args: argparse.Namespace, out: Path) -> int:
     # Every flag, path and URL is checked here, before the summary is read or any call is paid for; --dry-run
     # passes the same checks.
-    try:
-        config = LabelingConfig(
-            model=args.model, runs=args.runs, temperatures=args.temperature, seed=args.seed, max_tokens=args.max_tokens,
-            max_attempts=args.max_attempts, json_mode=args.json_mode, concurrency=args.concurrency,
-            max_trajectory_chars=args.max_trajectory_chars, min_candidates=args.min_candidates,
-            max_candidates=args.max_candidates, propose_failed=args.propose_failed,
-            propose_passed=args.propose_passed, propose_max_chars=args.propose_max_chars)
-        retry = RetryPolicy(max_retries=args.http_retries, base_delay=args.backoff_base, max_delay=args.backoff_max,
-                            max_retry_after=args.max_retry_after)
-        limiter = RateLimiter(args.requests_per_minute)
-        k = args.k if args.k is not None else max(1, math.ceil(0.8 * args.runs))
-        if not 1 <= k <= args.runs:
-            raise ValueError(f"--k {k} must be between 1 and --runs {args.runs}")
-        AggregationConfig(rho=args.rho, delta=args.delta, k=k)  # the aggregation's own checks, NaN included
-        check_number(args.timeout, "--timeout", 0.0, low_open=True)
-    except (ValueError, InputError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    config = LabelingConfig(
+        model=args.model, runs=args.runs, temperatures=args.temperature, seed=args.seed, max_tokens=args.max_tokens,
+        max_attempts=args.max_attempts, json_mode=args.json_mode, concurrency=args.concurrency,
+        max_trajectory_chars=args.max_trajectory_chars, min_candidates=args.min_candidates,
+        max_candidates=args.max_candidates, propose_failed=args.propose_failed,
+        propose_passed=args.propose_passed, propose_max_chars=args.propose_max_chars)
+    retry = RetryPolicy(max_retries=args.http_retries, base_delay=args.backoff_base, max_delay=args.backoff_max,
+                        max_retry_after=args.max_retry_after)
+    limiter = RateLimiter(args.requests_per_minute)
+    k = args.k if args.k is not None else max(1, math.ceil(0.8 * args.runs))
+    if not 1 <= k <= args.runs:
+        raise InputError(f"--k {k} must be between 1 and --runs {args.runs}")
+    AggregationConfig(rho=args.rho, delta=args.delta, k=k)  # the aggregation's own checks, NaN included
+    check_number(args.timeout, "--timeout", 0.0, low_open=True)
     export = Path(args.export) if args.export else out / "selected_capabilities.json"
     if args.base_url is not None:
         check_url(args.base_url, "--base-url")
@@ -888,4 +882,4 @@ def _label(args: argparse.Namespace, out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.io import atomic_write_json, check_output_path, load_jsonl
 from common.validation import InputError
 from pipeline.aggregate_capabilities import CATEGORIES, FAILED_KEYS, PASSED_KEYS, validate_run
@@ -156,4 +156,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -33,7 +33,7 @@ from collections import Counter
 from typing import Any, Callable, Sequence
 
 from game_registry import DifficultyKnob, Game, GameSpec, get_game
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.io import atomic_write_json, check_output_path, load_json
 from common.validation import InputError, check_number
 from pipeline.calibrate_environment import compute_metrics, estimate_reward_spread
@@ -522,4 +522,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -51,7 +51,7 @@ from typing import Any, Iterable, Sequence
 
 from tqdm import tqdm
 
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.io import atomic_write_jsonl, check_output_path, load_json, load_jsonl
 from common.validation import InputError
 
@@ -552,13 +552,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder of SWE-bench reports (<iid>.report.json, <iid>/report.json, run-level *.json) "
                              "or one run-level report file")
     args = parser.parse_args(argv)
-    try:  # options and the output path first, so a bad flag is reported before any file is read
-        SummarizeOptions(max_chars=args.max_chars, pass_threshold=args.pass_threshold,
-                         reports=Path(args.reports) if args.reports is not None else None)
-        check_output_path(args.out, "--out")
-    except (ValueError, InputError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    # Options and the output path first, so a bad flag is reported before any file is read.
+    SummarizeOptions(max_chars=args.max_chars, pass_threshold=args.pass_threshold,
+                     reports=Path(args.reports) if args.reports is not None else None)
+    check_output_path(args.out, "--out")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnknownOutcomeWarning)
         records = summarize_paths(args.inputs, max_chars=args.max_chars, pass_threshold=args.pass_threshold,
@@ -574,4 +571,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

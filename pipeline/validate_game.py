@@ -34,7 +34,7 @@ from typing import Any, Callable
 from tqdm import tqdm
 
 from game_registry import REPO_ROOT, Action, Game, GameSpec, get_game
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.io import atomic_write_json, check_output_path, load_json
 from common.validation import InputError, check_number
 from pipeline.probes import (
@@ -979,4 +979,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from common.cli import exit_code
 from common.io import atomic_write_json, atomic_write_text, check_model_folder, check_output_path, load_json
 from common.validation import InputError, check_int, check_number
 from swebench.generators import GENERATORS, generate_one
@@ -268,4 +269,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

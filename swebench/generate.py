@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.io import check_output_path
 from swebench.generators import GENERATORS, generate_one
 from swebench.generators.filler import SIZES
@@ -71,4 +71,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -40,7 +40,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.io import atomic_write_json, check_distinct_paths, check_output_path, load_json
 from common.paths import REPO_ROOT
 from swebench import reference_format
@@ -127,4 +127,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -30,6 +30,7 @@ from typing import Iterable
 
 from tqdm import tqdm
 
+from common.cli import exit_code
 from common.io import atomic_write_json, check_distinct_paths, check_output_path
 from common.validation import InputError
 from swebench.grading import test_node_ids
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             check_distinct_paths(args.report, "--report", args.out)  # the report would replace the kept scenarios
         scenarios = load_scenarios(args.file)
         results = self_test_many(scenarios, config, args.workers, args.min_regression, not args.no_progress)
-    except (InputError, ValueError, SandboxUnavailable) as err:
+    except (InputError, SandboxUnavailable) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     kept = [s for s, r in zip(scenarios, results) if r.ok]
@@ -203,4 +204,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

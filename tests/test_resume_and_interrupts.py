@@ -27,7 +27,7 @@ import torch
 import yaml
 
 import game_registry
-from common.run_folder import INTERRUPTED, exit_code
+from common.cli import INTERRUPTED, exit_code
 from train.__main__ import main as train_main
 from signals import restore_sigint
 

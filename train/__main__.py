@@ -26,14 +26,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from game_registry import GameImportError, GameSpec, get_game
+from game_registry import GameImportError, check_game_overrides, get_game
 from common.validation import InputError
-from common.run_folder import Interrupted, check_model, check_output_dir, exit_code
+from common.cli import Interrupted, exit_code
+from common.run_folder import check_model, check_output_dir
 from train.backends import HFBackend
 from train.checkpoint import ResumePlan, latest_checkpoint, plan_resume
 from train.config import config_values, load_config
@@ -85,14 +85,6 @@ def setup_distributed() -> torch.device:
     return torch.device("cpu")
 
 
-def _check_game_overrides(spec: GameSpec, overrides: dict[str, Any]) -> None:
-    """Build one game now, so a misspelt game_overrides field fails before the model loads (exit 2)."""
-    try:
-        spec.make(**overrides)
-    except TypeError as err:  # the game's config dataclass rejects an unknown field
-        raise InputError(f"game_overrides {overrides} do not fit game {spec.name!r}: {err}") from None
-
-
 def resume_hint(output_dir: Path, world_size: int, command: str = "-m train") -> str:
     """What to run after an interruption: the resume command when a checkpoint exists, else the same command."""
     try:
@@ -126,10 +118,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         check_output_dir(config.resolved_output_dir(), "--output_dir", inputs=[("--model", config.model)])
         spec = get_game(config.game)
-        _check_game_overrides(spec, config.game_overrides)
+        check_game_overrides(spec, config.game_overrides)  # a bad field fails before the model loads
         require_trackers(config.report_to)  # a missing package stops the run before the model loads
         check_model(config.model)
-    except (InputError, ValueError, KeyError, GameImportError) as err:
+    except (InputError, KeyError, GameImportError) as err:  # KeyError: get_game's unknown name
         print(f"error: {err}", file=sys.stderr)
         return 2
     device = setup_distributed()

@@ -22,10 +22,10 @@ import torch
 from tqdm import tqdm
 
 from benchmarks.results import write_results
-from game_registry import GameSpec
+from game_registry import GameSpec, check_game_overrides
 from common.io import check_model_folder, check_output_path
 from common.validation import InputError, check_int, check_number
-from common.run_folder import exit_code
+from common.cli import exit_code
 from train.backends import HFBackend, RolloutBackend
 from train.episodes import ChatTokenizer, EpisodeRequest, check_prompts_fit, episode_to_simulation, run_episodes
 from train.evaluate import lookup_game
@@ -87,10 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(overrides, dict):
             raise InputError("--game-overrides must be a JSON object")
         spec = lookup_game(args.game)
-        try:
-            spec.make(**overrides)  # fail early on bad overrides
-        except TypeError as err:  # the game's config dataclass rejects an unknown field
-            raise InputError(f"--game-overrides {overrides} do not fit game {args.game!r}: {err}") from None
+        check_game_overrides(spec, overrides, "--game-overrides")  # before the model loads
         # A local folder (else a hub id, which load_tokenizer resolves) needs its weights unless a vLLM server
         # samples (VLLM_BASE_URLS): then this process loads only the tokenizer.
         if Path(args.model).exists() and not os.environ.get("VLLM_BASE_URLS", "").strip():

@@ -36,7 +36,7 @@ from benchmarks.results import pass_hat_k, write_results
 from benchmarks.storefront.run import task_seed
 from common.io import check_distinct_paths, check_model_folder, check_output_path
 from common.validation import InputError, check_number
-from common.run_folder import exit_code
+from common.cli import exit_code
 from game_registry import GameImportError, GameSpec, get_game
 from train.backends import HFBackend
 from train.episodes import ChatTokenizer, EpisodeRequest, check_prompts_fit, episode_to_simulation, run_episodes

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from game_registry import Action, Game, GameSpec, StepResult, prompt_variant
+from common.validation import InputError
+from game_registry import Action, Game, GameSpec, StepResult, check_game_overrides, prompt_variant
 
 
 class MixedGame(Game):
@@ -69,21 +70,18 @@ def mixed_spec(specs: list[GameSpec], overrides: dict[str, dict[str, Any]] | Non
     """One spec that plays `specs` in turn by seed (see the module docstring); `overrides` maps a game's name
     to fields of its config (each is checked by building that game once)."""
     if len(specs) < 2:
-        raise ValueError("a game mix needs at least two games")
+        raise InputError("a game mix needs at least two games")
     overrides = dict(overrides or {})
     names = {spec.name for spec in specs}
     unknown = sorted(set(overrides) - names)
     if unknown:
-        raise ValueError(f"overrides name games outside the mix: {', '.join(unknown)}; the mix: {', '.join(sorted(names))}")
+        raise InputError(f"overrides name games outside the mix: {', '.join(unknown)}; the mix: {', '.join(sorted(names))}")
     for spec in specs:
-        try:
-            spec.make(**overrides.get(spec.name, {}))
-        except TypeError as err:
-            raise ValueError(f"overrides {overrides.get(spec.name)} do not fit game {spec.name!r}: {err}") from None
+        check_game_overrides(spec, overrides.get(spec.name, {}), "overrides")
     actions = {spec.extract_action for spec in specs}
     if len(actions) != 1:
         names = [f"{s.name}: {getattr(s.extract_action, '__name__', s.extract_action)}" for s in specs]
-        raise ValueError(f"the games of a mix must parse actions the same way, but they differ ({names}); "
+        raise InputError(f"the games of a mix must parse actions the same way, but they differ ({names}); "
                          "train them in separate runs")
     return GameSpec(
         name="mix_" + "_".join(spec.name.removeprefix("capability_") for spec in specs),

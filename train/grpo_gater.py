@@ -36,11 +36,12 @@ from pathlib import Path
 
 import torch
 
-from game_registry import GameImportError, get_game
+from game_registry import GameImportError, check_game_overrides, get_game
 from moe_gate import GateError, build_capability_model
 from common.validation import InputError
-from common.run_folder import Interrupted, check_model, check_output_dir, exit_code
-from train.__main__ import _check_game_overrides, finished_message, resume_hint
+from common.cli import Interrupted, exit_code
+from common.run_folder import check_model, check_output_dir
+from train.__main__ import finished_message, resume_hint
 from train.backends import HFBackend
 from train.checkpoint import ResumePlan, latest_checkpoint, plan_resume, run_folder_of
 from train.game_mix import mixed_spec
@@ -128,10 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         check_output_dir(grpo.resolved_output_dir(), "output_dir",
                          inputs=[("the base model", grpo.model), ("init_gate", "" if plan else config.init_gate)])
         spec = spec or get_game(grpo.game)
-        _check_game_overrides(spec, grpo.game_overrides)
+        check_game_overrides(spec, grpo.game_overrides)
         require_trackers(grpo.report_to)  # a missing package stops the run before the model loads
         check_model(grpo.model)
-    except (InputError, ValueError, KeyError, GameImportError) as err:
+    except (InputError, KeyError, GameImportError) as err:  # KeyError: get_game's unknown name
         print(f"error: {err}", file=sys.stderr)
         return 2
     output = grpo.resolved_output_dir()

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.paths import REPO_ROOT as REPO
 from common.io import atomic_write_json, check_output_folder
 from common.validation import InputError
@@ -155,4 +155,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

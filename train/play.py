@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 
 from benchmarks.storefront import run as storefront_run
-from common.run_folder import exit_code
+from common.cli import exit_code
 from train.agents import any_agent
 
 

@@ -50,9 +50,10 @@ from typing import Any, NamedTuple, Sequence
 import torch
 from tqdm import tqdm
 
+from common.cli import Interrupted, cli_entry, exit_code
 from common.io import atomic_write_json, check_model_folder, load_jsonl
 from common.validation import InputError
-from common.run_folder import Interrupted, check_output_dir, exit_code, follow_umask, sigint_deferred
+from common.run_folder import check_output_dir, follow_umask, sigint_deferred
 from train.logprobs import logits_after_prefix
 from train.tracking import MetricLogger, check_report_to, open_trackers, require_trackers, scalars_of
 
@@ -280,6 +281,7 @@ def save_model(model: Any, tokenizer: Any, out: Path, info: dict[str, Any]) -> N
         shutil.rmtree(staging, ignore_errors=True)
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.sft", description=__doc__.split("\n\n")[0])
     defaults = SFTConfig()
@@ -295,16 +297,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     args = parser.parse_args(argv)
-    try:
-        config = SFTConfig(**{k: getattr(args, k) for k in asdict(defaults)})
-        out = check_output_dir(args.out, "--out", inputs=[("--model", args.model)])
-        records = load_jsonl(args.data)
-        check_records(records, args.data)
-        require_trackers(config.report_to)  # a missing package stops the run before the model loads
-        check_model_folder(args.model, "--model")
-    except (InputError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    config = SFTConfig(**{k: getattr(args, k) for k in asdict(defaults)})
+    out = check_output_dir(args.out, "--out", inputs=[("--model", args.model)])
+    records = load_jsonl(args.data)
+    check_records(records, args.data)
+    require_trackers(config.report_to)  # a missing package stops the run before the model loads
+    check_model_folder(args.model, "--model")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log: list[dict[str, Any]] = []
@@ -326,9 +324,6 @@ def main(argv: list[str] | None = None) -> int:
             tracker.close()
         save_model(model, tokenizer, out, {"config": asdict(config), "base_model": str(args.model),
                                            "data": str(args.data), "n_chats": len(chats), **figures, "log": log})
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         raise Interrupted(f"nothing saved to {out} (train.sft does not resume): run the same command again") from None
     print(f"train.sft: {figures['steps']} steps, {figures['tokens_per_s']:.0f} tokens/s, "

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from jinja2.exceptions import TemplateError
 from tqdm import tqdm
 
+from common.cli import cli_entry, exit_code
 from common.io import atomic_write_json, check_output_folder, load_jsonl
 from common.validation import InputError
 from train.chat_template import (
@@ -397,6 +398,7 @@ def load_corpus_files(paths: list[str | os.PathLike]) -> tuple[list[str], list[d
     return texts, chats, described
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: build a tiny model folder. Returns the exit code."""
     parser = argparse.ArgumentParser(
@@ -424,26 +426,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="how the chat template lists tool schemas: full JSON (default) or compact signatures")
     args = parser.parse_args(argv)
 
-    try:
-        TinyModelConfig(
-            vocab_size=args.vocab,
-            hidden_size=args.hidden,
-            num_layers=args.layers,
-            num_heads=args.heads,
-            num_kv_heads=args.kv_heads,
-            intermediate_size=args.ffn,
-            seed=args.seed,
-        )
-    except ValueError as err:
-        print(f"train.tiny: {err}", file=sys.stderr)
-        return 2
-    try:
-        check_output_folder(args.out, "--out")
-        corpus_texts, chats, described = load_corpus_files(args.corpus) if args.corpus else (None, None, [])
-        _prepare_out_dir(Path(args.out))
-    except InputError as err:
-        print(f"train.tiny: {err}", file=sys.stderr)
-        return 2
+    TinyModelConfig(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        num_layers=args.layers,
+        num_heads=args.heads,
+        num_kv_heads=args.kv_heads,
+        intermediate_size=args.ffn,
+        seed=args.seed,
+    )
+    check_output_folder(args.out, "--out")
+    corpus_texts, chats, described = load_corpus_files(args.corpus) if args.corpus else (None, None, [])
+    _prepare_out_dir(Path(args.out))
     corpus_info = {"source": "files", "files": described} if described else {"source": "builtin"}
     out = build_tiny_model(
         args.out,
@@ -472,4 +466,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

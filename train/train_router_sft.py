@@ -45,7 +45,8 @@ from moe_gate import GateError, build_capability_model, load_balance_loss, save_
 from moe_gate.model_builder import CapabilityModel
 from common.io import atomic_write_jsonl
 from common.validation import InputError
-from common.run_folder import Interrupted, check_model, check_output_dir, exit_code, sigint_deferred
+from common.cli import Interrupted, exit_code
+from common.run_folder import check_model, check_output_dir, sigint_deferred
 from train.gate_config import MoEGateConfig, SFTConfig, load_gate_config, save_gate_config
 from train.tracking import MetricLogger, open_trackers, require_trackers, scalars_of
 

@@ -29,6 +29,7 @@ from benchmarks.storefront.config import StorefrontConfig
 from benchmarks.storefront.env import StorefrontGame
 from benchmarks.storefront.flaws import FLAWS, FlawedExpertAgent
 from benchmarks.storefront.run import load_config, play_episode
+from common.cli import cli_entry, exit_code
 from common.io import atomic_write_jsonl, check_output_path
 from common.validation import InputError
 
@@ -42,15 +43,15 @@ def demonstration_seed(seed: int, index: int) -> int:
 
 
 def check_planted(planted: dict[str, float], owner: str = "planted") -> dict[str, float]:
-    """{flaw: share} with known flaws and shares in [0, 1] (raises ValueError naming the fix)."""
+    """{flaw: share} with known flaws and shares in [0, 1] (raises InputError naming the fix)."""
     if not isinstance(planted, dict):
-        raise ValueError(f"{owner} must be a {{flaw: share}} mapping, got {planted!r}")
+        raise InputError(f"{owner} must be a {{flaw: share}} mapping, got {planted!r}")
     unknown = [f for f in planted if f not in FLAWS]
     if unknown:
-        raise ValueError(f"{owner}: unknown flaw {', '.join(map(str, unknown))}; choose from {', '.join(FLAWS)}")
+        raise InputError(f"{owner}: unknown flaw {', '.join(map(str, unknown))}; choose from {', '.join(FLAWS)}")
     for flaw, share in planted.items():
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
-            raise ValueError(f"{owner}.{flaw} must be a share in [0, 1], got {share!r}")
+            raise InputError(f"{owner}.{flaw} must be a share in [0, 1], got {share!r}")
     return {f: float(s) for f, s in planted.items()}
 
 
@@ -64,7 +65,7 @@ def parse_planted(text: str) -> dict[str, float]:
                 raise ValueError
             planted[flaw.strip()] = float(share)
         except ValueError:
-            raise ValueError(f"--plant: write FLAW=SHARE pairs, got {pair!r}") from None
+            raise InputError(f"--plant: write FLAW=SHARE pairs, got {pair!r}") from None
     return check_planted(planted, "--plant")
 
 
@@ -109,6 +110,7 @@ def make_openings(n: int, seed: int, config: StorefrontConfig, progress: bool = 
     return [opening(record) for record in make_demonstrations(n, seed, config, {}, progress=progress)]
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.storefront.demos",
                                      description="Storefront demonstrations (expert, some with planted flaws).")
@@ -118,15 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plant", default="", help=f"FLAW=SHARE pairs, flaws from {', '.join(FLAWS)}")
     parser.add_argument("--out", required=True, help="JSONL file to write")
     args = parser.parse_args(argv)
-    try:
-        if args.n < 1:
-            raise InputError(f"--n must be >= 1, got {args.n}")
-        check_output_path(args.out, "--out")
-        planted = parse_planted(args.plant)
-        config = load_config(args.config)
-    except (InputError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if args.n < 1:
+        raise InputError(f"--n must be >= 1, got {args.n}")
+    check_output_path(args.out, "--out")
+    planted = parse_planted(args.plant)
+    config = load_config(args.config)
     records = make_demonstrations(args.n, args.seed, config, planted)
     atomic_write_jsonl(args.out, records)
     shown = sum(r["reward"] < 1 for r in records)
@@ -135,4 +133,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -33,10 +33,9 @@ from benchmarks.storefront.env import StorefrontConfig, StorefrontGame
 from benchmarks.storefront.flaws import FlawedExpertAgent
 from benchmarks.storefront.user_sim import REQUEST_KINDS
 from game_registry import parse_hermes_action
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 from common.io import check_output_path, load_yaml_mapping
 from common.validation import InputError, check_number
-from common.run_folder import exit_code
 
 
 def task_seed(seed: int, index: int) -> int:

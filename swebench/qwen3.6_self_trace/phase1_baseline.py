@@ -25,6 +25,7 @@ from pathlib import Path
 
 from _common import (DEFAULT_BASE_URL, DEFAULT_MODEL, DEFAULT_RUN_DIR, HERE, Missing,
                      agent_commands, agent_prerequisites, evaluate)
+from common.cli import exit_code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,4 +56,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 from _common import DEFAULT_RUN_DIR, HERE, REPO_ROOT, Missing, server_problem
+from common.cli import exit_code
 
 BUNDLED = REPO_ROOT / "tests" / "fixtures" / "real" / "mini-swe-agent-swebench-verified"
 
@@ -104,4 +105,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

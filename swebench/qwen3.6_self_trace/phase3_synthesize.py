@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from _common import CAPABILITIES, DEFAULT_RUN_DIR
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 
 
 def chosen_capabilities(requested: list[str], run_dir: Path) -> list[str]:
@@ -118,4 +118,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from _common import CAPABILITIES, DEFAULT_RUN_DIR
-from common.cli import cli_entry
+from common.cli import cli_entry, exit_code
 
 
 def default_files(run_dir: Path) -> list[Path]:
@@ -113,4 +113,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))

@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 
 from _common import CAPABILITIES, HERE, REPO_ROOT, Missing, gpu_problem, run, server_problem
+from common.cli import exit_code
 
 
 def game_overrides(args: argparse.Namespace, scenarios: Path) -> dict:
@@ -105,4 +106,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exit_code(main))
