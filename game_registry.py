@@ -458,6 +458,17 @@ def get_game(name: str) -> GameSpec:
     return _REGISTRY[name]
 
 
+def lookup_game(name: str) -> GameSpec:
+    """`get_game(name)` for a command's input: an unknown name, a game file that fails to import or a built-in
+    game module that is missing raise InputError (the message lists the known games or names the file)."""
+    try:
+        return get_game(name)
+    except KeyError as err:
+        raise InputError(err.args[0]) from None
+    except ImportError as err:  # GameImportError, or a built-in game module that is missing
+        raise InputError(str(err)) from None
+
+
 def list_games() -> list[str]:
     discover_games()
     return sorted(_REGISTRY)

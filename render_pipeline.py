@@ -465,9 +465,6 @@ def run_agent(args: argparse.Namespace, prompt: RenderedPrompt, prompt_path: Pat
         ctx.environment_kind = agent_runner.environment_kind(config)
         ctx.validate_seeds = args.validate_seeds or agent_runner.default_validate_seeds(config)
         return agent_runner.run_environment_stage(agent, ctx, run_all=args.all)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     except agent_runner.AgentRunError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -495,9 +492,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_output_path(out_path, flag)
         atomic_write_text(out_path, prompt.text)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     except OSError as err:
         print(f"error: {out_path}: cannot write ({err})", file=sys.stderr)
         return 2

@@ -15,9 +15,9 @@ import argparse
 import sys
 import time
 
-from game_registry import GameSpec, get_game, list_games
+from game_registry import GameSpec, list_games, lookup_game
 from common.cli import cli_entry, exit_code
-from common.validation import check_number
+from common.validation import InputError, check_number
 
 TARGET_BENCHMARK = "storefront"
 
@@ -64,13 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     check_number(args.target, "--target", 0.0)
     try:
         names = args.games or list_games()
-        specs = [get_game(name) for name in names]
     except ImportError as err:  # GameImportError, or a built-in game module that is missing
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyError as err:
-        print(f"error: {err.args[0]}", file=sys.stderr)
-        return 2
+        raise InputError(str(err)) from None
+    specs = [lookup_game(name) for name in names]
     if not specs:
         print("no games are registered (nothing to benchmark; see python game_registry.py --list)")
         return 1

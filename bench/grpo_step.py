@@ -38,8 +38,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from game_registry import GameImportError, GameSpec, get_game
-from common.cli import exit_code
+from game_registry import GameSpec, lookup_game
+from common.cli import cli_entry, exit_code
 from common.validation import InputError
 
 DEFAULT_GAME = "capability_precondition_verification"
@@ -211,17 +211,11 @@ def run_both(spec: GameSpec, args: argparse.Namespace, model_dir: str, seeds: li
     return ours.result, theirs
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        check_args(args)
-        spec = get_game(args.game)
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except (KeyError, GameImportError) as err:
-        print(f"error: {err.args[0] if err.args else err}", file=sys.stderr)
-        return 2
+    check_args(args)
+    spec = lookup_game(args.game)
     if args.max_turn_tokens is not None:
         spec = dataclasses.replace(spec, max_gen_tokens=args.max_turn_tokens)
     seeds = [TRAIN_SEED_START + i for i in range((args.iterations + 1) * args.groups)]
@@ -230,11 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = str(args.model_dir) if args.model_dir else _build_model(Path(scratch) / "tiny")
         from transformers import AutoTokenizer
 
-        try:
-            longest = check_prompts_fit(spec, seeds, AutoTokenizer.from_pretrained(model_dir), args.max_episode_tokens)
-        except InputError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+        longest = check_prompts_fit(spec, seeds, AutoTokenizer.from_pretrained(model_dir), args.max_episode_tokens)
         print(f"game {spec.name} (multi-turn, <= {spec.max_turns} turns, <= {spec.max_gen_tokens} tokens/turn, "
               f"<= {args.max_episode_tokens} tokens/episode, openings up to {longest} tokens); "
               f"model {model_dir}; LoRA r8 alpha16 on {','.join(LORA_TARGETS)}")

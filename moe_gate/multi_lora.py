@@ -44,9 +44,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from common.validation import InputError
 
-class GateError(ValueError):
-    """A bad input to the routed model (adapter folders, gate files, options); the message says the fix."""
+
+class GateError(InputError):
+    """A bad input to the routed model (adapter folders, gate files, options); the message says the fix. An
+    InputError, so a command refuses it as any bad input: `error: ...`, exit 2."""
 
 
 # PEFT LoRA features this composition does not implement, with the value that means "off".

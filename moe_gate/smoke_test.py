@@ -21,8 +21,7 @@ from typing import Callable
 
 import torch
 
-from common.cli import exit_code
-from common.validation import InputError
+from common.cli import cli_entry, exit_code
 from common.run_folder import check_output_dir, follow_umask
 
 TOLERANCE = 1e-5
@@ -161,16 +160,13 @@ def run_checks(workdir: Path) -> list[tuple[str, bool, str]]:
     return results
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m moe_gate.smoke_test", description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", type=Path, default=None, help="write the adapters and gate here and keep them")
     args = parser.parse_args(argv)
     if args.keep is not None:
-        try:
-            check_output_dir(args.keep, "--keep")
-        except InputError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+        check_output_dir(args.keep, "--keep")
     with tempfile.TemporaryDirectory(prefix="moe-gate-smoke-") as scratch:
         workdir = args.keep or Path(scratch)
         workdir.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,7 @@ import typing
 from collections import Counter
 from typing import Any, Callable, Sequence
 
-from game_registry import DifficultyKnob, Game, GameSpec, get_game
+from game_registry import DifficultyKnob, Game, GameSpec, lookup_game
 from common.cli import cli_entry, exit_code
 from common.io import atomic_write_json, check_output_path, load_json
 from common.validation import InputError, check_number
@@ -464,12 +464,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"got {args.group_size}")
     if args.json_output is not None:
         check_output_path(args.json_output, "--json-output")
-    try:
-        spec = get_game(args.game)
-    except KeyError as err:
-        raise InputError(err.args[0]) from None
-    except ImportError as err:  # GameImportError, or a built-in game module that is missing
-        raise InputError(str(err)) from None
+    spec = lookup_game(args.game)
     declared = declared_knob(spec, args.knob)
     if args.harder is not None and args.harder != declared.harder:
         raise InputError(f"--harder {args.harder} contradicts the game's declaration of {args.knob!r} "

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from tqdm import tqdm
 
-from game_registry import REPO_ROOT, Action, Game, GameSpec, get_game
+from game_registry import REPO_ROOT, Action, Game, GameSpec, get_game, lookup_game
 from common.cli import cli_entry, exit_code
 from common.io import atomic_write_json, check_output_path, load_json
 from common.validation import InputError, check_number
@@ -920,12 +920,7 @@ def with_overrides(spec: GameSpec, overrides: dict[str, Any]) -> GameSpec:
 def _buildable_game(name: str) -> GameSpec:
     """The registered game `name`, once `make_env()` has built an instance; InputError otherwise (an unknown
     game, a game file that fails to import, or a make_env that raises: nothing could be validated)."""
-    try:
-        spec = get_game(name)
-    except KeyError as err:
-        raise InputError(err.args[0]) from None
-    except ImportError as err:  # GameImportError, or a built-in game module that is missing
-        raise InputError(str(err)) from None
+    spec = lookup_game(name)
     try:
         spec.make_env()
     except Exception as err:  # noqa: BLE001 -- game code may raise anything; it is the reason we report

@@ -380,13 +380,13 @@ def test_calibrate_script_refuses_nan_threshold(rollouts_file, tmp_path):
 def recal_game(monkeypatch):
     toy.register_temporarily(monkeypatch, toy.make_spec(name="toy_vault_recal_door"))
     lookups = Recorder()
-    real_get_game = recalibrate.get_game
+    real_lookup_game = recalibrate.lookup_game
 
-    def get_game(name):
+    def lookup_game(name):
         lookups(name)
-        return real_get_game(name)
+        return real_lookup_game(name)
 
-    monkeypatch.setattr(recalibrate, "get_game", get_game)
+    monkeypatch.setattr(recalibrate, "lookup_game", lookup_game)
     return "toy_vault_recal_door", lookups
 
 
@@ -799,7 +799,7 @@ def test_a_missing_trace_games_dirs_entry_is_an_error(monkeypatch, tmp_path, cap
     assert game_registry.main(["--list"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: TRACE_GAMES_DIRS names {missing}") and "not a folder" in err
-    from train.evaluate import lookup_game
+    from game_registry import lookup_game
 
     with pytest.raises(InputError, match="TRACE_GAMES_DIRS names"):
         lookup_game("storefront")

@@ -30,9 +30,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from game_registry import GameImportError, check_game_overrides, get_game
+from game_registry import check_game_overrides, lookup_game
 from common.validation import InputError
-from common.cli import Interrupted, exit_code
+from common.cli import Interrupted, cli_entry, exit_code
 from common.run_folder import check_model, check_output_dir
 from train.backends import HFBackend
 from train.checkpoint import ResumePlan, latest_checkpoint, plan_resume
@@ -100,30 +100,27 @@ def finished_message(plan: ResumePlan, flag: str = "--iterations") -> str:
             f"(to train on, resume with {flag} above {plan.done})")
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(argv)
     plan: ResumePlan | None = None
-    try:
-        if args.resume:  # the run's saved config, checked against what the command line asks for
-            requested = config_values(args.config, overrides, game=args.game, model=args.model)
-            plan = plan_resume(args.resume, requested, int(os.environ.get("WORLD_SIZE", "1")))
-            config = plan.config
-        else:
-            config = load_config(args.config, overrides, game=args.game, model=args.model)
-        for name in ("game", "model"):
-            if not getattr(config, name):
-                raise InputError(f"no {name}: pass --{name}, or a --config file with a `{name}:` key")
-        if plan and plan.finished:
-            print(finished_message(plan))
-            return 0
-        check_output_dir(config.resolved_output_dir(), "--output_dir", inputs=[("--model", config.model)])
-        spec = get_game(config.game)
-        check_game_overrides(spec, config.game_overrides)  # a bad field fails before the model loads
-        require_trackers(config.report_to)  # a missing package stops the run before the model loads
-        check_model(config.model)
-    except (InputError, KeyError, GameImportError) as err:  # KeyError: get_game's unknown name
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if args.resume:  # the run's saved config, checked against what the command line asks for
+        requested = config_values(args.config, overrides, game=args.game, model=args.model)
+        plan = plan_resume(args.resume, requested, int(os.environ.get("WORLD_SIZE", "1")))
+        config = plan.config
+    else:
+        config = load_config(args.config, overrides, game=args.game, model=args.model)
+    for name in ("game", "model"):
+        if not getattr(config, name):
+            raise InputError(f"no {name}: pass --{name}, or a --config file with a `{name}:` key")
+    if plan and plan.finished:
+        print(finished_message(plan))
+        return 0
+    check_output_dir(config.resolved_output_dir(), "--output_dir", inputs=[("--model", config.model)])
+    spec = lookup_game(config.game)
+    check_game_overrides(spec, config.game_overrides)  # a bad field fails before the model loads
+    require_trackers(config.report_to)  # a missing package stops the run before the model loads
+    check_model(config.model)
     device = setup_distributed()
     rank, world_size = world()
     output_dir = config.resolved_output_dir()
@@ -158,9 +155,6 @@ def main(argv: list[str] | None = None) -> int:
                   f"output {output_dir}" + (f"; resumed at iteration {trainer.start_iteration}" if checkpoint else "")
                   + (f"; changed since the run was saved: {', '.join(plan.changes)}" if plan and plan.changes else ""))
         trainer.run()
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     except VLLMError as err:
         print(f"error: vLLM rollouts failed: {err}", file=sys.stderr)
         return 1

@@ -22,13 +22,12 @@ import torch
 from tqdm import tqdm
 
 from benchmarks.results import write_results
-from game_registry import GameSpec, check_game_overrides
+from game_registry import GameSpec, check_game_overrides, lookup_game
 from common.io import check_model_folder, check_output_path
 from common.validation import InputError, check_int, check_number
 from common.cli import exit_code
 from train.backends import HFBackend, RolloutBackend
 from train.episodes import ChatTokenizer, EpisodeRequest, check_prompts_fit, episode_to_simulation, run_episodes
-from train.evaluate import lookup_game
 from train.policy import load_base_model, load_tokenizer
 from train.vllm_backend import backend_from_env
 

@@ -36,10 +36,10 @@ from pathlib import Path
 
 import torch
 
-from game_registry import GameImportError, check_game_overrides, get_game
-from moe_gate import GateError, build_capability_model
+from game_registry import check_game_overrides, lookup_game
+from moe_gate import build_capability_model
 from common.validation import InputError
-from common.cli import Interrupted, exit_code
+from common.cli import Interrupted, cli_entry, exit_code
 from common.run_folder import check_model, check_output_dir
 from train.__main__ import finished_message, resume_hint
 from train.backends import HFBackend
@@ -67,6 +67,7 @@ def _check_same_routed_model(saved: MoEGateConfig, asked: MoEGateConfig, config_
                          "saved it; resume without --config, or start a new run in a new --output_dir")
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.grpo_gater", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=None, help="YAML config, e.g. configs/moe_gate.yaml (optional with --resume)")
@@ -84,57 +85,53 @@ def main(argv: list[str] | None = None) -> int:
                              "(overrides the config)")
     args = parser.parse_args(argv)
     plan: ResumePlan | None = None
-    try:
-        if not args.config and not args.resume:
-            raise InputError("pass --config (e.g. configs/moe_gate.yaml), or --resume RUN to continue a run")
-        if args.resume and args.init_gate:
-            raise InputError(f"--init_gate starts a new run from a gate; --resume {args.resume} continues that run "
-                             "from its own checkpoint: pass one of them")
-        run_dir = run_folder_of(latest_checkpoint(args.resume)) if args.resume else None
-        saved_gate = load_gate_config(run_dir / GATE_FILE) if run_dir else None
-        config = load_gate_config(args.config or run_dir / GATE_FILE, model=args.model, output_dir=args.output_dir,
-                                  init_gate=args.init_gate, report_to=args.report_to)
-        if saved_gate and args.config:
-            _check_same_routed_model(saved_gate, config, args.config, run_dir)
-        games = [args.game] if args.game else config.grpo_games
-        spec = (mixed_spec([get_game(name) for name in games], overrides=config.grpo_game_overrides)
-                if len(games) > 1 else None)
-        fixed = {"game": spec.name if spec else args.game, "report_to": args.report_to,
-                 "iterations": args.grpo_iterations}
-        if args.resume:
-            requested = config.grpo_values(**fixed)
-            if not args.output_dir:  # the run stays in its folder whatever the --config file names
-                requested.pop("output_dir")
-            if not requested.get("game"):  # grpo.game "" (the game came from --game): the saved one
-                requested.pop("game", None)
-            plan = plan_resume(args.resume, requested, world_size=1, prefix="grpo.")
-            grpo = plan.config
-            config = dataclasses.replace(saved_gate, output_dir=grpo.output_dir, report_to=grpo.report_to)
-        else:
-            grpo = config.grpo_config(**fixed)
-        if spec and (grpo.hint_fraction > 0 or grpo.game_overrides):
-            raise InputError("a game mix (grpo_games) takes no hint prompts, and its game overrides are per game: "
-                             "set grpo.hint_fraction: 0 and give overrides in grpo_game_overrides")
-        if config.mode != "token":
-            raise InputError(f"grpo_gater trains token routing only (mode: token), not mode {config.mode!r}: "
-                             "train trajectory/global routers with python -m train.train_router_sft")
-        if config.estimator != "straight_through":
-            raise InputError("grpo_gater needs estimator: straight_through (a Gumbel sample in the update would not "
-                             "be the top-1 routing the rollouts were sampled with)")
-        if not grpo.game:
-            raise InputError("no game: set grpo.game (or grpo_games, a mix) in the config or pass --game")
-        if plan and plan.finished:
-            print(finished_message(plan, "--grpo_iterations"))
-            return 0
-        check_output_dir(grpo.resolved_output_dir(), "output_dir",
-                         inputs=[("the base model", grpo.model), ("init_gate", "" if plan else config.init_gate)])
-        spec = spec or get_game(grpo.game)
-        check_game_overrides(spec, grpo.game_overrides)
-        require_trackers(grpo.report_to)  # a missing package stops the run before the model loads
-        check_model(grpo.model)
-    except (InputError, KeyError, GameImportError) as err:  # KeyError: get_game's unknown name
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if not args.config and not args.resume:
+        raise InputError("pass --config (e.g. configs/moe_gate.yaml), or --resume RUN to continue a run")
+    if args.resume and args.init_gate:
+        raise InputError(f"--init_gate starts a new run from a gate; --resume {args.resume} continues that run "
+                         "from its own checkpoint: pass one of them")
+    run_dir = run_folder_of(latest_checkpoint(args.resume)) if args.resume else None
+    saved_gate = load_gate_config(run_dir / GATE_FILE) if run_dir else None
+    config = load_gate_config(args.config or run_dir / GATE_FILE, model=args.model, output_dir=args.output_dir,
+                              init_gate=args.init_gate, report_to=args.report_to)
+    if saved_gate and args.config:
+        _check_same_routed_model(saved_gate, config, args.config, run_dir)
+    games = [args.game] if args.game else config.grpo_games
+    spec = (mixed_spec([lookup_game(name) for name in games], overrides=config.grpo_game_overrides)
+            if len(games) > 1 else None)
+    fixed = {"game": spec.name if spec else args.game, "report_to": args.report_to,
+             "iterations": args.grpo_iterations}
+    if args.resume:
+        requested = config.grpo_values(**fixed)
+        if not args.output_dir:  # the run stays in its folder whatever the --config file names
+            requested.pop("output_dir")
+        if not requested.get("game"):  # grpo.game "" (the game came from --game): the saved one
+            requested.pop("game", None)
+        plan = plan_resume(args.resume, requested, world_size=1, prefix="grpo.")
+        grpo = plan.config
+        config = dataclasses.replace(saved_gate, output_dir=grpo.output_dir, report_to=grpo.report_to)
+    else:
+        grpo = config.grpo_config(**fixed)
+    if spec and (grpo.hint_fraction > 0 or grpo.game_overrides):
+        raise InputError("a game mix (grpo_games) takes no hint prompts, and its game overrides are per game: "
+                         "set grpo.hint_fraction: 0 and give overrides in grpo_game_overrides")
+    if config.mode != "token":
+        raise InputError(f"grpo_gater trains token routing only (mode: token), not mode {config.mode!r}: "
+                         "train trajectory/global routers with python -m train.train_router_sft")
+    if config.estimator != "straight_through":
+        raise InputError("grpo_gater needs estimator: straight_through (a Gumbel sample in the update would not "
+                         "be the top-1 routing the rollouts were sampled with)")
+    if not grpo.game:
+        raise InputError("no game: set grpo.game (or grpo_games, a mix) in the config or pass --game")
+    if plan and plan.finished:
+        print(finished_message(plan, "--grpo_iterations"))
+        return 0
+    check_output_dir(grpo.resolved_output_dir(), "output_dir",
+                     inputs=[("the base model", grpo.model), ("init_gate", "" if plan else config.init_gate)])
+    spec = spec or lookup_game(grpo.game)
+    check_game_overrides(spec, grpo.game_overrides)
+    require_trackers(grpo.report_to)  # a missing package stops the run before the model loads
+    check_model(grpo.model)
     output = grpo.resolved_output_dir()
     try:
         torch.manual_seed(grpo.seed)
@@ -156,9 +153,6 @@ def main(argv: list[str] | None = None) -> int:
               f"output {output}" + (f"; resumed at iteration {trainer.start_iteration}" if checkpoint else "")
               + (f"; changed since the run was saved: {', '.join(plan.changes)}" if plan and plan.changes else ""))
         trainer.run()
-    except (InputError, GateError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         raise Interrupted(resume_hint(output, 1, "-m train.grpo_gater")) from None
     return 0

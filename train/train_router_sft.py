@@ -41,7 +41,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from moe_gate import GateError, build_capability_model, load_balance_loss, save_gate
+from moe_gate import build_capability_model, load_balance_loss, save_gate
 from moe_gate.model_builder import CapabilityModel
 from common.io import atomic_write_jsonl
 from common.validation import InputError
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
                                          "final": history[-1]})
             save_gate_config(config, out / "moe_gate.yaml", "python -m train.train_router_sft")
             atomic_write_jsonl(out / "sft_metrics.jsonl", history)
-    except (InputError, GateError, ValueError, KeyError) as err:
+    except (InputError, ValueError, KeyError) as err:  # ValueError, KeyError: the model and results files' loaders
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
