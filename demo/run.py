@@ -72,7 +72,7 @@ from common.cli import Interrupted, cli_entry, exit_code
 from common.paths import REPO_ROOT
 from common.io import atomic_write_json, atomic_write_jsonl, load_json
 from common.validation import InputError
-from common.run_folder import check_output_dir, follow_umask
+from common.run_folder import check_output_dir, claimed_run_folder, follow_umask
 from demo.config import PROFILES, base_settings
 from demo.report_accounting import BASELINE_LABELS
 
@@ -691,12 +691,14 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(str(err)) from None
     require_trackers(config.report_to)  # a missing package stops the demo before any step runs
     check_output_dir(run_dir, "--run-dir")
-    demo = Demo(config, run_dir, args.fresh, args.profile, rebuild_base=args.rebuild_base)
-    try:
-        return _run_steps(demo, config, config_path, run_dir, args.profile)
-    except KeyboardInterrupt:
-        raise Interrupted(f"the steps that completed are kept in {run_dir}: run the same command again to resume "
-                          "from the interrupted step") from None
+    # One folder, one demo: a second demo on this run folder is refused at once (a rerun resumes its steps).
+    with claimed_run_folder(run_dir, "--run-dir", fresh=False):
+        demo = Demo(config, run_dir, args.fresh, args.profile, rebuild_base=args.rebuild_base)
+        try:
+            return _run_steps(demo, config, config_path, run_dir, args.profile)
+        except KeyboardInterrupt:
+            raise Interrupted(f"the steps that completed are kept in {run_dir}: run the same command again to "
+                              "resume from the interrupted step") from None
 
 
 def _loop_steps(demo: Demo, config: Any, sections: dict[str, Any], storefront: dict[str, Any], fractions: list[float],

@@ -52,6 +52,7 @@ from typing import Any, Sequence
 from tqdm import tqdm
 
 from common.cli import INTERRUPTED, cli_entry, exit_code
+from common.run_folder import claimed_run_folder
 from common.io import atomic_write_json, check_distinct_paths, check_output_folder, load_jsonl
 from common.validation import InputError, check_number, check_url
 from pipeline.summarize import truncate_middle
@@ -815,70 +816,73 @@ def _label(args: argparse.Namespace, out: Path) -> int:
     if cache.broken_lines:
         print(f"warning: {cache.path}: {cache.broken_lines} cut-off lines ignored (those calls are made again)",
               file=sys.stderr)
-    client = ChatClient(args.base_url, api_key, config.model, key_source=f"${args.api_key_env}", timeout=args.timeout,
-                        retry=retry, limiter=limiter)
-    del api_key  # only the client holds it from here on
-    stats = {run: RunStats() for run in range(1, config.runs + 1)}
-    propose_stats = None
-    try:
-        if descriptions is None:
-            candidates, propose_stats = propose_candidates(client, trajectories, config, cache)
-            candidates_path = atomic_write_json(out / CANDIDATES_NAME, candidates)
-            descriptions = load_candidates(candidates_path)
-            print(f"Phase 1: {len(descriptions)} candidates in {candidates_path}", file=sys.stderr)
-        else:
-            candidates_path = Path(args.candidates)
-        jobs = make_jobs(trajectories, descriptions, config)
-        results = run_jobs(client, jobs, descriptions, config, cache, stats)
-    except FatalAPIError as err:
-        print(f"error: {client.redact(str(err))}", file=sys.stderr)
-        print(f"{len(cache.entries)} finished calls are cached in {cache.path}; rerun the same command to resume",
-              file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        cache.close()
-        print(f"interrupted; {len(cache.entries)} finished calls are cached in {cache.path} (calls in flight were "
-              "dropped); rerun the same command to resume", file=sys.stderr)
-        return INTERRUPTED
-    names = list(descriptions)
-    run_paths = []
-    for run in range(1, config.runs + 1):
-        data = build_run(run, jobs, results, trajectories, names, stats[run])
-        run_paths.append(atomic_write_json(out / f"run_{run:02d}.json", data))
-    report = {
-        "model": config.model, "base_url": args.base_url, "json_mode": config.json_mode, "runs": config.runs,
-        "max_attempts": config.max_attempts, "max_tokens": config.max_tokens, "candidates": str(candidates_path),
-        "n_trajectories": len(trajectories), "skipped_unknown_outcome": skipped, "capabilities": names,
-        "phase1": propose_stats,
-        "per_run": [{"run": run, "seed": config.run_seed(run), "temperature": config.temperature(run),
-                     "file": str(path), **s.recorded, "pairs_defaulted_to_na": s.pairs_defaulted_to_na,
-                     "defaulted_pairs": s.defaulted, "trajectories_from_cache": s.trajectories_from_cache,
-                     "this_invocation": s.now}
-                    for (run, s), path in zip(sorted(stats.items()), run_paths)],
-        "http_retries_by_kind": dict(client.retry_log.counts),
-        "notes": ["Per run, calls / retries / invalid_answers / tokens count every call behind the run file (calls "
-                  "answered from the cache included); this_invocation counts only the calls made now.",
-                  "calls: answers requested; retries: HTTP retries after 429/5xx/timeouts/dropped connections "
-                  "(http_retries_by_kind: this invocation); invalid_answers: answers asked again because of bad JSON "
-                  "or missing/invalid labels; pairs_defaulted_to_na: (trajectory, capability) pairs recorded as NA "
-                  "because no valid label came within max_attempts answers."],
-    }
-    report["totals"] = {key: sum(r[key] for r in report["per_run"]) for key in (*COUNTERS, "pairs_defaulted_to_na")}
-    report["totals"]["this_invocation"] = {key: sum(r["this_invocation"][key] for r in report["per_run"])
-                                           for key in COUNTERS}
-    report_path = _write_report(out, report)
-    aggregation = aggregate(run_paths, candidates=candidates_path, rho=args.rho, delta=args.delta, k=k)
-    for warning in aggregation["warnings"]:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(format_table(aggregation))
-    export_path, aggregation_report = write_outputs(aggregation, export)
-    totals = report["totals"]["this_invocation"]
-    print(f"wrote {len(run_paths)} run files to {out}, {report_path}, {export_path} "
-          f"({len(aggregation['selected'])} selected) and {aggregation_report}")
-    print(f"this invocation: {totals['calls']} calls, {totals['retries']} HTTP retries, {totals['invalid_answers']} "
-          f"invalid answers, {totals['prompt_tokens'] + totals['completion_tokens']:,} tokens; "
-          f"{report['totals']['pairs_defaulted_to_na']} pairs defaulted to NA in the run files", file=sys.stderr)
-    return 0
+    # One folder, one labeling run: a second labeler on --out is refused at once (a rerun resumes from the cache).
+    with claimed_run_folder(out, "--out", fresh=False):
+        client = ChatClient(args.base_url, api_key, config.model, key_source=f"${args.api_key_env}",
+                            timeout=args.timeout, retry=retry, limiter=limiter)
+        del api_key  # only the client holds it from here on
+        stats = {run: RunStats() for run in range(1, config.runs + 1)}
+        propose_stats = None
+        try:
+            if descriptions is None:
+                candidates, propose_stats = propose_candidates(client, trajectories, config, cache)
+                candidates_path = atomic_write_json(out / CANDIDATES_NAME, candidates)
+                descriptions = load_candidates(candidates_path)
+                print(f"Phase 1: {len(descriptions)} candidates in {candidates_path}", file=sys.stderr)
+            else:
+                candidates_path = Path(args.candidates)
+            jobs = make_jobs(trajectories, descriptions, config)
+            results = run_jobs(client, jobs, descriptions, config, cache, stats)
+        except FatalAPIError as err:
+            print(f"error: {client.redact(str(err))}", file=sys.stderr)
+            print(f"{len(cache.entries)} finished calls are cached in {cache.path}; rerun the same command to resume",
+                  file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            cache.close()
+            print(f"interrupted; {len(cache.entries)} finished calls are cached in {cache.path} (calls in flight were "
+                  "dropped); rerun the same command to resume", file=sys.stderr)
+            return INTERRUPTED
+        names = list(descriptions)
+        run_paths = []
+        for run in range(1, config.runs + 1):
+            data = build_run(run, jobs, results, trajectories, names, stats[run])
+            run_paths.append(atomic_write_json(out / f"run_{run:02d}.json", data))
+        report = {
+            "model": config.model, "base_url": args.base_url, "json_mode": config.json_mode, "runs": config.runs,
+            "max_attempts": config.max_attempts, "max_tokens": config.max_tokens, "candidates": str(candidates_path),
+            "n_trajectories": len(trajectories), "skipped_unknown_outcome": skipped, "capabilities": names,
+            "phase1": propose_stats,
+            "per_run": [{"run": run, "seed": config.run_seed(run), "temperature": config.temperature(run),
+                         "file": str(path), **s.recorded, "pairs_defaulted_to_na": s.pairs_defaulted_to_na,
+                         "defaulted_pairs": s.defaulted, "trajectories_from_cache": s.trajectories_from_cache,
+                         "this_invocation": s.now}
+                        for (run, s), path in zip(sorted(stats.items()), run_paths)],
+            "http_retries_by_kind": dict(client.retry_log.counts),
+            "notes": ["Per run, calls / retries / invalid_answers / tokens count every call behind the run file (calls "
+                      "answered from the cache included); this_invocation counts only the calls made now.",
+                      "calls: answers requested; retries: HTTP retries after 429/5xx/timeouts/dropped connections "
+                      "(http_retries_by_kind: this invocation); invalid_answers: answers asked again because of bad JSON "
+                      "or missing/invalid labels; pairs_defaulted_to_na: (trajectory, capability) pairs recorded as NA "
+                      "because no valid label came within max_attempts answers."],
+        }
+        report["totals"] = {key: sum(r[key] for r in report["per_run"]) for key in (*COUNTERS, "pairs_defaulted_to_na")}
+        report["totals"]["this_invocation"] = {key: sum(r["this_invocation"][key] for r in report["per_run"])
+                                               for key in COUNTERS}
+        report_path = _write_report(out, report)
+        aggregation = aggregate(run_paths, candidates=candidates_path, rho=args.rho, delta=args.delta, k=k)
+        for warning in aggregation["warnings"]:
+            print(f"warning: {warning}", file=sys.stderr)
+        print(format_table(aggregation))
+        export_path, aggregation_report = write_outputs(aggregation, export)
+        totals = report["totals"]["this_invocation"]
+        print(f"wrote {len(run_paths)} run files to {out}, {report_path}, {export_path} "
+              f"({len(aggregation['selected'])} selected) and {aggregation_report}")
+        print(f"this invocation: {totals['calls']} calls, {totals['retries']} HTTP retries, "
+              f"{totals['invalid_answers']} invalid answers, "
+              f"{totals['prompt_tokens'] + totals['completion_tokens']:,} tokens; "
+              f"{report['totals']['pairs_defaulted_to_na']} pairs defaulted to NA in the run files", file=sys.stderr)
+        return 0
 
 
 if __name__ == "__main__":

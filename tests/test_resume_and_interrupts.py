@@ -88,6 +88,46 @@ def done_run(tiny_model_dir, tmp_path_factory) -> Path:
     return out
 
 
+def test_a_new_run_into_a_finished_runs_folder_is_refused_before_the_model_loads(done_run, tiny_model_dir,
+                                                                                  tmp_path, monkeypatch, capsys):
+    """Without --resume the finished run is neither restarted over (metrics 1, 2, 1, 2) nor touched; --overwrite
+    replaces it with one run's files."""
+    run = tmp_path / "run"
+    shutil.copytree(done_run, run)
+    before = _snapshot(run)
+    argv = ["--game", GAME, "--model", tiny_model_dir, "--output_dir", run, "--iterations", "2", "--save_every", "1",
+            *FAST]
+    monkeypatch.setattr("train.__main__.load_base_model", NoModelLoad())
+    code, _, err = _run(train_main, argv, capsys)
+    _one_error_line(err, f"--output_dir {run} holds another run's files (adapter_config.json, adapter_model",
+                    f"pass --resume {run} to continue it, pass --overwrite to replace it")
+    assert code == 2 and _snapshot(run) == before
+    monkeypatch.undo()
+    code, _, err = _run(train_main, [*argv, "--overwrite"], capsys)
+    assert code == 0, err
+    iterations = [json.loads(line)["iteration"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert iterations == [1, 2]
+    assert not (run / ".run.lock").exists()
+
+
+def test_a_second_train_on_a_folder_in_use_exits_2_at_once(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    hold = ("import sys\nfrom common.run_folder import claimed_run_folder\n"
+            "with claimed_run_folder(sys.argv[1], '--output_dir', fresh=False, command='python -m train (first)'):\n"
+            "    print('held', flush=True)\n    sys.stdin.read()\n")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(run)], cwd=REPO, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr("train.__main__.load_base_model", NoModelLoad())
+        code, _, err = _run(train_main, ["--game", GAME, "--model", tiny_model_dir, "--output_dir", run, *FAST],
+                            capsys)
+    finally:
+        holder.communicate("", timeout=60)
+    assert code == 2
+    _one_error_line(err, f"--output_dir {run} is in use by another run (pid {holder.pid}, `python -m train (first)`")
+
+
 # ------------------------------------------------------------------------------------------------------
 # --resume RUN (python -m train)
 # ------------------------------------------------------------------------------------------------------
@@ -295,7 +335,7 @@ def test_ctrl_c_in_router_sft_keeps_the_previous_gate_and_its_metrics(tiny_model
         return real(model, train, sft, log=log_then_ctrl_c, **kwargs)
 
     monkeypatch.setattr(router_sft, "train_router", one_epoch_then_ctrl_c)
-    code, _, err = _run(router_sft.main, ["--config", config], capsys)
+    code, _, err = _run(router_sft.main, ["--config", config, "--overwrite"], capsys)  # set aside, then put back
     assert _snapshot(tmp_path / "gate") == before
     _one_interrupted_line(code, err, f"nothing written to {tmp_path / 'gate'}")
 

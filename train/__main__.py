@@ -17,7 +17,9 @@ to those trackers (train/tracking.py; TensorBoard's event files go to <output_di
 `python -m train --resume RUN` needs no other flag. A flag or --config value that differs from the saved config
 exits 2 naming each difference, except --iterations (to extend the run; not below what is done), --save_every,
 --save_rollouts and --report_to, which the start line reports as changed; --output_dir may name a new or empty
-folder to continue the checkpoint there and leave RUN as it is. A finished run says so and exits 0. Ctrl-C ends a
+folder to continue the checkpoint there and leave RUN as it is. A finished run says so and exits 0. A new run
+refuses an --output_dir that holds another run's files unless `--overwrite` (which removes them), and a second
+process on a folder in use is refused at once (common/run_folder.py's claimed_run_folder). Ctrl-C ends a
 run at once (exit 130) with the command that resumes it; every file is the old one or a complete new one.
 """
 from __future__ import annotations
@@ -30,13 +32,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from game_registry import check_game_overrides, lookup_game
+from game_registry import GameSpec, check_game_overrides, lookup_game
 from common.validation import InputError
 from common.cli import Interrupted, cli_entry, exit_code
-from common.run_folder import check_model, check_output_dir
+from common.run_folder import check_model, check_output_dir, claimed_run_folder
 from train.backends import HFBackend
 from train.checkpoint import ResumePlan, latest_checkpoint, plan_resume
-from train.config import config_values, load_config
+from train.config import GRPOConfig, config_values, load_config
 from train.distributed import exit_worker, world
 from train.grpo import GRPOTrainer
 from train.policy import LoraPolicy, count_parameters, load_base_model
@@ -53,6 +55,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, st
     parser.add_argument("--resume", default=None, type=Path,
                         help="a run's output folder (its latest checkpoint) or one of its checkpoints/iter_N: the run "
                              "continues there with its saved config")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start a new run in an output folder that holds another run's files, removing them "
+                             "(without it such a folder is refused)")
     args, rest = parser.parse_known_args(argv)
     overrides: dict[str, str] = {}
     index = 0
@@ -90,7 +95,7 @@ def resume_hint(output_dir: Path, world_size: int, command: str = "-m train") ->
     try:
         latest_checkpoint(output_dir)
     except InputError:
-        return f"no checkpoint in {output_dir} yet: run the same command again to start over"
+        return f"no checkpoint in {output_dir} yet: run the same command with --overwrite to start over"
     launcher = "python" if world_size == 1 else f"torchrun --nproc_per_node={world_size}"
     return f"resume with: {launcher} {command} --resume {output_dir}"
 
@@ -121,6 +126,17 @@ def main(argv: list[str] | None = None) -> int:
     check_game_overrides(spec, config.game_overrides)  # a bad field fails before the model loads
     require_trackers(config.report_to)  # a missing package stops the run before the model loads
     check_model(config.model)
+    if args.overwrite and args.resume:
+        raise InputError("--overwrite starts a new run in place of the old one; --resume continues the old one: "
+                         "pass one of them")
+    output_dir = config.resolved_output_dir()
+    # One folder, one run: a second process is refused, and a new run does not mix its files with another's.
+    with claimed_run_folder(output_dir, "--output_dir", fresh=plan is None, overwrite=args.overwrite,
+                            continue_hint=f"pass --resume {output_dir} to continue it"):
+        return _train(config, spec, plan)
+
+
+def _train(config: GRPOConfig, spec: GameSpec, plan: ResumePlan | None) -> int:
     device = setup_distributed()
     rank, world_size = world()
     output_dir = config.resolved_output_dir()

@@ -36,14 +36,15 @@ from pathlib import Path
 
 import torch
 
-from game_registry import check_game_overrides, lookup_game
+from game_registry import GameSpec, check_game_overrides, lookup_game
 from moe_gate import build_capability_model
 from common.validation import InputError
 from common.cli import Interrupted, cli_entry, exit_code
-from common.run_folder import check_model, check_output_dir
+from common.run_folder import check_model, check_output_dir, claimed_run_folder
 from train.__main__ import finished_message, resume_hint
 from train.backends import HFBackend
 from train.checkpoint import ResumePlan, latest_checkpoint, plan_resume, run_folder_of
+from train.config import GRPOConfig
 from train.game_mix import mixed_spec
 from train.gate_config import MoEGateConfig, load_gate_config, save_gate_config
 from train.gate_policy import GatePolicy
@@ -78,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", default=None, type=Path,
                         help="a run's output folder (or one of its checkpoints/iter_N): continue it there with its "
                              "saved config")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start a new run in an output folder that holds another run's files, removing them "
+                             "(without it such a folder is refused)")
     parser.add_argument("--grpo_iterations", default=None, type=int,
                         help="grpo.iterations (e.g. to extend a resumed run)")
     parser.add_argument("--report_to", "--report-to", default=None,
@@ -133,6 +137,17 @@ def main(argv: list[str] | None = None) -> int:
     require_trackers(grpo.report_to)  # a missing package stops the run before the model loads
     check_model(grpo.model)
     output = grpo.resolved_output_dir()
+    if args.overwrite and args.resume:
+        raise InputError("--overwrite starts a new run in place of the old one; --resume continues the old one: "
+                         "pass one of them")
+    # One folder, one run: a second process is refused, and a new run does not mix its files with another's.
+    with claimed_run_folder(output, "output_dir", fresh=plan is None, overwrite=args.overwrite,
+                            continue_hint=f"pass --resume {output} to continue it"):
+        return _train_gates(config, grpo, spec, plan, output)
+
+
+def _train_gates(config: MoEGateConfig, grpo: GRPOConfig, spec: GameSpec, plan: ResumePlan | None,
+                 output: Path) -> int:
     try:
         torch.manual_seed(grpo.seed)
         base, tokenizer = load_base_model(grpo.model, grpo.dtype)

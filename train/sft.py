@@ -53,7 +53,7 @@ from tqdm import tqdm
 from common.cli import Interrupted, cli_entry, exit_code
 from common.io import atomic_write_json, check_model_folder, load_jsonl
 from common.validation import InputError
-from common.run_folder import check_output_dir, follow_umask, sigint_deferred
+from common.run_folder import check_output_dir, claimed_run_folder, follow_umask, sigint_deferred
 from train.logprobs import logits_after_prefix
 from train.tracking import MetricLogger, check_report_to, open_trackers, require_trackers, scalars_of
 
@@ -288,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, help="model folder (transformers) to start from")
     parser.add_argument("--data", required=True, help="JSONL chat records {messages, tools}")
     parser.add_argument("--out", required=True, help="folder to save the trained model and tokenizer (not --model)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="train into an --out folder that holds another model or run, removing it first "
+                             "(without it such a folder is refused)")
     for name, value in asdict(defaults).items():
         if isinstance(value, bool):  # --share-prefix / --no-share-prefix
             parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction, default=value)
@@ -303,29 +306,31 @@ def main(argv: list[str] | None = None) -> int:
     check_records(records, args.data)
     require_trackers(config.report_to)  # a missing package stops the run before the model loads
     check_model_folder(args.model, "--model")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    # One folder, one run: a second process is refused, another run's model is replaced only with --overwrite.
+    with claimed_run_folder(out, "--out", fresh=True, overwrite=args.overwrite, restore_on_failure=True):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    log: list[dict[str, Any]] = []
-    try:
+        log: list[dict[str, Any]] = []
         try:
-            tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
-            model = AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True, dtype=torch.float32)
-        except OSError as err:
-            raise InputError(f"--model {args.model}: cannot load the model ({err})") from None
-        try:
-            chats = tokenize_chats(tokenizer, records)
-        except InputError as err:
-            raise InputError(f"{args.data}: {err}") from None
-        tracker = open_trackers(config.report_to, out, kind="sft", first_step=0,  # rows start at step 0
-                                config={**asdict(config), "model": str(args.model), "data": str(args.data)})
-        try:
-            figures = train_sft(model, chats, config, tokenizer.pad_token_id, log=log, tracker=tracker)
-        finally:
-            tracker.close()
-        save_model(model, tokenizer, out, {"config": asdict(config), "base_model": str(args.model),
-                                           "data": str(args.data), "n_chats": len(chats), **figures, "log": log})
-    except KeyboardInterrupt:
-        raise Interrupted(f"nothing saved to {out} (train.sft does not resume): run the same command again") from None
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
+                model = AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True, dtype=torch.float32)
+            except OSError as err:
+                raise InputError(f"--model {args.model}: cannot load the model ({err})") from None
+            try:
+                chats = tokenize_chats(tokenizer, records)
+            except InputError as err:
+                raise InputError(f"{args.data}: {err}") from None
+            tracker = open_trackers(config.report_to, out, kind="sft", first_step=0,  # rows start at step 0
+                                    config={**asdict(config), "model": str(args.model), "data": str(args.data)})
+            try:
+                figures = train_sft(model, chats, config, tokenizer.pad_token_id, log=log, tracker=tracker)
+            finally:
+                tracker.close()
+            save_model(model, tokenizer, out, {"config": asdict(config), "base_model": str(args.model),
+                                               "data": str(args.data), "n_chats": len(chats), **figures, "log": log})
+        except KeyboardInterrupt:
+            raise Interrupted(f"nothing saved to {out} (train.sft does not resume): run the same command again") from None
     print(f"train.sft: {figures['steps']} steps, {figures['tokens_per_s']:.0f} tokens/s, "
           f"loss {figures['final_loss']:.3f}, token accuracy {figures['final_token_accuracy']:.3f} -> {out}")
     return 0

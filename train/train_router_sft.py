@@ -45,8 +45,8 @@ from moe_gate import build_capability_model, load_balance_loss, save_gate
 from moe_gate.model_builder import CapabilityModel
 from common.io import atomic_write_jsonl
 from common.validation import InputError
-from common.cli import Interrupted, exit_code
-from common.run_folder import check_model, check_output_dir, sigint_deferred
+from common.cli import Interrupted, cli_entry, exit_code
+from common.run_folder import check_model, check_output_dir, claimed_run_folder, sigint_deferred
 from train.gate_config import MoEGateConfig, SFTConfig, load_gate_config, save_gate_config
 from train.tracking import MetricLogger, open_trackers, require_trackers, scalars_of
 
@@ -282,6 +282,7 @@ def load_sft_sequences(config: MoEGateConfig, tokenizer: Any) -> tuple[list[Labe
     return sequences[held:], sequences[:held]
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.train_router_sft", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="YAML config, e.g. configs/moe_gate.yaml")
@@ -290,16 +291,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report_to", "--report-to", default=None,
                         help="trackers, comma-separated: tensorboard, wandb, trackio, mlflow, or none "
                              "(overrides the config)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="train into an output folder that holds another run's files, removing them first "
+                             "(without it such a folder is refused)")
     args = parser.parse_args(argv)
-    tracker = MetricLogger()
-    out: Path | str = args.output_dir or "the output folder"
-    try:
-        config = load_gate_config(args.config, model=args.model, output_dir=args.output_dir, report_to=args.report_to)
-        out = check_output_dir(config.output_dir, "output_dir", inputs=[("the base model", config.model)])
-        require_trackers(config.report_to)  # a missing package stops the run before the model loads
-        from train.policy import load_base_model
+    config = load_gate_config(args.config, model=args.model, output_dir=args.output_dir, report_to=args.report_to)
+    out = check_output_dir(config.output_dir, "output_dir", inputs=[("the base model", config.model)])
+    require_trackers(config.report_to)  # a missing package stops the run before the model loads
+    check_model(config.model)
+    with claimed_run_folder(out, "output_dir", fresh=True, overwrite=args.overwrite, restore_on_failure=True):
+        return _train_gate(config, out)
 
-        check_model(config.model)
+
+def _train_gate(config: MoEGateConfig, out: Path) -> int:
+    from train.policy import load_base_model
+
+    tracker = MetricLogger()
+    try:
         torch.manual_seed(config.seed)
         base, tokenizer = load_base_model(config.model, config.dtype)
         model = build_capability_model(base, config.adapters, gate=config.init_gate or None, mode=config.mode,
