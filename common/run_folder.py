@@ -13,6 +13,7 @@ they write, and how a Ctrl-C waits while a run's files are replaced.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
 import json
@@ -252,3 +253,10 @@ def claimed_run_folder(path: str | os.PathLike, flag: str, *, fresh: bool, overw
         if created:  # a run refused (or failed) before it wrote anything leaves no folder behind
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only when empty
+
+
+def add_overwrite_flag(parser: argparse.ArgumentParser) -> None:
+    """`--overwrite` of a command that claims its output folder (`claimed_run_folder(..., overwrite=...)`)."""
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start a new run in an output folder that holds another run's files, replacing them "
+                             "(without it such a folder is refused)")

@@ -35,7 +35,7 @@ import torch.distributed as dist
 from game_registry import GameSpec, check_game_overrides, lookup_game
 from common.validation import InputError
 from common.cli import Interrupted, cli_entry, exit_code
-from common.run_folder import check_model, check_output_dir, claimed_run_folder
+from common.run_folder import add_overwrite_flag, check_model, check_output_dir, claimed_run_folder
 from train.backends import HFBackend
 from train.checkpoint import ResumePlan, latest_checkpoint, plan_resume
 from train.config import GRPOConfig, config_values, load_config
@@ -55,9 +55,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, st
     parser.add_argument("--resume", default=None, type=Path,
                         help="a run's output folder (its latest checkpoint) or one of its checkpoints/iter_N: the run "
                              "continues there with its saved config")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="start a new run in an output folder that holds another run's files, removing them "
-                             "(without it such a folder is refused)")
+    add_overwrite_flag(parser)
     args, rest = parser.parse_known_args(argv)
     overrides: dict[str, str] = {}
     index = 0

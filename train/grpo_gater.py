@@ -40,7 +40,7 @@ from game_registry import GameSpec, check_game_overrides, lookup_game
 from moe_gate import build_capability_model
 from common.validation import InputError
 from common.cli import Interrupted, cli_entry, exit_code
-from common.run_folder import check_model, check_output_dir, claimed_run_folder
+from common.run_folder import add_overwrite_flag, check_model, check_output_dir, claimed_run_folder
 from train.__main__ import finished_message, resume_hint
 from train.backends import HFBackend
 from train.checkpoint import ResumePlan, latest_checkpoint, plan_resume, run_folder_of
@@ -79,9 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", default=None, type=Path,
                         help="a run's output folder (or one of its checkpoints/iter_N): continue it there with its "
                              "saved config")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="start a new run in an output folder that holds another run's files, removing them "
-                             "(without it such a folder is refused)")
+    add_overwrite_flag(parser)
     parser.add_argument("--grpo_iterations", default=None, type=int,
                         help="grpo.iterations (e.g. to extend a resumed run)")
     parser.add_argument("--report_to", "--report-to", default=None,

@@ -53,7 +53,7 @@ from tqdm import tqdm
 from common.cli import Interrupted, cli_entry, exit_code
 from common.io import atomic_write_json, check_model_folder, load_jsonl
 from common.validation import InputError
-from common.run_folder import check_output_dir, claimed_run_folder, follow_umask, sigint_deferred
+from common.run_folder import add_overwrite_flag, check_output_dir, claimed_run_folder, follow_umask, sigint_deferred
 from train.logprobs import logits_after_prefix
 from train.tracking import MetricLogger, check_report_to, open_trackers, require_trackers, scalars_of
 
@@ -288,9 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, help="model folder (transformers) to start from")
     parser.add_argument("--data", required=True, help="JSONL chat records {messages, tools}")
     parser.add_argument("--out", required=True, help="folder to save the trained model and tokenizer (not --model)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="train into an --out folder that holds another model or run, removing it first "
-                             "(without it such a folder is refused)")
+    add_overwrite_flag(parser)
     for name, value in asdict(defaults).items():
         if isinstance(value, bool):  # --share-prefix / --no-share-prefix
             parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction, default=value)

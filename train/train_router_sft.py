@@ -46,7 +46,7 @@ from moe_gate.model_builder import CapabilityModel
 from common.io import atomic_write_jsonl
 from common.validation import InputError
 from common.cli import Interrupted, cli_entry, exit_code
-from common.run_folder import check_model, check_output_dir, claimed_run_folder, sigint_deferred
+from common.run_folder import add_overwrite_flag, check_model, check_output_dir, claimed_run_folder, sigint_deferred
 from train.gate_config import MoEGateConfig, SFTConfig, load_gate_config, save_gate_config
 from train.tracking import MetricLogger, open_trackers, require_trackers, scalars_of
 
@@ -291,9 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report_to", "--report-to", default=None,
                         help="trackers, comma-separated: tensorboard, wandb, trackio, mlflow, or none "
                              "(overrides the config)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="train into an output folder that holds another run's files, removing them first "
-                             "(without it such a folder is refused)")
+    add_overwrite_flag(parser)
     args = parser.parse_args(argv)
     config = load_gate_config(args.config, model=args.model, output_dir=args.output_dir, report_to=args.report_to)
     out = check_output_dir(config.output_dir, "output_dir", inputs=[("the base model", config.model)])
