@@ -490,7 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         out_path, flag = prompt.default_output, "the default output"
     try:
-        check_output_path(out_path, flag)
+        check_output_path(out_path, flag, [("the config", args.config), ("--agents", args.agents),
+                                           ("--selected", args.selected)])
         atomic_write_text(out_path, prompt.text)
     except OSError as err:
         print(f"error: {out_path}: cannot write ({err})", file=sys.stderr)

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         raise InputError(f"--episodes must be >= 1, got {args.episodes}")
     if any(not 0.0 <= t <= 2.0 for t in args.temperatures):
         raise InputError(f"--temperatures must lie in [0, 2], got {args.temperatures}")
-    check_output_path(args.out, "--out")
+    check_output_path(args.out, "--out", [("--model", args.model), ("--config", args.config)])
     if not (Path(args.model) / "config.json").is_file():
         raise InputError(f"--model {args.model}: no config.json there (the shipped base agent is "
                          f"assets/demo_base_agent)")

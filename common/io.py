@@ -13,7 +13,7 @@ import stat
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from common.validation import InputError
 
@@ -43,13 +43,42 @@ def _probe_writable(folder: Path, text: str, flag: str) -> None:
                          f"pick a writable folder for {flag}") from None
 
 
-def check_output_path(path: str | os.PathLike, flag: str) -> None:
+Inputs = Iterable[tuple[str, "str | os.PathLike | None"]]  # (what it is: a flag or a name, its path); None: unset
+
+
+def _resolved(path: str | os.PathLike) -> Path:
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError):  # a symlink loop: compare it as written
+        return Path(os.path.abspath(path))
+
+
+def check_not_an_input(output: str | os.PathLike, flag: str, inputs: Inputs, *, folder: bool = False) -> None:
+    """The one rule of output over input: InputError when `output` is one of the command's `inputs` (the same
+    file or folder, links and `..` resolved) or, for a `folder` output, holds one of them (a run folder is
+    written file by file and may be emptied by --overwrite: what it holds is not safe). Call it, through
+    check_output_path / check_output_folder, before any work starts."""
+    target = _resolved(output)
+    for what, source in inputs:
+        if source is None or not os.fspath(source):
+            continue
+        read = _resolved(source)
+        if read == target:
+            raise InputError(f"{flag} {output} is also {what}: the command would overwrite what it reads; write "
+                             f"{flag} elsewhere")
+        if folder and target in read.parents:
+            raise InputError(f"{flag} {output} holds {what} ({source}): the command would write over what it reads; "
+                             f"give {flag} a folder outside it")
+
+
+def check_output_path(path: str | os.PathLike, flag: str, inputs: Inputs = ()) -> None:
     """Raise InputError unless `path` can be written as an output file; call it before any work starts.
 
-    Refused: an empty path, a path ending in a separator or naming an existing folder, and a path whose
-    nearest existing ancestor is a file or a folder where no file can be created. Missing parent folders are
-    fine (the atomic writers create them). Writability is probed by opening an anonymous temporary file in
-    that ancestor (nothing is left behind), so it also holds for root and read-only file systems.
+    Refused: an empty path, a path ending in a separator or naming an existing folder, a path whose nearest
+    existing ancestor is a file or a folder where no file can be created, and one of the command's `inputs`
+    ((what, path) pairs, see check_not_an_input). Missing parent folders are fine (the atomic writers create
+    them). Writability is probed by opening an anonymous temporary file in that ancestor (nothing is left
+    behind), so it also holds for root and read-only file systems.
     """
     text = os.fspath(path)
     if not text:
@@ -58,12 +87,14 @@ def check_output_path(path: str | os.PathLike, flag: str) -> None:
     if text.endswith(("/", os.sep)) or target.is_dir():
         raise InputError(f"{flag} {text}: is a folder, not a file; give a file path inside it, "
                          f"e.g. {flag} {target / 'out.json'}")
+    check_not_an_input(text, flag, inputs)
     _writable_ancestor(target, text, flag)
 
 
-def check_output_folder(path: str | os.PathLike, flag: str) -> None:
+def check_output_folder(path: str | os.PathLike, flag: str, inputs: Inputs = ()) -> None:
     """Raise InputError unless `path` is a folder files can be created in, or one that can be created
-    (its nearest existing ancestor is a writable folder); call it before any work starts. Creates nothing."""
+    (its nearest existing ancestor is a writable folder), that neither is nor holds one of the command's
+    `inputs` (check_not_an_input); call it before any work starts. Creates nothing."""
     text = os.fspath(path)
     if not text:
         raise InputError(f"{flag} is empty; give a folder path, e.g. {flag} runs/out")
@@ -75,19 +106,12 @@ def check_output_folder(path: str | os.PathLike, flag: str) -> None:
                          "to") from None
     if exists and not is_dir:
         raise InputError(f"{flag} {text}: is a file, not a folder; give a folder path for {flag}")
+    check_not_an_input(text, flag, inputs, folder=True)
     if is_dir:
         _probe_writable(target, text, flag)
     else:
         _writable_ancestor(target, text, flag)
 
-
-def check_distinct_paths(output: str | os.PathLike, flag: str, *inputs: str | os.PathLike | None) -> None:
-    """InputError when the output `output` is one of the `inputs` (the same file by path, links resolved)."""
-    resolved = Path(output).resolve()
-    for source in inputs:
-        if source is not None and Path(source).resolve() == resolved:
-            raise InputError(f"{flag} {output}: is also an input ({source}); write the output elsewhere, "
-                             "the input would be overwritten")
 
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",

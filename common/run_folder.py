@@ -43,15 +43,10 @@ def same_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 def check_output_dir(path: str | os.PathLike, flag: str, *, inputs: Iterable[tuple[str, str | os.PathLike]] = ()
                      ) -> Path:
     """`path` as a Path if a run can write its folder there (common.io.check_output_folder: not a file, not
-    under one, creatable), and it is none of `inputs` ((flag, path) pairs: the output must not replace what the
-    run reads); else InputError naming `flag` and the fix."""
-    text = os.fspath(path)
-    for name, other in inputs:
-        if text and other and same_path(text, other):
-            raise InputError(f"{flag} {text} is also {name}: the run would overwrite what it reads; "
-                             f"give {flag} a new folder")
-    check_output_folder(path, flag)
-    return Path(text)
+    under one, creatable, neither one of `inputs` ((what, path) pairs) nor holding one); else InputError naming
+    `flag` and the fix."""
+    check_output_folder(path, flag, inputs)
+    return Path(os.fspath(path))
 
 
 def looks_local(model: str) -> bool:

@@ -63,7 +63,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from common.cli import cli_entry, exit_code
-from common.io import atomic_write_json, check_output_path, load_json
+from common.io import Inputs, atomic_write_json, check_output_path, load_json
 from common.validation import InputError
 
 CATEGORIES = ("NA", "PRESENT", "LACKING")  # category code = position, used for Fleiss' κ
@@ -622,10 +622,11 @@ def report_path_for(export_path: str | Path) -> Path:
     return export_path.with_name(f"{export_path.stem}_report.json")
 
 
-def check_outputs(export_path: str | Path, flag: str = "--export") -> None:
-    """InputError unless both the export and its report can be written (call it before any work)."""
-    check_output_path(export_path, flag)
-    check_output_path(report_path_for(export_path), f"{flag}'s report")
+def check_outputs(export_path: str | Path, flag: str = "--export", inputs: Inputs = ()) -> None:
+    """InputError unless both the export and its report can be written and neither is one of the command's
+    `inputs` ((what, path) pairs); call it before any work."""
+    check_output_path(export_path, flag, inputs)
+    check_output_path(report_path_for(export_path), f"{flag}'s report", inputs)
 
 
 def write_outputs(report: dict, export_path: str | Path) -> tuple[Path, Path]:
@@ -677,8 +678,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--export", default=DEFAULT_EXPORT, help=f"selected list output (default {DEFAULT_EXPORT})")
     args = parser.parse_args(None if argv is None else list(argv))
     AggregationConfig(rho=args.rho, delta=args.delta, k=args.k, seed=args.seed, n_bootstrap=args.n_bootstrap)
-    check_outputs(args.export)
     run_paths = expand_run_globs(args.runs)
+    check_outputs(args.export, inputs=[*(("a --runs file", path) for path in run_paths),
+                                       ("--candidates", args.candidates)])
     report = aggregate(run_paths, candidates=args.candidates, rho=args.rho, delta=args.delta, k=args.k,
                        seed=args.seed, n_bootstrap=args.n_bootstrap)
     for warning in report["warnings"]:

@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.allow_partial_groups and args.group_size is None:
         raise InputError("--allow-partial-groups only applies with --group-size N")
     if args.json_output is not None:
-        check_output_path(args.json_output, "--json-output")
+        check_output_path(args.json_output, "--json-output", [("the rollouts file", args.rollouts)])
     bands = Bands(
         **{attribute: getattr(args, attribute) for _, attribute, _ in _SCALAR_BANDS},
         min_pass_at_k=dict(args.min_pass_at_k),

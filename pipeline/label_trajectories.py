@@ -53,7 +53,7 @@ from tqdm import tqdm
 
 from common.cli import INTERRUPTED, cli_entry, exit_code
 from common.run_folder import claimed_run_folder
-from common.io import atomic_write_json, check_distinct_paths, check_output_folder, load_jsonl
+from common.io import atomic_write_json, check_output_folder, load_jsonl
 from common.validation import InputError, check_number, check_url
 from pipeline.summarize import truncate_middle
 from pipeline.aggregate_capabilities import (CATEGORIES, AggregationConfig, aggregate, check_outputs, format_table,
@@ -793,9 +793,9 @@ def _label(args: argparse.Namespace, out: Path) -> int:
     export = Path(args.export) if args.export else out / "selected_capabilities.json"
     if args.base_url is not None:
         check_url(args.base_url, "--base-url")
-    check_output_folder(out, "--out")
-    check_outputs(export)  # before any call is paid for
-    check_distinct_paths(export, "--export", args.summary, args.candidates)
+    inputs = [("the summary", args.summary), ("--candidates", args.candidates)]
+    check_output_folder(out, "--out", inputs)
+    check_outputs(export, inputs=inputs)  # before any call is paid for
     trajectories, skipped = load_summary(args.summary)
     descriptions = load_candidates(args.candidates) if args.candidates else None
     if descriptions is not None and not descriptions:

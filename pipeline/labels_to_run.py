@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="run file to write")
     parser.add_argument("--missing-as", default=None, help="label for missing pairs (NA); default: error")
     args = parser.parse_args(argv)
-    check_output_path(args.out, "--out")
+    check_output_path(args.out, "--out", [("the labels file", args.labels), ("--outcomes", args.outcomes)])
     records = load_jsonl(args.labels)
     outcomes = load_jsonl(args.outcomes)
     with warnings.catch_warnings(record=True) as caught:

@@ -463,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
         raise InputError(f"--group-size must be >= 2 (GRPO compares the episodes of a group), "
                          f"got {args.group_size}")
     if args.json_output is not None:
-        check_output_path(args.json_output, "--json-output")
+        check_output_path(args.json_output, "--json-output",
+                          [("a --rollouts file", item.partition("=")[2]) for item in args.rollouts])
     spec = lookup_game(args.game)
     declared = declared_knob(spec, args.knob)
     if args.harder is not None and args.harder != declared.harder:

@@ -555,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     # Options and the output path first, so a bad flag is reported before any file is read.
     SummarizeOptions(max_chars=args.max_chars, pass_threshold=args.pass_threshold,
                      reports=Path(args.reports) if args.reports is not None else None)
-    check_output_path(args.out, "--out")
+    check_output_path(args.out, "--out", [*(("an input", path) for path in args.inputs), ("--reports", args.reports)])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnknownOutcomeWarning)
         records = summarize_paths(args.inputs, max_chars=args.max_chars, pass_threshold=args.pass_threshold,

@@ -953,7 +953,7 @@ def main(argv: list[str] | None = None) -> int:
     check_number(args.max_baseline, "--max-baseline", 0.0, 1.0, low_open=True)
     check_number(args.probe_tolerance, "--probe-tolerance", 0.0, 1.0)
     if args.json_output is not None:
-        check_output_path(args.json_output, "--json-output")
+        check_output_path(args.json_output, "--json-output", [("the game", args.name)])  # a game file's path
     spec = _buildable_game(args.name)
     try:
         overrides = json.loads(args.game_overrides)

@@ -250,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         resolve_isolation(config.sandbox.isolation, config.sandbox.allow_unisolated)  # before any model loads
         check_number(args.temperature, "--temperature", 0.0)  # NaN included: it would crash in the sampler
         check_int(args.max_episode_tokens, "--max-episode-tokens", 256)
-        check_output_path(out, "--out")
-        check_output_path(work_dir / "state.json", "--work-dir")
+        inputs = [("--model", args.model), ("--adapter", args.adapter)]
+        check_output_path(out, "--out", inputs)
+        check_output_path(work_dir / "state.json", "--work-dir", inputs)
         if Path(args.model).exists():  # a local folder (else a hub id or a served name)
             check_model_folder(args.model, "--model")
         rollouts = trainer_rollouts(args.capability, args.model, args.adapter, args.samples, args.temperature,

@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 
 from common.cli import cli_entry, exit_code
-from common.io import atomic_write_json, check_distinct_paths, check_output_path, load_json
+from common.io import atomic_write_json, check_output_path, load_json
 from common.paths import REPO_ROOT
 from swebench import reference_format
 from swebench.scenario_model import (CAPABILITIES, REQUIRED_FIELDS, Scenario, ScenarioError, _CAPABILITY,
@@ -117,8 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None and out.exists():
         raise ScenarioError(f"{out} exists (the capability's scenario set); pass --out {out} to replace it, "
                             "or --out another path")
-    check_output_path(out, "--out")
-    check_distinct_paths(out, "--out", args.file)
+    check_output_path(out, "--out", [("the file to convert", args.file)])
     scenarios = reference_format.convert_reference(data, capability, str(args.file))
     save_scenarios(out, scenarios)
     print(f"{len(scenarios)} {capability} scenario(s) from {args.file} -> {out} (no hidden tests; self-test them: "

@@ -31,7 +31,7 @@ from typing import Iterable
 from tqdm import tqdm
 
 from common.cli import exit_code
-from common.io import atomic_write_json, check_distinct_paths, check_output_path
+from common.io import atomic_write_json, check_output_path
 from common.validation import InputError
 from swebench.grading import test_node_ids
 from swebench.patches import PatchError, apply_patch
@@ -173,11 +173,9 @@ def main(argv: list[str] | None = None) -> int:
                                allow_unisolated=args.unsafe_no_isolation)
         resolve_isolation(config.isolation, config.allow_unisolated)  # refuse before anything is written
         for path, flag in ((args.out, "--out"), (args.report, "--report")):
-            if path is not None:
-                check_output_path(path, flag)
-                check_distinct_paths(path, flag, args.file)  # the input would lose its dropped scenarios
-        if args.out is not None and args.report is not None:
-            check_distinct_paths(args.report, "--report", args.out)  # the report would replace the kept scenarios
+            if path is not None:  # the input would lose its dropped scenarios; the report, replace the kept ones
+                check_output_path(path, flag, [("the scenarios file", args.file),
+                                               *([("--out", args.out)] if flag == "--report" else [])])
         scenarios = load_scenarios(args.file)
         results = self_test_many(scenarios, config, args.workers, args.min_regression, not args.no_progress)
     except (InputError, SandboxUnavailable) as err:

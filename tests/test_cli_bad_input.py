@@ -107,6 +107,27 @@ def test_check_output_path_refuses_each_bad_kind(bad_outputs, tmp_path):
     assert not (bad_outputs[2][0]).exists()
 
 
+def test_an_output_over_an_input_is_refused_by_one_rule(tmp_path):
+    """The same file by another name (a symlink, `..`) is one of the inputs; a folder output may not hold one; a
+    file output beside an input, or an unset input, is fine."""
+    from common.io import check_not_an_input, check_output_folder
+
+    data = tmp_path / "data" / "results.json"
+    data.parent.mkdir()
+    data.write_text("{}")
+    (tmp_path / "link.json").symlink_to(data)
+    for output in (data, tmp_path / "link.json", tmp_path / "data" / ".." / "data" / "results.json"):
+        with pytest.raises(InputError, match=r"is also the rollouts file: the command would overwrite what it reads"):
+            check_output_path(output, "--out", [("the rollouts file", data)])
+    with pytest.raises(InputError, match=r"--out .*/data holds --corpus \(.*results.json\)"):
+        check_output_folder(tmp_path / "data", "--out", [("--corpus", data)])
+    with pytest.raises(InputError, match="holds"):
+        check_output_folder(tmp_path, "--out", [("--corpus", data)])  # any depth
+    check_output_path(tmp_path / "data" / "out.json", "--out", [("the rollouts file", data), ("--config", None)])
+    check_output_folder(tmp_path / "elsewhere", "--out", [("--corpus", data)])
+    check_not_an_input(tmp_path / "data", "--out", [("--corpus", data)])  # a file output: only the same path
+
+
 def test_check_output_path_accepts_new_files_missing_folders_and_overwrites(tmp_path):
     existing = tmp_path / "old.json"
     existing.write_text("{}")
@@ -812,7 +833,7 @@ def test_a_missing_trace_games_dirs_entry_is_an_error(monkeypatch, tmp_path, cap
 # --------------------------------------------------------------------------------------------------
 def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
     """{name: (main, {kind: argv}, (module, attribute) of the work that must not start)}."""
-    from pipeline import label_trajectories
+    from pipeline import aggregate_capabilities, label_trajectories, labels_to_run, summarize
     from demo import tau2 as demo_tau2
     from swebench import calibrate as swe_calibrate
     from swebench import generate as swe_generate
@@ -834,6 +855,15 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
         {"id": "0", "task_id": 0, "sample_idx": 0, "reward_info": {"reward": 1.0}}]}))
     scenarios = tmp_path / "scenarios.json"
     scenarios.write_text("[]")
+    config = tmp_path / "storefront.yaml"
+    config.write_text("forbidden_rate: 0.2\n")
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(json.dumps({"trajectory_id": "f1", "capability": "tool_use", "label": "LACKING"}) + "\n")
+    run_file = tmp_path / "run_01.json"
+    run_file.write_text("{}")
+    corpus = tmp_path / "corpus" / "text.txt"
+    corpus.parent.mkdir()
+    corpus.write_text("hello\n")
     m, folder, a_file, out = tmp_path / "missing.json", tmp_path / "folder", tmp_path / "a_file", tmp_path / "out.json"
     phase3 = _script("swebench/qwen3.6_self_trace/phase3_synthesize.py", "phase3_generic")
     phase4 = _script("swebench/qwen3.6_self_trace/phase4_validate.py", "phase4_generic")
@@ -850,9 +880,26 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
     rp = [str(REPO / "configs/capability_selection.yaml"), "--stage", "capability", "--out", str(tmp_path / "p.md")]
     sw = ["--capability", "semantic_logic_precision", "--model", "some/model", "--work-dir", str(tmp_path / "w"),
           "--out", str(out)]
+    su = [str(rollouts), "--out", str(out)]
+    ce = [str(rollouts), "--json-output", str(out)]
+    ag = ["--runs", str(run_file), "--k", "1", "--export", str(out)]
+    lr = [str(labels), "--outcomes", str(summary), "--attempt", "1", "--out", str(out)]
     return {
+        "pipeline._summarize": (summarize.main, {
+            "missing": [str(m), *su[1:]], "output": [*su[:-1], str(folder)], "over_input": [*su[:-1], str(rollouts)],
+            "nan": [*su, "--pass-threshold", "nan"]}, (summarize, "atomic_write_jsonl")),
+        "calibrate_environment": (calibrate_environment.main, {
+            "missing": [str(m), *ce[1:]], "output": [*ce[:-1], str(folder)], "over_input": [*ce[:-1], str(rollouts)],
+            "nan": [*ce, "--success-threshold", "nan"]}, (calibrate_environment, "compute_metrics")),
+        "aggregate_capabilities": (aggregate_capabilities.main, {
+            "output": [*ag[:-1], str(folder)], "over_input": [*ag[:-1], str(run_file)], "nan": [*ag, "--rho", "nan"]},
+            (aggregate_capabilities, "aggregate")),
+        "labels_to_run": (labels_to_run.main, {
+            "missing": [str(m), *lr[1:]], "output": [*lr[:-1], str(folder)], "over_input": [*lr[:-1], str(labels)]},
+            (labels_to_run, "labels_to_run")),
         "label_trajectories": (label_trajectories.main, {
-            "missing": [str(m), *lt[1:]], "output": [*lt, "--export", str(folder)], "nan": [*lt, "--rho", "nan"]},
+            "missing": [str(m), *lt[1:]], "output": [*lt, "--export", str(folder)], "nan": [*lt, "--rho", "nan"],
+            "over_input": [*lt, "--export", str(summary)]},
             (label_trajectories, "ChatClient")),
         "train.evaluate": (evaluate.main, {
             "missing": [*ev, "--config", str(m)], "output": [*ev[:-1], str(folder)],
@@ -862,20 +909,26 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
             "nan": [*cr, "--temperature", "nan"]}, (collect_rollouts, "load_base_model")),
         "storefront.run": (storefront_run.main, {
             "missing": [*sf, "--config", str(m)], "output": ["--agent", "expert", "--tasks", "2", "--out", str(folder)],
-            "nan": [*sf, "--temperature", "nan"]}, (storefront_run, "run_benchmark")),
+            "nan": [*sf, "--temperature", "nan"],
+            "over_input": ["--agent", "expert", "--tasks", "2", "--config", str(config), "--out", str(config)]},
+            (storefront_run, "run_benchmark")),
         "train.play": (play.main, {  # a model agent: every check before the model is built
             "missing": [*tp, "--config", str(m)], "output": [*tp[:-3], "--no-progress", "--out", str(folder)],
-            "nan": [*tp, "--temperature", "nan"]}, (train_agents, "parse_agent_spec")),
+            "nan": [*tp, "--temperature", "nan"],
+            "over_input": [*tp[:-3], "--config", str(config), "--out", str(config)]}, (train_agents, "parse_agent_spec")),
         "recalibrate": (recalibrate.main, {
             "missing": [*rc[:5], f"2={m}", *rc[6:]], "output": [*rc[:-1], str(folder)],
-            "nan": [*rc, "--success-threshold", "nan"]}, (recalibrate, "decide")),
+            "nan": [*rc, "--success-threshold", "nan"], "over_input": [*rc[:-1], str(rollouts)]},
+            (recalibrate, "decide")),
         "render_pipeline": (render_pipeline.main, {
             "missing": [str(m), *rp[1:]], "output": [*rp[:-1], str(folder)],
             "nan": [*rp, "--run", "x", "--agent-timeout", "nan"]}, (render_pipeline, "atomic_write_text")),
         "demo_tau2": (demo_tau2.main, {"output": ["--run-dir", str(a_file)], "nan": ["--rho", "nan"]},
                       (demo_tau2, "run_selection")),
         "train.tiny": (tiny.main, {"missing": ["--out", str(tmp_path / "model"), "--corpus", str(m)],
-                                   "output": ["--out", str(a_file)]}, (tiny, "build_tiny_model")),
+                                   "output": ["--out", str(a_file)],
+                                   "over_input": ["--corpus", str(corpus), "--out", str(corpus.parent)]},
+                       (tiny, "build_tiny_model")),
         "train.models fetch": (models.main, {"output": ["fetch", "smollm2-135m", "--out", str(a_file / "m")]},
                                (models, "locate_gguf")),
         "swebench.calibrate": (swe_calibrate.main, {"output": [*sw[:-1], str(folder)],
@@ -895,11 +948,14 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
 
 
 GENERIC_CASES = [(name, kind) for name, kinds in {
-    "label_trajectories": "missing output nan", "train.evaluate": "missing output nan",
-    "train.collect_rollouts": "missing output nan", "storefront.run": "missing output nan",
-    "train.play": "missing output nan",
-    "recalibrate": "missing output nan", "render_pipeline": "missing output nan", "demo_tau2": "output nan",
-    "train.tiny": "missing output", "train.models fetch": "output", "swebench.calibrate": "output nan",
+    "pipeline._summarize": "missing output over_input nan", "calibrate_environment": "missing output over_input nan",
+    "aggregate_capabilities": "output over_input nan", "labels_to_run": "missing output over_input",
+    "label_trajectories": "missing output nan over_input", "train.evaluate": "missing output nan",
+    "train.collect_rollouts": "missing output nan", "storefront.run": "missing output nan over_input",
+    "train.play": "missing output nan over_input",
+    "recalibrate": "missing output nan over_input", "render_pipeline": "missing output nan",
+    "demo_tau2": "output nan",
+    "train.tiny": "missing output over_input", "train.models fetch": "output", "swebench.calibrate": "output nan",
     "phase3_synthesize": "output nan", "phase4_validate": "missing output", "bench/sft_step": "missing nan",
     "bench/gate_overhead": "nan"}.items() for kind in kinds.split()]
 
@@ -918,7 +974,9 @@ def test_every_entry_point_refuses_generic_bad_input(name, kind, tmp_path, tiny_
     assert code == 2, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     named = {"missing": "missing.json", "nan": "nan", "output": str(tmp_path / ("folder" if "folder" in
-                                                                                argvs[kind][-1] else "a_file"))}[kind]
+                                                                                argvs[kind][-1] else "a_file")),
+             "over_input": f"{argvs[kind][-1]} {'holds' if kind == 'over_input' and name == 'train.tiny' else 'is also'}"
+             }[kind]
     assert named in err, err
     assert started.calls == [] and _files(tmp_path) == before
 

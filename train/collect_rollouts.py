@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         check_int(args.seeds, "--seeds", 1)
         check_int(args.samples, "--samples", 1)
         check_number(args.temperature, "--temperature", 0.0)
-        check_output_path(args.out, "--out")
+        check_output_path(args.out, "--out", [("--model", args.model), ("--adapter", args.adapter)])
         try:
             overrides = json.loads(args.game_overrides)
         except json.JSONDecodeError as err:

@@ -34,7 +34,7 @@ import torch
 
 from benchmarks.results import pass_hat_k, write_results
 from benchmarks.storefront.run import task_seed
-from common.io import check_distinct_paths, check_model_folder, check_output_path
+from common.io import check_model_folder, check_output_path
 from common.validation import InputError, check_number
 from common.cli import exit_code
 from game_registry import GameImportError, GameSpec, get_game
@@ -146,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.tasks < 1 or args.samples < 1:
             raise InputError("--tasks and --samples must be >= 1")
         check_number(args.temperature, "--temperature", 0.0)
-        check_output_path(args.out, "--out")
-        check_distinct_paths(args.out, "--out", args.config)
+        check_output_path(args.out, "--out", [("--config", args.config), ("--model", args.model),
+                                              ("--adapter", args.adapter)])
         spec = lookup_game(args.game)
         overrides = game_config_overrides(args.game, args.config)
         check_model_folder(args.model, "--model")

@@ -435,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         intermediate_size=args.ffn,
         seed=args.seed,
     )
-    check_output_folder(args.out, "--out")
+    check_output_folder(args.out, "--out", [("a --corpus file", path) for path in args.corpus or ()])
     corpus_texts, chats, described = load_corpus_files(args.corpus) if args.corpus else (None, None, [])
     _prepare_out_dir(Path(args.out))
     corpus_info = {"source": "files", "files": described} if described else {"source": "builtin"}

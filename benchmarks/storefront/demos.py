@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.n < 1:
         raise InputError(f"--n must be >= 1, got {args.n}")
-    check_output_path(args.out, "--out")
+    check_output_path(args.out, "--out", [("--config", args.config)])
     planted = parse_planted(args.plant)
     config = load_config(args.config)
     records = make_demonstrations(args.n, args.seed, config, planted)

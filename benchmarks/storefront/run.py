@@ -203,7 +203,8 @@ def main(argv: list[str] | None = None, make_agent: Callable[[argparse.Namespace
     if args.max_new_tokens < 1:
         raise InputError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     check_number(args.temperature, "--temperature", 0.0)
-    check_output_path(args.out, "--out")
+    check_output_path(args.out, "--out", [("--config", args.config), ("--model", args.model),
+                                          ("--tokenizer", args.tokenizer)])
     kinds = _parse_kinds(args.kinds)
     config = load_config(args.config, kinds)
     agent = make_agent(args)

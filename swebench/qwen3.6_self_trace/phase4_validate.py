@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     # Flags, the report path and every scenario file are checked before the first self-test starts.
     check_int(args.workers, "--workers", 1)
     check_int(args.fuzz_actions, "--fuzz-actions", 0)
-    check_output_path(out, "--run-dir")
     files = args.files or default_files(args.run_dir)
+    check_output_path(out, "--run-dir", [("a scenarios file", path) for path in files])
     if not files:
         raise InputError(f"no scenario file given and none found (run phase 3 first: {args.run_dir / 'phase3'})")
     loaded = []
