@@ -147,3 +147,43 @@ def test_phase5_trains_a_tiny_model_on_cpu_when_allowed(tiny_model_dir, tmp_path
                      env={"VLLM_BASE_URLS": ""}, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_the_server_check_sends_only_the_key_the_command_names(monkeypatch):
+    """A phase's server check sends the key of --api-key-env (the variable its client will read), never
+    $OPENAI_API_KEY by default: a key set for another service must not leave the machine."""
+    import importlib.util
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    import threading
+
+    seen: list[str | None] = []
+
+    class Models(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server protocol
+            seen.append(self.headers.get("Authorization"))
+            body = json.dumps({"data": [{"id": "m"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    spec = importlib.util.spec_from_file_location("phases_common_under_test", PHASES / "_common.py")
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-sentinel-not-to-be-sent")
+    monkeypatch.setenv("LABELER_KEY", "sk-labeler")
+    try:
+        assert common.server_problem(url, "m", api_key_env="LABELER_KEY") is None
+        assert common.server_problem(url, "m") is None  # vLLM for rollouts / the agent: no key
+        monkeypatch.delenv("LABELER_KEY")
+        assert common.server_problem(url, "m", api_key_env="LABELER_KEY") is None  # named but unset: none sent
+    finally:
+        server.shutdown()
+    assert seen == ["Bearer sk-labeler", None, None]

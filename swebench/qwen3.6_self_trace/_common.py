@@ -75,10 +75,14 @@ def gpu_problem(count: int = 1) -> str | None:
     return None
 
 
-def server_models(base_url: str, timeout: float = 5.0) -> tuple[list[str] | None, str, bool]:
-    """(model ids served at base_url, why not, whether anything answered over HTTP at all)."""
+def server_models(base_url: str, timeout: float = 5.0, api_key_env: str | None = None
+                  ) -> tuple[list[str] | None, str, bool]:
+    """(model ids served at base_url, why not, whether anything answered over HTTP at all). The key sent is the
+    one the phase's client will use, read from the variable `api_key_env` names, and only that one: none when
+    it names none (vLLM servers without authentication, as the rollout and agent clients use them)."""
     url = base_url.rstrip("/") + "/models"
-    headers = {"Authorization": f"Bearer {os.environ.get('OPENAI_API_KEY', 'EMPTY')}"}
+    key = os.environ.get(api_key_env, "") if api_key_env else ""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as response:
             data = json.loads(response.read().decode("utf-8"))
@@ -89,10 +93,11 @@ def server_models(base_url: str, timeout: float = 5.0) -> tuple[list[str] | None
     return [m.get("id") for m in data.get("data", []) if isinstance(m, dict)], "", True
 
 
-def server_problem(base_url: str, model: str | None = None, need_model_list: bool = True) -> str | None:
+def server_problem(base_url: str, model: str | None = None, need_model_list: bool = True,
+                   api_key_env: str | None = None) -> str | None:
     """Why the OpenAI-compatible server at base_url cannot be used, or None. With need_model_list=False any
-    HTTP answer will do (servers without GET /models)."""
-    models, why, answered = server_models(base_url)
+    HTTP answer will do (servers without GET /models). `api_key_env`: see server_models."""
+    models, why, answered = server_models(base_url, api_key_env=api_key_env)
     if models is None and not (answered and not need_model_list):
         return f"model server: {why}; start the server first (see swebench/qwen3.6_self_trace/README.md)"
     if models is not None and model and model not in models:

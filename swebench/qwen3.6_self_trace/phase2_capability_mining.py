@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.base_url:
         missing = Missing("phase 2 (labeling)")
         missing.add(None if args.model else "--model: the labeler model name is required with --base-url")
-        missing.add(server_problem(args.base_url, args.model, need_model_list=False))
+        missing.add(server_problem(args.base_url, args.model, need_model_list=False, api_key_env=args.api_key_env))
         missing.stop_if_any()
 
     from pipeline import label_trajectories, summarize as _summarize
