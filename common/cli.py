@@ -3,6 +3,8 @@
 - bad input: `@cli_entry` on the entry function turns an InputError (common/validation.py: a flag, a file, a
   config value that cannot be used) into one line, `error: <what is wrong and the fix>`, on stderr and exit
   status 2, before any work starts; no traceback. It applies in process too (`main([...])` returns 2).
+- a full disk: a NoSpaceError (common/io.py's atomic writers) becomes one line naming the file and the space it
+  needed, exit status 1.
 - Ctrl-C: `exit_code(main)`, the `if __name__ == "__main__":` of every command, turns it into one line,
   `interrupted; <what to do next>`, and exit status 130. Only there: a program that calls `main` in process
   gets the KeyboardInterrupt and stops too. A command that knows what to do next (resume with ...) raises
@@ -22,8 +24,10 @@ import os
 import sys
 from typing import Any, Callable
 
+from common.io import NoSpaceError
 from common.validation import InputError
 
+FAILED = 1  # exit status of a command that could not finish (e.g. a full disk)
 INPUT_ERROR = 2  # exit status of a command refused at the door
 INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
 
@@ -38,6 +42,9 @@ def cli_entry(entry: Callable[..., int]) -> Callable[..., int]:
         except InputError as err:
             print(f"error: {err}", file=sys.stderr)
             return INPUT_ERROR
+        except NoSpaceError as err:  # the disk filled up: not bad input, but one line says which file and how much
+            print(f"error: {err.strerror}", file=sys.stderr)
+            return FAILED
 
     return checked
 

@@ -7,8 +7,10 @@ Reads raise `InputError`, which every CLI turns into exit code 2 with the file n
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import stat
 import tempfile
 import threading
@@ -162,11 +164,28 @@ def _new_file_mode(path: Path) -> int:
     return stat.S_IMODE(existing.st_mode) if stat.S_ISREG(existing.st_mode) else 0o666 & ~current_umask()
 
 
+class NoSpaceError(OSError):
+    """A write that ran out of disk space or quota: the message names the file, the bytes it needed and the bytes
+    free there; the file's previous version is untouched (the write went to a temporary file). CLIs print it as
+    one line and exit 1 (common/cli.py)."""
+
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _free_bytes(folder: Path) -> int | None:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
 def _atomic_write_bytes(path: Path, data: bytes) -> Path:
     """Write `data` to `path` atomically (temp file in the same folder, fsync, rename).
 
     mkstemp creates its file with mode 0600 whatever the umask is; the file is given the usual mode before
-    anything is written, so the artifact is as readable as any other file the user creates.
+    anything is written, so the artifact is as readable as any other file the user creates. A full disk (or
+    quota) raises NoSpaceError naming the file and the space it needed; `path` keeps its previous content.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = _new_file_mode(path)
@@ -178,9 +197,15 @@ def _atomic_write_bytes(path: Path, data: bytes) -> Path:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(err, OSError) and err.errno in NO_SPACE:
+            free = _free_bytes(path.parent)
+            kept = "its previous version is unchanged" if path.exists() else "nothing was written"
+            raise NoSpaceError(err.errno, f"{path}: no space left to write {len(data):,} bytes"
+                               + (f" ({free:,} bytes free in {path.parent})" if free is not None else "")
+                               + f"; {kept}: free some space (or write elsewhere) and run again") from None
         raise
     return path
 

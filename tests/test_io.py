@@ -66,3 +66,39 @@ def test_current_umask_reads_the_umask_without_changing_it(umask):
 
     umask(0o027)
     assert current_umask() == 0o027 and current_umask() == 0o027
+
+
+def test_a_full_disk_keeps_the_previous_file_and_says_which_file_and_how_much(tmp_path, monkeypatch, capsys):
+    """ENOSPC in the middle of a write (here at fsync, where a delayed-allocation file system reports it): the
+    previous complete file stays, no temporary file is left, and the one line names the file and the bytes."""
+    import errno
+
+    from common import io as common_io
+    from common.cli import cli_entry
+    from common.io import NoSpaceError, atomic_write_json
+
+    target = tmp_path / "results.json"
+    atomic_write_json(target, {"tasks": 1})
+    before = target.read_bytes()
+
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(common_io.os, "fsync", full_disk)
+    payload = {"tasks": list(range(1000))}
+    with pytest.raises(NoSpaceError) as caught:
+        atomic_write_json(target, payload)
+    size = len(common_io._encode_json(json.dumps(payload, indent=2, ensure_ascii=False) + "\n"))
+    assert str(target) in str(caught.value) and f"no space left to write {size:,} bytes" in str(caught.value)
+    assert "its previous version is unchanged" in str(caught.value)
+    assert target.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+    @cli_entry
+    def main(argv=None):
+        atomic_write_json(tmp_path / "new.json", payload)
+        return 0
+
+    assert main([]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'new.json'}: no space left") and err.count("\n") == 1
+    assert "nothing was written" in err and not (tmp_path / "new.json").exists()
