@@ -103,10 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     imp.add_argument("--out", type=Path, default=None,
                      help="where to write (default pipeline/swebench/<capability>/scenarios_parsed.json)")
     args = parser.parse_args(argv)
-    data = load_json(args.file)
-    if not reference_format.is_reference_format(data):
-        raise ScenarioError(f"{args.file}: is not a list of reference-format scenarios (objects with "
-                            f"{', '.join(reference_format.REFERENCE_REQUIRED)} and no files/oracle_patch)")
+    # The flags and the output first (the capability comes from the file's folder, not its content), then the file.
     capability = args.capability or reference_format.infer_capability(args.file)
     if capability is None:
         raise ScenarioError(f"{args.file}: its folder names no capability; pass --capability NAME")
@@ -118,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         raise ScenarioError(f"{out} exists (the capability's scenario set); pass --out {out} to replace it, "
                             "or --out another path")
     check_output_path(out, "--out", [("the file to convert", args.file)])
+    data = load_json(args.file)
+    if not reference_format.is_reference_format(data):
+        raise ScenarioError(f"{args.file}: is not a list of reference-format scenarios (objects with "
+                            f"{', '.join(reference_format.REFERENCE_REQUIRED)} and no files/oracle_patch)")
     scenarios = reference_format.convert_reference(data, capability, str(args.file))
     save_scenarios(out, scenarios)
     print(f"{len(scenarios)} {capability} scenario(s) from {args.file} -> {out} (no hidden tests; self-test them: "

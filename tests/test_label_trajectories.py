@@ -595,7 +595,7 @@ def test_export_onto_the_summary_is_refused(inputs, capsys):
         assert lt.main(_argv(summary, out, server, "--runs", "2", "--k", "1", "--export", str(summary),
                              candidates=candidates)) == 2
         assert server.n_requests == 0
-    assert "is also an input" in capsys.readouterr().err and summary.read_text() == before
+    assert "is also the summary" in capsys.readouterr().err and summary.read_text() == before
 
 
 def test_ctrl_c_stops_at_once_with_one_line_and_a_whole_cache(inputs):

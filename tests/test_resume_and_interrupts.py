@@ -399,7 +399,7 @@ def test_sft_refuses_to_write_over_its_own_model(tiny_model_dir, tmp_path, capsy
     code, _, err = _run(main, ["--model", model, "--data", _chat_records(tmp_path / "d.jsonl"), "--out", model],
                         capsys)
     assert code == 2
-    _one_error_line(err, f"--out {model} is also --model", "give --out a new folder")
+    _one_error_line(err, f"--out {model} is also --model", "write --out elsewhere")
     assert _snapshot(model) == before
 
 

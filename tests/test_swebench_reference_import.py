@@ -93,13 +93,14 @@ def test_import_cli_refuses_bad_input(tmp_path, capsys):
     assert main(["import-reference", str(loose), "--capability", "../up", "--out", str(tmp_path / "o.json")]) == 2
     assert "snake_case" in capsys.readouterr().err
     assert main(["import-reference", str(loose), "--capability", "semantic_logic_precision", "--out", str(loose)]) == 2
-    assert "is also an input" in capsys.readouterr().err
+    assert "is also the file to convert" in capsys.readouterr().err
     assert json.loads(loose.read_text()) == reference_items()  # untouched
     assert main(["import-reference", str(FIXTURE), "--capability", "deep_call_graph_traversal",
                  "--out", str(tmp_path / "d.json")]) == 0
     assert {s.capability for s in load_scenarios(tmp_path / "d.json")} == {"deep_call_graph_traversal"}
     save_scenarios(tmp_path / "ours.json", load_scenarios(FIXTURE))
-    assert main(["import-reference", str(tmp_path / "ours.json"), "--out", str(tmp_path / "x.json")]) == 2
+    assert main(["import-reference", str(tmp_path / "ours.json"), "--capability", "semantic_logic_precision", "--out",
+                 str(tmp_path / "x.json")]) == 2
     assert "is not a list of reference-format scenarios" in capsys.readouterr().err
 
 
