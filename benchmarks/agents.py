@@ -15,8 +15,14 @@ from typing import Any
 from game_registry import Game
 
 
+class ServerError(RuntimeError):
+    """The agent's model server failed an episode after its retries (connection errors, timeouts, 429 and 5xx):
+    the runner records the episode as not scored, never as a reward of 0, and a rerun plays it again."""
+
+
 class Agent(ABC):
-    """Produces the next assistant message of a conversation."""
+    """Produces the next assistant message of a conversation (an agent backed by a server raises ServerError
+    when the server fails for good)."""
 
     def begin_episode(self, game: Game, seed: int | None = None) -> None:
         """Called once before each episode (agents that sample may reseed from `seed`)."""

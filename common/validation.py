@@ -12,6 +12,7 @@ File checks (an output that can be written, a model folder) live in common/io.py
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 
@@ -80,6 +81,18 @@ def check_int(value: int, flag: str, low: int | None = None, high: int | None = 
                   else f">= {low}" if low is not None else f"<= {high}" if high is not None else "")
         raise InputError(f"{flag} must be an integer {wanted}".rstrip() + f", got {value!r}")
     return value
+
+
+def env_number(name: str, kind: type, default: float) -> Any:
+    """A number (`kind`: int or float) from the environment variable `name`; `default` when unset or empty;
+    InputError naming the variable otherwise."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return kind(default)
+    try:
+        return kind(text)
+    except ValueError:
+        raise InputError(f"{name}={text!r} is not a number") from None
 
 
 def check_choices(value: Any, name: str, allowed: tuple[str, ...]) -> tuple[str, ...]:

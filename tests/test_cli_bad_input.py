@@ -1027,7 +1027,7 @@ def test_every_entry_point_refuses_generic_bad_input(name, kind, tmp_path, tiny_
 # --------------------------------------------------------------------------------------------------
 # Issue 28's last cases: Ctrl-C in the storefront runner, outputs that would replace each other, conflicting flags
 # --------------------------------------------------------------------------------------------------
-def test_ctrl_c_ends_a_storefront_run_with_one_line_and_writes_nothing(tmp_path):
+def test_ctrl_c_ends_a_storefront_run_with_one_line_keeping_only_the_scored_episodes(tmp_path):
     import signal
 
     out, log = tmp_path / "r.json", tmp_path / "stderr.txt"
@@ -1044,8 +1044,9 @@ def test_ctrl_c_ends_a_storefront_run_with_one_line_and_writes_nothing(tmp_path)
     stderr = log.read_text()
     assert process.returncode == 130, stderr[-2000:]
     # (the line may follow the progress bar's last redraw on the same terminal line)
-    assert "Traceback" not in stderr and stderr.count("interrupted; nothing was saved") == 1, stderr[-2000:]
-    assert not out.exists()
+    assert "Traceback" not in stderr and stderr.count("interrupted; ") == 1, stderr[-2000:]
+    assert "scored episodes are kept in" in stderr and "run the same command again to continue" in stderr
+    assert not out.exists() and Path(f"{out}.partial.jsonl").exists()  # no results file; the journal to continue
 
 
 def test_selftest_refuses_an_output_that_would_replace_the_input_or_the_other_output(tmp_path, capsys):

@@ -1393,7 +1393,8 @@ def test_vllm_agent_retries_5xx_then_fails_loudly(tiny_model_dir: Path):
         game = StorefrontGame()
         messages = game.reset(0)
         assert agent.respond(messages, game.get_tool_schemas()) == "Hello there."
-        assert delays == [1.0, 2.0] and len(_FlakyCompletions.seen) == 3
+        # bounded exponential backoff with full jitter: wait k is drawn from [0, 1 s x 2^k]
+        assert len(delays) == 2 and 0 <= delays[0] <= 1.0 and 0 <= delays[1] <= 2.0 and len(_FlakyCompletions.seen) == 3
         request = _FlakyCompletions.seen[-1]
         assert request["prompt"].endswith("<|im_start|>assistant\n") and POLICY.splitlines()[0] in request["prompt"]
         assert "<|im_end|>" in request["stop"]

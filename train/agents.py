@@ -21,17 +21,18 @@ simple and correct.
 from __future__ import annotations
 
 import argparse
+import random
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.agents import Agent
+from benchmarks.agents import Agent, ServerError
 from benchmarks.storefront import run as storefront_run
 from common.chat_render import render_messages
 from common.io import check_model_folder
-from common.validation import InputError, check_url
+from common.validation import InputError, check_url, env_number
 from game_registry import Game
 
 IM_END = "<|im_end|>"
@@ -163,17 +164,31 @@ class HFAgent(Agent):
 
 
 class VLLMAgent(Agent):
-    """A model served by vLLM (`vllm serve`), prompted through `/v1/completions`."""
+    """A model served by vLLM (`vllm serve`), prompted through `/v1/completions`.
 
-    RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0)
+    A request that fails by connection, timeout, 429 or 5xx is retried `max_retries` times after bounded
+    exponential backoff with full jitter (delay k: uniform in [0, min(max_delay, backoff x 2^k)], so clients that
+    failed together do not come back together); then ServerError, which the runner records as an episode not
+    scored. The defaults come from the environment as for the rollout backend: VLLM_REQUEST_TIMEOUT (120 s),
+    VLLM_MAX_RETRIES (5), VLLM_RETRY_BACKOFF (1 s); 30 s is the longest wait.
+    """
+
+    MAX_DELAY_S = 30.0
 
     def __init__(self, base_url: str, model: str | None, tokenizer_dir: str | Path, temperature: float = 0.0,
-                 max_new_tokens: int = 256, timeout_s: float = 120.0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 max_new_tokens: int = 256, timeout_s: float | None = None, max_retries: int | None = None,
+                 backoff_s: float | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
         import openai
 
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+        timeout_s = env_number("VLLM_REQUEST_TIMEOUT", float, 120.0) if timeout_s is None else timeout_s
+        self.max_retries = env_number("VLLM_MAX_RETRIES", int, 5) if max_retries is None else max_retries
+        self.backoff_s = env_number("VLLM_RETRY_BACKOFF", float, 1.0) if backoff_s is None else backoff_s
+        if not (timeout_s > 0 and self.max_retries >= 0 and self.backoff_s >= 0):
+            raise ValueError(f"timeout must be > 0, retries >= 0 and backoff >= 0; got {timeout_s}, "
+                             f"{self.max_retries}, {self.backoff_s}")
+        self._jitter = random.Random()  # not the episode's seed: waiting never changes what is sampled
         self.base_url = base_url.rstrip("/")
         if not self.base_url.endswith("/v1"):
             self.base_url += "/v1"
@@ -199,20 +214,20 @@ class VLLMAgent(Agent):
     def _with_retries(self, request: Callable[[], Any], what: str) -> Any:
         openai = self._openai
         last_error: Exception | None = None
-        for attempt, delay in enumerate((*self.RETRY_DELAYS_S, None)):
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                self._sleep(self._jitter.uniform(0.0, min(self.MAX_DELAY_S, self.backoff_s * 2 ** (attempt - 1))))
             try:
                 return request()
             except (openai.APIConnectionError, openai.APITimeoutError) as err:  # APITimeoutError subclasses it
                 last_error = err
             except openai.APIStatusError as err:
-                if err.status_code < 500:  # a bad request will not get better by retrying
+                if err.status_code < 500 and err.status_code != 429:  # a bad request will not get better
                     raise RuntimeError(f"vLLM server {self.base_url}: {what} failed with HTTP {err.status_code}: "
                                        f"{err.message}") from err
                 last_error = err
-            if delay is not None:
-                self._sleep(delay)
-        raise RuntimeError(f"vLLM server {self.base_url}: {what} failed after {len(self.RETRY_DELAYS_S) + 1} "
-                           f"attempts: {type(last_error).__name__}: {last_error}") from last_error
+        raise ServerError(f"vLLM server {self.base_url}: {what} failed after {self.max_retries + 1} attempts: "
+                          f"{type(last_error).__name__}: {last_error}") from last_error
 
     def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
         prompt = render_prompt(self.tokenizer, messages, tools)

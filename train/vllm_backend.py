@@ -48,7 +48,7 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
-from common.validation import InputError
+from common.validation import InputError, env_number
 from train.backends import Completion, RolloutBackend, SamplingParams
 from train.distributed import world
 from train.policy import Policy
@@ -354,16 +354,6 @@ def _route_missing(body: str) -> bool:
         return not body.strip()
 
 
-def _env_number(name: str, kind: type, default: float) -> Any:
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return kind(default)
-    try:
-        return kind(text)
-    except ValueError:
-        raise InputError(f"{name}={text!r} is not a number") from None
-
-
 def backend_from_env(adapter_dir: Path, seed: int) -> VLLMBackend | None:
     """A VLLMBackend when VLLM_BASE_URLS is set, else None (use the in-process backend).
 
@@ -380,10 +370,10 @@ def backend_from_env(adapter_dir: Path, seed: int) -> VLLMBackend | None:
     try:
         return VLLMBackend(
             urls, model, adapter_dir=adapter_dir, seed=seed,
-            timeout=_env_number("VLLM_REQUEST_TIMEOUT", float, 600.0),
-            max_retries=_env_number("VLLM_MAX_RETRIES", int, 5),
-            backoff=_env_number("VLLM_RETRY_BACKOFF", float, 1.0),
-            max_concurrent_requests=_env_number("VLLM_MAX_CONCURRENT_REQUESTS", int, 64),
+            timeout=env_number("VLLM_REQUEST_TIMEOUT", float, 600.0),
+            max_retries=env_number("VLLM_MAX_RETRIES", int, 5),
+            backoff=env_number("VLLM_RETRY_BACKOFF", float, 1.0),
+            max_concurrent_requests=env_number("VLLM_MAX_CONCURRENT_REQUESTS", int, 64),
         )
     except ValueError as err:
         raise InputError(f"vLLM settings from the environment: {err}") from None

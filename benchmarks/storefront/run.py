@@ -15,6 +15,10 @@ from the config's mix. Each task is played --trials times (trial 0..K-1, one sim
 customer words things differently per trial). Prints the pass rate (reward == 1) and τ²-bench's pass^k for
 k = 1..--trials per request kind (a task counts under every kind it holds) and overall; the results file's
 `info["pass_hat_k"]` holds the same pass^k figures: {"all" | kind: {"n_tasks": N, "1": pass^1, ..., "K": pass^K}}.
+
+Every episode is kept as it finishes in `<out>.partial.jsonl` (benchmarks/results_journal.py): a run killed or
+interrupted continues where it stopped when the same command runs again, and an episode the agent's server cannot
+serve after its retries is counted (exit 1, the results file not written) and played again by the rerun.
 """
 from __future__ import annotations
 
@@ -27,13 +31,14 @@ from typing import Any, Callable
 
 from tqdm import tqdm
 
-from benchmarks.agents import Agent, ExpertAgent
+from benchmarks.agents import Agent, ExpertAgent, ServerError
 from benchmarks.results import make_simulation, pass_hat_k, pass_rates, write_results
+from benchmarks.results_journal import ResultsJournal
 from benchmarks.storefront.env import StorefrontConfig, StorefrontGame
 from benchmarks.storefront.flaws import FlawedExpertAgent
 from benchmarks.storefront.user_sim import REQUEST_KINDS
 from game_registry import parse_hermes_action
-from common.cli import cli_entry, exit_code
+from common.cli import Interrupted, cli_entry, exit_code
 from common.io import check_output_path, load_yaml_mapping
 from common.validation import InputError, check_number
 
@@ -67,21 +72,60 @@ def run_benchmark(agent: Agent, n_tasks: int, seed: int, trials: int = 1, config
     simulations, tasks = [], {}
     bar = tqdm(total=n_tasks * trials, desc="storefront", unit="ep", file=sys.stderr, disable=not progress)
     for index in range(n_tasks):
-        episode_seed = task_seed(seed, index)
         for trial in range(trials):
-            started = time.time()
-            # Each trial samples with its own seed: one seed for all trials would repeat trial 0 K times.
-            agent_seed = episode_seed if trial == 0 else task_seed(episode_seed, trial)
-            messages, summary = play_episode(game, agent, episode_seed, agent_seed, trial=trial)
-            task = game.task
-            tasks.setdefault(task.task_id, task.to_json())
-            reward_info = {k: v for k, v in summary.items() if k not in ("termination_reason", "task_id", "trial")}
-            simulations.append(make_simulation(
-                task_id=task.task_id, messages=messages, reward_info=reward_info,
-                termination_reason=summary["termination_reason"], trial=trial, sample_idx=0, seed=episode_seed,
-                duration=round(time.time() - started, 4), request_kinds=task.request_kinds))
+            simulation, task = play_task(game, agent, seed, index, trial)
+            simulations.append(simulation)
+            tasks.setdefault(simulation["task_id"], task)
             bar.update(1)
     bar.close()
+    return simulations, list(tasks.values())
+
+
+def play_task(game: StorefrontGame, agent: Agent, seed: int, index: int, trial: int
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(simulation, task entry) of trial `trial` of task `index` in a run with base `seed`."""
+    started = time.time()
+    episode_seed = task_seed(seed, index)
+    # Each trial samples with its own seed: one seed for all trials would repeat trial 0 K times.
+    agent_seed = episode_seed if trial == 0 else task_seed(episode_seed, trial)
+    messages, summary = play_episode(game, agent, episode_seed, agent_seed, trial=trial)
+    task = game.task
+    reward_info = {k: v for k, v in summary.items() if k not in ("termination_reason", "task_id", "trial")}
+    simulation = make_simulation(
+        task_id=task.task_id, messages=messages, reward_info=reward_info,
+        termination_reason=summary["termination_reason"], trial=trial, sample_idx=0, seed=episode_seed,
+        duration=round(time.time() - started, 4), request_kinds=task.request_kinds)
+    return simulation, task.to_json()
+
+
+def run_journaled(agent: Agent, n_tasks: int, seed: int, trials: int, config: StorefrontConfig,
+                  journal: ResultsJournal, progress: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """`run_benchmark` for the CLI: the episodes `journal` holds are not played again, every other one is kept in
+    it as it finishes, and an episode whose server fails (ServerError) is recorded there as not scored. Returns
+    (simulations, tasks) of the scored episodes, in task order; `journal.errors` holds the others."""
+    game = StorefrontGame(config)
+    keys = [(index, trial) for index in range(n_tasks) for trial in range(trials)]
+    todo = [key for key in keys if key not in journal.scored]
+    if len(todo) < len(keys):
+        print(f"{journal.path}: {len(keys) - len(todo)} of {len(keys)} episodes already scored; playing the other "
+              f"{len(todo)}", file=sys.stderr)
+    bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc="storefront", unit="ep", file=sys.stderr,
+               disable=not progress)
+    for index, trial in todo:
+        try:
+            simulation, task = play_task(game, agent, seed, index, trial)
+        except ServerError as err:
+            journal.server_error((index, trial), str(err))
+        else:
+            journal.add((index, trial), simulation, task)
+        bar.update(1)
+    bar.close()
+    simulations, tasks = [], {}
+    for key in keys:
+        if key in journal.scored:
+            simulation, task = journal.scored[key]
+            simulations.append(simulation)
+            tasks.setdefault(simulation["task_id"], task)
     return simulations, list(tasks.values())
 
 
@@ -208,8 +252,25 @@ def main(argv: list[str] | None = None, make_agent: Callable[[argparse.Namespace
     kinds = _parse_kinds(args.kinds)
     config = load_config(args.config, kinds)
     agent = make_agent(args)
-    simulations, tasks = run_benchmark(agent, args.tasks, args.seed, args.trials, config,
-                                       progress=not args.no_progress)
+    # What decides the results: a rerun with the same settings continues the journal, another is refused.
+    # The agent as it describes itself, less where its server listens (a restarted server may move).
+    agent_settings = {k: v for k, v in agent.describe().items() if k != "base_url"}
+    settings = {"agent": agent_settings, "tokenizer": args.tokenizer, "tasks": args.tasks,
+                "seed": args.seed, "trials": args.trials, "temperature": args.temperature,
+                "max_new_tokens": args.max_new_tokens, "config": dataclasses.asdict(config)}
+    with ResultsJournal(args.out, settings) as journal:
+        try:
+            simulations, tasks = run_journaled(agent, args.tasks, args.seed, args.trials, config, journal,
+                                               progress=not args.no_progress)
+        except KeyboardInterrupt:
+            raise Interrupted(f"{len(journal.scored)} scored episodes are kept in {journal.path}: run the same "
+                              "command again to continue") from None
+        if journal.errors:
+            print(f"error: {len(journal.errors)} of {args.tasks * args.trials} episodes could not be scored (the "
+                  f"agent's server failed after its retries; first: {next(iter(journal.errors.values()))}); the "
+                  f"{len(journal.scored)} scored ones are kept in {journal.path}: run the same command again to "
+                  "play the others", file=sys.stderr)
+            return 1
     info = {
         "benchmark": "storefront", "num_tasks": args.tasks, "num_trials": args.trials, "seed": args.seed,
         "kinds": list(kinds or config.kind_weights), "config": dataclasses.asdict(config), "max_steps": config.max_steps, "max_errors": config.max_errors,
@@ -223,6 +284,7 @@ def main(argv: list[str] | None = None, make_agent: Callable[[argparse.Namespace
                           for label, group in hat.items()}
     info["format"] = fmt = format_stats(simulations)
     write_results(args.out, simulations, tasks, info)
+    journal.remove()
     print(format_table(simulations, hat, args.trials))
     print(f"format: {fmt['turns']} assistant turns: {fmt['tool_call_turns']} tool calls, {fmt['reply_turns']} replies, "
           f"{fmt['malformed_turns']} malformed (valid format rate {fmt['valid_format_rate']}, valid tool-call rate "
@@ -232,4 +294,4 @@ def main(argv: list[str] | None = None, make_agent: Callable[[argparse.Namespace
 
 
 if __name__ == "__main__":
-    sys.exit(exit_code(main))  # Ctrl-C: one line, exit 130 (results are written only at the end)
+    sys.exit(exit_code(main))  # Ctrl-C: one line, exit 130 (the scored episodes stay in the journal)

@@ -1,0 +1,102 @@
+"""An evaluation that survives its server and its process: every scored episode is kept as it finishes.
+
+`ResultsJournal(out, settings)` is `<out>.partial.jsonl`, next to the results file the run will write:
+
+- line 1 `{"settings": ...}`: what decides the results (agent, seed, tasks, trials, config, sampling); a rerun
+  with other settings is refused (InputError naming the difference), so two runs never mix;
+- then one line per finished episode, `{"key": [task_index, trial], "simulation": ..., "task": ...}`, written
+  and fsync-ed as the episode ends: a process killed at any point loses at most the episode it was playing
+  (a cut-off last line is ignored and that episode played again);
+- or `{"key": ..., "server_error": "..."}` for an episode the agent's server could not serve after its retries
+  (benchmarks.agents.ServerError): recorded, never scored as 0, and played again by the next run.
+
+A rerun of the same command continues from what was scored: every episode is scored exactly once. The holder
+takes an `flock` on the journal, so a second process on the same results file is refused at once. When every
+episode is scored, the caller writes the results file and `remove()`s the journal.
+
+Why not write the results file itself as episodes finish: it is one JSON document (τ²-bench's format) that
+readers load whole; rewriting it per episode costs O(n²) and a half-run file would look like a finished one.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from common.validation import InputError
+
+Key = tuple[int, int]  # (task index, trial)
+
+
+class ResultsJournal:
+    """The episodes of one run scored so far (see the module docstring)."""
+
+    def __init__(self, out: str | os.PathLike, settings: dict[str, Any]) -> None:
+        self.path = Path(f"{os.fspath(out)}.partial.jsonl")
+        self.settings = json.loads(json.dumps(settings, sort_keys=True, default=str))  # as it reads back
+        self.scored: dict[Key, tuple[dict[str, Any], dict[str, Any]]] = {}
+        self.errors: dict[Key, str] = {}
+        self._handle: Any = None
+
+    def __enter__(self) -> "ResultsJournal":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise InputError(f"{self.path} is in use by another run of the same results file; wait for it to end, "
+                             "or write --out elsewhere") from None
+        handle.seek(0)
+        lines = handle.read().split("\n")
+        self._handle = handle
+        if not lines[0].strip():  # a new journal
+            self._write({"settings": self.settings})
+            return self
+        saved = json.loads(lines[0]).get("settings")
+        if saved != self.settings:
+            differ = sorted(k for k in set(saved or {}) | set(self.settings)
+                            if (saved or {}).get(k) != self.settings.get(k))
+            handle.close()
+            raise InputError(f"{self.path} holds a run with other settings ({', '.join(differ)} differ); rerun that "
+                             f"command to finish it, or delete {self.path.name} to start this one over")
+        for number, line in enumerate(lines[1:], start=2):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                if number == len(lines) or not any(rest.strip() for rest in lines[number:]):
+                    break  # the line a killed process was writing: that episode is played again
+                raise InputError(f"{self.path}: line {number} is not JSON; delete the file to start over") from None
+            if "simulation" in entry:  # a server error of an earlier run is not kept: this run plays it again
+                self.scored[(int(entry["key"][0]), int(entry["key"][1]))] = (entry["simulation"], entry["task"])
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        self._handle.seek(0, os.SEEK_END)
+        self._handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+
+    def add(self, key: Key, simulation: dict[str, Any], task: dict[str, Any]) -> None:
+        """Keep one scored episode (durably, before the next one starts)."""
+        self._write({"key": list(key), "simulation": simulation, "task": task})
+        self.scored[key] = (simulation, task)
+        self.errors.pop(key, None)
+
+    def server_error(self, key: Key, message: str) -> None:
+        """Record an episode the server could not serve (not a score: the next run plays it again)."""
+        self._write({"key": list(key), "server_error": message})
+        self.errors[key] = message
+
+    def remove(self) -> None:
+        """The run is complete and its results file written: the journal goes."""
+        self.path.unlink(missing_ok=True)
