@@ -147,7 +147,7 @@ def _remove(entry: Path) -> None:
     shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
 
 
-def _run_entries(folder: Path) -> list[str]:
+def run_entries(folder: Path) -> list[str]:
     """The names in a run folder that belong to a run (not the lock, not a set-aside previous run)."""
     return sorted(e.name for e in folder.iterdir() if e.name not in (LOCK_NAME, SET_ASIDE_NAME))
 
@@ -155,7 +155,7 @@ def _run_entries(folder: Path) -> list[str]:
 def _restore_set_aside(folder: Path) -> int:
     """Put back the previous run that an --overwrite run set aside, removing what that run wrote; the count."""
     aside = folder / SET_ASIDE_NAME
-    for name in _run_entries(folder):
+    for name in run_entries(folder):
         _remove(folder / name)
     names = sorted(e.name for e in aside.iterdir())
     for name in names:
@@ -204,7 +204,7 @@ def claimed_run_folder(path: str | os.PathLike, flag: str, *, fresh: bool, overw
             count = _restore_set_aside(folder)
             print(f"{flag} {folder}: put back the previous run's {count} entries, which a killed --overwrite run "
                   "had set aside", file=sys.stderr)
-        entries = _run_entries(folder)
+        entries = run_entries(folder)
         set_aside = bool(fresh and entries)
         if set_aside:
             if not overwrite:

@@ -27,7 +27,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from common.validation import InputError
-from common.run_folder import check_output_dir, follow_umask, looks_local, same_path
+from common.run_folder import check_output_dir, follow_umask, looks_local, run_entries, same_path
 from train.config import GRPOConfig, load_config
 
 CHECKPOINT_PREFIX = "iter_"
@@ -255,7 +255,7 @@ def plan_resume(resume: Path, requested: dict[str, object], world_size: int, sav
     target = run_dir
     if output and not same_path(output, run_dir):
         target = check_output_dir(output, "--output_dir")
-        if target.is_dir() and any(target.iterdir()):
+        if target.is_dir() and run_entries(target):  # (rank 0 may hold it already: its lock is no run file)
             raise InputError(f"--output_dir {output}: a resume continues in its own run folder {run_dir}; leave out "
                              f"--output_dir, or give a new empty folder to continue {checkpoint.name} there "
                              f"({run_dir} then stays as it is)")
