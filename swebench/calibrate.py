@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 from common.cli import exit_code
 from common.io import atomic_write_json, atomic_write_text, check_model_folder, check_output_path, load_json
+from common.run_folder import claimed_run_folder
 from common.validation import InputError, check_int, check_number
 from swebench.generators import GENERATORS, generate_one
 from swebench.mutations import ROUND_ORDER, SCHEDULES, mutate_round
@@ -255,9 +256,11 @@ def main(argv: list[str] | None = None) -> int:
         check_output_path(work_dir / "state.json", "--work-dir", inputs)
         if Path(args.model).exists():  # a local folder (else a hub id or a served name)
             check_model_folder(args.model, "--model")
-        rollouts = trainer_rollouts(args.capability, args.model, args.adapter, args.samples, args.temperature,
-                                    args.max_episode_tokens, work_dir, sandbox=config.sandbox)
-        state = calibrate(config, rollouts, work_dir)
+        # One work folder, one calibration: a second one is refused at once (a rerun resumes from state.json).
+        with claimed_run_folder(work_dir, "--work-dir", fresh=False):
+            rollouts = trainer_rollouts(args.capability, args.model, args.adapter, args.samples, args.temperature,
+                                        args.max_episode_tokens, work_dir, sandbox=config.sandbox)
+            state = calibrate(config, rollouts, work_dir)
     except (InputError, ValueError, SandboxUnavailable) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -643,6 +643,20 @@ def test_swebench_calibrate_checks_numbers_before_any_rollout(flags, message, mo
     assert rollouts.calls == [] and list(tmp_path.iterdir()) == []
 
 
+def test_swebench_calibrate_refuses_a_work_folder_in_use(monkeypatch, tmp_path, capsys):
+    from common.run_folder import claimed_run_folder
+    from swebench import calibrate
+
+    rollouts = Recorder()
+    monkeypatch.setattr(calibrate, "trainer_rollouts", rollouts)
+    with claimed_run_folder(tmp_path / "work", "--work-dir", fresh=False, command="python -m swebench.calibrate (1)"):
+        code = calibrate.main(["--capability", "semantic_logic_precision", "--model", "some/model", "--work-dir",
+                               str(tmp_path / "work"), "--out", str(tmp_path / "out.json"), "--unsafe-no-isolation"])
+    expect_refused(code, capsys, "--work-dir",
+                   f"is in use by another run (pid {os.getpid()}, `python -m swebench.calibrate (1)`")
+    assert rollouts.calls == []
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--threshold", "nan"], "--threshold must be a finite number in [0, 1], got nan"),
     (["--threshold", "nan", "--model", "some/model"], "--threshold must be a finite number in [0, 1], got nan"),
