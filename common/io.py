@@ -258,8 +258,8 @@ def read_text(path: str | os.PathLike, what: str = "file") -> str:
 
 
 def load_yaml_mapping(path: str | os.PathLike) -> dict[str, Any]:
-    """A YAML config file's top-level mapping ({} for an empty file); a missing file, broken YAML or a
-    non-mapping raises InputError."""
+    """A YAML config file's top-level mapping; a missing file, broken YAML, a non-mapping or an empty file (only
+    blanks or comments: most likely the wrong file or one not written yet) raises InputError."""
     import yaml
 
     text = read_text(path, "config file")
@@ -271,7 +271,8 @@ def load_yaml_mapping(path: str | os.PathLike) -> dict[str, Any]:
         problem = getattr(err, "problem", None) or str(err)
         raise InputError(f"{path}: invalid YAML{where}: {problem}") from None
     if loaded is None:
-        return {}
+        raise InputError(f"{path}: the config file is empty (no key: value); write the fields to set in it, or leave "
+                         "the flag out for the defaults")
     if not isinstance(loaded, dict):
         raise InputError(f"{path}: the config must be a YAML mapping (key: value), got {type(loaded).__name__}")
     return loaded

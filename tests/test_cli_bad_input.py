@@ -950,7 +950,7 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
             (aggregate_capabilities, "aggregate")),
         "labels_to_run": (labels_to_run.main, {
             "missing": [str(m), *lr[1:]], "output": [*lr[:-1], str(folder)], "over_input": [*lr[:-1], str(labels)]},
-            (labels_to_run, "labels_to_run")),
+            (labels_to_run, "atomic_write_json")),
         "label_trajectories": (label_trajectories.main, {
             "missing": [str(m), *lt[1:]], "output": [*lt, "--export", str(folder)], "nan": [*lt, "--rho", "nan"],
             "over_input": [*lt, "--export", str(summary)]},
@@ -1036,7 +1036,13 @@ SWEEP = {
     "bench/sft_step": ("bench/sft_step.py", "missing nan"),
     "bench/gate_overhead": ("bench/gate_overhead.py", "nan"),
 }
-GENERIC_CASES = [(name, kind) for name, (_, kinds) in SWEEP.items() for kind in kinds.split()]
+# An entry point that reads a file gets it also empty and malformed (the missing file's place in the command),
+# except where any text is a valid file.
+FILE_KINDS = ("empty", "malformed")
+ANY_TEXT = {"train.tiny": "a --corpus file may be plain text"}
+GENERIC_CASES = [(name, kind) for name, (_, kinds) in SWEEP.items()
+                 for kind in kinds.split() + [k for k in FILE_KINDS if "missing" in kinds.split()
+                                              and not (k == "malformed" and name in ANY_TEXT)]]
 
 
 @pytest.mark.parametrize("name, kind", GENERIC_CASES)
@@ -1047,14 +1053,20 @@ def test_every_entry_point_refuses_generic_bad_input(name, kind, tmp_path, tiny_
     started = Recorder()
     monkeypatch.setattr(module, work, started)
     capsys.readouterr()
+    argv = argvs["missing" if kind in FILE_KINDS else kind]
+    if kind in FILE_KINDS:  # the same command with an empty or a malformed file where the missing one was
+        bad = tmp_path / f"{kind}.json"
+        bad.write_text("" if kind == "empty" else '{"not": json,\n  - [')
+        argv = [str(bad) if arg == str(tmp_path / "missing.json") else arg for arg in argv]
+        argv = [f"2={bad}" if arg == f"2={tmp_path / 'missing.json'}" else arg for arg in argv]
     before = _files(tmp_path)
-    code = main(argvs[kind])
+    code = main(argv)
     err = capsys.readouterr().err
     assert code == 2, err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    named = {"missing": "missing.json", "nan": "nan", "output": str(tmp_path / ("folder" if "folder" in
-                                                                                argvs[kind][-1] else "a_file")),
-             "over_input": f"{argvs[kind][-1]} {'holds' if name == 'train.tiny' else 'is also'}"
+    named = {"missing": "missing.json", "nan": "nan", "empty": "empty.json", "malformed": "malformed.json",
+             "output": str(tmp_path / ("folder" if "folder" in argv[-1] else "a_file")),
+             "over_input": f"{argv[-1]} {'holds' if name == 'train.tiny' else 'is also'}"
              }[kind]
     assert named in err, err
     assert started.calls == [] and _files(tmp_path) == before
