@@ -49,10 +49,17 @@ Inputs = Iterable[tuple[str, "str | os.PathLike | None"]]  # (what it is: a flag
 
 
 def _resolved(path: str | os.PathLike) -> Path:
+    """`path` with symlinks and `..` resolved (`~` is a folder name here, as it is to open()); as written, made
+    absolute, when it cannot be resolved (a symlink loop, a folder we may not look into)."""
     try:
-        return Path(path).expanduser().resolve()
-    except (OSError, RuntimeError):  # a symlink loop: compare it as written
+        return Path(path).resolve()
+    except (OSError, RuntimeError):
         return Path(os.path.abspath(path))
+
+
+def same_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two paths name the same file or folder (after symlinks and `..`; either may not exist yet)."""
+    return _resolved(a) == _resolved(b)
 
 
 def check_not_an_input(output: str | os.PathLike, flag: str, inputs: Inputs, *, folder: bool = False) -> None:

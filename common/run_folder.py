@@ -32,14 +32,6 @@ from common.io import check_model_folder, check_output_folder, current_umask
 from common.validation import InputError
 
 
-def same_path(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """Whether two paths name the same file or folder (after symlinks and `..`; either may not exist yet)."""
-    try:
-        return Path(a).resolve() == Path(b).resolve()
-    except OSError:
-        return os.path.abspath(a) == os.path.abspath(b)
-
-
 def check_output_dir(path: str | os.PathLike, flag: str, *, inputs: Iterable[tuple[str, str | os.PathLike]] = ()
                      ) -> Path:
     """`path` as a Path if a run can write its folder there (common.io.check_output_folder: not a file, not
@@ -186,6 +178,9 @@ def claimed_run_folder(path: str | os.PathLike, flag: str, *, fresh: bool, overw
     Under torchrun only rank 0 claims (the other ranks write nothing of their own there). Raise InputError
     before any costly work: call it after the input checks, before the model loads.
     """
+    if overwrite and not fresh:  # a resume (--resume) with --overwrite
+        raise InputError("--overwrite starts a new run in place of the old one; --resume continues the old one: "
+                         "pass one of them")
     folder = Path(path)
     if os.environ.get("RANK", "0") != "0":
         yield folder

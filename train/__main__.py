@@ -124,9 +124,6 @@ def main(argv: list[str] | None = None) -> int:
     check_game_overrides(spec, config.game_overrides)  # a bad field fails before the model loads
     require_trackers(config.report_to)  # a missing package stops the run before the model loads
     check_model(config.model)
-    if args.overwrite and args.resume:
-        raise InputError("--overwrite starts a new run in place of the old one; --resume continues the old one: "
-                         "pass one of them")
     output_dir = config.resolved_output_dir()
     # One folder, one run: a second process is refused, and a new run does not mix its files with another's.
     with claimed_run_folder(output_dir, "--output_dir", fresh=plan is None, overwrite=args.overwrite,

@@ -27,7 +27,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from common.validation import InputError
-from common.run_folder import check_output_dir, follow_umask, looks_local, run_entries, same_path
+from common.io import same_path
+from common.run_folder import check_output_dir, follow_umask, looks_local, run_entries
 from train.config import GRPOConfig, load_config
 
 CHECKPOINT_PREFIX = "iter_"

@@ -135,9 +135,6 @@ def main(argv: list[str] | None = None) -> int:
     require_trackers(grpo.report_to)  # a missing package stops the run before the model loads
     check_model(grpo.model)
     output = grpo.resolved_output_dir()
-    if args.overwrite and args.resume:
-        raise InputError("--overwrite starts a new run in place of the old one; --resume continues the old one: "
-                         "pass one of them")
     # One folder, one run: a second process is refused, and a new run does not mix its files with another's.
     with claimed_run_folder(output, "output_dir", fresh=plan is None, overwrite=args.overwrite,
                             continue_hint=f"pass --resume {output} to continue it"):
