@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.cli import cli_entry, exit_code
+from common.cli import cli_entry, exit_code, seed_value
 from common.io import atomic_write_json, load_json
 from common.validation import InputError
 
@@ -245,12 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default="configs/demo.yaml", help="the demo config the run folder was made with")
     parser.add_argument("--games", nargs="*", default=None, help="capabilities (default: those Step 3 trains)")
     parser.add_argument("--settings", nargs="+", default=["one_step=1x1", "default"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--seeds", nargs="+", type=seed_value, default=[0, 1, 2])
     parser.add_argument("--iterations", type=int, default=None, help="default: the demo's loop.iterations")
     parser.add_argument("--eval_every", type=int, default=4)
     parser.add_argument("--tasks", type=int, default=None, help="default: the demo's own_game.tasks")
     parser.add_argument("--samples", type=int, default=2)
-    parser.add_argument("--eval_seed", type=int, default=None, help="default: the demo's own_game.seed")
+    parser.add_argument("--eval_seed", type=seed_value, default=None, help="default: the demo's own_game.seed")
     parser.add_argument("--out", type=Path, default=Path("bench_out/grpo_learning"))
     args = parser.parse_args(argv)
     return run(args)

@@ -39,7 +39,7 @@ import torch
 from tqdm import tqdm
 
 from game_registry import GameSpec, lookup_game
-from common.cli import cli_entry, exit_code
+from common.cli import cli_entry, exit_code, seed_value
 from common.validation import InputError
 
 DEFAULT_GAME = "capability_precondition_verification"
@@ -81,7 +81,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
     parser.add_argument("--model-dir", type=Path, default=None,
                         help="an existing tiny model folder (default: build one with train.tiny into a temp dir)")
-    parser.add_argument("--seed", type=int, default=0, help="LoRA init and sampling seed (default 0)")
+    parser.add_argument("--seed", type=seed_value, default=0, help="LoRA init and sampling seed (default 0)")
     parser.add_argument("--target", type=float, default=1.5, help="speedup to reach for exit 0 (default 1.5)")
     return parser.parse_args(argv)
 

@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from common.cli import cli_entry, exit_code
+from common.cli import cli_entry, exit_code, seed_value
 from common.paths import REPO_ROOT
 from common.validation import InputError
 from game_registry import get_game
@@ -69,7 +69,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--single-turn-tokens", type=int, default=64, help="new tokens per row, single turn")
     parser.add_argument("--vllm-url", default=None, help="a vLLM server serving --model (e.g. http://127.0.0.1:8000)")
     parser.add_argument("--vllm-model", default=None, help="its served model name (default: the first it lists)")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument("--seed", type=seed_value, default=0, help="sampling seed (default 0)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--target", type=float, default=3.0, help="headline ratio to reach for exit 0 (default 3)")
     parser.add_argument("--lora", action="store_true",

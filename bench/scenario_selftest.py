@@ -17,7 +17,7 @@ import argparse
 import sys
 import time
 
-from common.cli import exit_code
+from common.cli import exit_code, seed_value
 from swebench.generators import GENERATORS, generate_one
 from swebench.mutations import mutate_rounds
 from swebench.sandbox import (UNSAFE_FLAG, SandboxConfig, SandboxUnavailable,
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(UNSAFE_FLAG, dest="unsafe_no_isolation", action="store_true",
                         help="run without namespace isolation where namespaces are missing (unsafe)")
     parser.add_argument("--mutation-rounds", type=int, default=0, choices=range(0, 6))
-    parser.add_argument("--seed", type=int, default=1000)
+    parser.add_argument("--seed", type=seed_value, default=1000)
     args = parser.parse_args(argv)
     if args.n < 2 or args.workers < 1 or not args.target >= 0:
         parser.error("--n must be >= 2, --workers >= 1 and --target >= 0")

@@ -64,3 +64,17 @@ def exit_code(main: Callable[[list[str] | None], int], argv: list[str] | None = 
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the job
             print(f"interrupted; {next_step}", file=sys.stderr, flush=True)
         return INTERRUPTED
+
+
+def seed_value(text: str) -> int:
+    """argparse `type=` of a seed flag: an integer >= 0 (numpy and the task generators refuse negative seeds,
+    and -1 read as "random" would make a run impossible to repeat)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a seed is an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed is an integer >= 0, got {value}")
+    return value

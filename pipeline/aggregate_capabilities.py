@@ -62,7 +62,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from common.cli import cli_entry, exit_code
+from common.cli import cli_entry, exit_code, seed_value
 from common.io import Inputs, atomic_write_json, check_output_path, load_json
 from common.validation import InputError
 
@@ -672,7 +672,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--rho", type=float, default=0.10, help="minimum Cov per run (default 0.10)")
     parser.add_argument("--delta", type=float, default=0.20, help="minimum Δ per run (default 0.20)")
     parser.add_argument("--k", type=int, default=8, help="minimum number of passing runs (default 8)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--seed", type=seed_value, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--n-bootstrap", type=int, default=2000,
                         help=f"bootstrap resamples, 1 to {MAX_BOOTSTRAP:,} (default 2000)")
     parser.add_argument("--export", default=DEFAULT_EXPORT, help=f"selected list output (default {DEFAULT_EXPORT})")

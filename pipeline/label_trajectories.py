@@ -51,7 +51,7 @@ from typing import Any, Sequence
 
 from tqdm import tqdm
 
-from common.cli import INTERRUPTED, cli_entry, exit_code
+from common.cli import INTERRUPTED, cli_entry, exit_code, seed_value
 from common.run_folder import claimed_run_folder
 from common.io import atomic_write_json, check_output_folder, load_jsonl
 from common.validation import InputError, check_number, check_url
@@ -698,7 +698,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--concurrency", type=int, default=4, help="calls in flight at once (default 4)")
     parser.add_argument("--temperature", type=_temperatures, default=(1.0,),
                         help="sampling temperature, or one per run comma-separated (default 1.0)")
-    parser.add_argument("--seed", type=int, default=0, help="run r samples with seed SEED + r (default 0)")
+    parser.add_argument("--seed", type=seed_value, default=0, help="run r samples with seed SEED + r (default 0)")
     parser.add_argument("--max-tokens", type=int, default=2048, help="answer token limit per call (default 2048)")
     parser.add_argument("--max-attempts", type=int, default=3,
                         help="answers per call before unlabeled pairs become NA (default 3)")
@@ -782,6 +782,8 @@ def _label(args: argparse.Namespace, out: Path) -> int:
         max_trajectory_chars=args.max_trajectory_chars, min_candidates=args.min_candidates,
         max_candidates=args.max_candidates, propose_failed=args.propose_failed,
         propose_passed=args.propose_passed, propose_max_chars=args.propose_max_chars)
+    check_number(args.backoff_base, "--backoff-base", 0.0)  # RetryPolicy names its fields, not the flags
+    check_number(args.backoff_max, "--backoff-max", 0.0)
     retry = RetryPolicy(max_retries=args.http_retries, base_delay=args.backoff_base, max_delay=args.backoff_max,
                         max_retry_after=args.max_retry_after)
     limiter = RateLimiter(args.requests_per_minute)

@@ -81,8 +81,10 @@ class SummarizeOptions:
     def __post_init__(self) -> None:
         if isinstance(self.max_chars, bool) or not isinstance(self.max_chars, int) or self.max_chars < 1:
             raise InputError(f"max_chars must be a positive integer (got {self.max_chars!r}); e.g. 1000")
-        if not isinstance(self.pass_threshold, (int, float)) or not math.isfinite(self.pass_threshold):
-            raise InputError(f"pass_threshold must be a finite number (got {self.pass_threshold!r}); e.g. 1.0")
+        if (not isinstance(self.pass_threshold, (int, float)) or not math.isfinite(self.pass_threshold)
+                or self.pass_threshold <= 0):
+            raise InputError(f"pass_threshold must be a finite number > 0 (got {self.pass_threshold!r}; at 0 or "
+                             "below every trajectory passes); e.g. 1.0")
         if self.reports is not None and not Path(self.reports).exists():
             raise InputError(f"reports path {self.reports} does not exist; pass an existing folder or report file")
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from common.cli import exit_code
+from common.cli import exit_code, seed_value
 from common.io import atomic_write_json, atomic_write_text, check_model_folder, check_output_path, load_json
 from common.run_folder import claimed_run_folder
 from common.validation import InputError, check_int, check_number
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--adapter", default=None, help="PEFT adapter (in process) or served adapter name (vLLM)")
     parser.add_argument("--target", type=int, default=10, help="scenarios to accept")
     parser.add_argument("--candidates", type=int, default=20, help="scenarios generated at the start")
-    parser.add_argument("--seed", type=int, default=0, help="generator seed of the first candidate")
+    parser.add_argument("--seed", type=seed_value, default=0, help="generator seed of the first candidate")
     parser.add_argument("--samples", type=int, default=10, help="smoke rollouts per scenario and round")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--threshold", type=float, default=0.5, help="accept at success rate <= this")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from common.cli import cli_entry, exit_code
+from common.cli import cli_entry, exit_code, seed_value
 from common.io import check_output_path
 from swebench.generators import GENERATORS, generate_one
 from swebench.generators.filler import SIZES
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m swebench.generate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--capability", required=True, choices=sorted(GENERATORS))
     parser.add_argument("--n", type=int, required=True, help="number of scenarios")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the first scenario (default 0)")
+    parser.add_argument("--seed", type=seed_value, default=0, help="seed of the first scenario (default 0)")
     parser.add_argument("--out", type=Path, required=True, help="scenarios JSON file to write")
     parser.add_argument("--call-depth", type=int, choices=(3, 4, 5), default=None,
                         help="deep_call_graph_traversal: calls from the public entry to the buggy helper")

@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from common.cli import exit_code
 from common.io import atomic_write_json, check_output_path
-from common.validation import InputError
+from common.validation import InputError, check_number
 from swebench.grading import test_node_ids
 from swebench.patches import PatchError, apply_patch
 from swebench.sandbox import (UNSAFE_FLAG, SandboxConfig, SandboxUnavailable, TestRun, VerdictGroup,
@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers < 1 or args.min_regression < 0:
         parser.error("--workers must be >= 1 and --min-regression >= 0")
     try:
+        check_number(args.timeout, "--timeout", 0.0, low_open=True)
         config = SandboxConfig(timeout_s=args.timeout, isolation=args.isolation,
                                allow_unisolated=args.unsafe_no_isolation)
         resolve_isolation(config.isolation, config.allow_unisolated)  # refuse before anything is written

@@ -450,7 +450,7 @@ def test_recalibrate_refuses_nan_band(recal_game, rollouts_file, band, tmp_path,
 @pytest.fixture
 def no_benchmark(monkeypatch):
     runs = Recorder(result=([], []))
-    monkeypatch.setattr(storefront_run, "run_benchmark", runs)
+    monkeypatch.setattr(storefront_run, "run_journaled", runs)
     return runs
 
 
@@ -871,7 +871,13 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
     candidates.write_text(json.dumps({"candidates": [{"name": "tool_use", "description": "d"}]}))
     rollouts = tmp_path / "rollouts.json"
     rollouts.write_text(json.dumps({"info": {}, "tasks": [], "simulations": [
-        {"id": "0", "task_id": 0, "sample_idx": 0, "reward_info": {"reward": 1.0}}]}))
+        {"id": "0", "task_id": 0, "sample_idx": 0, "reward_info": {"reward": 1.0},
+         "messages": [{"role": "user", "content": "hi"}]}]}))
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"},
+                                             {"role": "assistant", "content": "hello"}]}) + "\n")
+    one_scenario = tmp_path / "one_scenario.json"
+    swe_scenario.save_scenarios(one_scenario, [swe_generate.generate_one("semantic_logic_precision", 0, size="small")])
     scenarios = tmp_path / "scenarios.json"
     scenarios.write_text("[]")
     config = tmp_path / "storefront.yaml"
@@ -909,7 +915,7 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
     sl = [str(scenarios), "--no-progress", "--out", str(out)]
     ge = ["--capability", "semantic_logic_precision", "--n", "1", "--no-progress", "--out", str(out)]
     vg = ["toy_vault_generic_door", "--json-output", str(out), "--no-progress"]
-    return {
+    entries = {
         "train": (train_cli.main, {
             "missing": [*tr, "--config", str(m)], "output": [*tr[:-1], str(a_file)],
             "nan": [*tr, "--temperature", "nan"]},
@@ -965,7 +971,7 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
             "missing": [*sf, "--config", str(m)], "output": ["--agent", "expert", "--tasks", "2", "--out", str(folder)],
             "nan": [*sf, "--temperature", "nan"],
             "over_input": ["--agent", "expert", "--tasks", "2", "--config", str(config), "--out", str(config)]},
-            (storefront_run, "run_benchmark")),
+            (storefront_run, "run_journaled")),
         "train.play": (play.main, {  # a model agent: every check before the model is built
             "missing": [*tp, "--config", str(m)], "output": [*tp[:-3], "--no-progress", "--out", str(folder)],
             "nan": [*tp, "--temperature", "nan"],
@@ -1000,6 +1006,33 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
         "bench/gate_overhead": (gate_overhead.main, {"nan": ["--target", "nan"]},
                                 (gate_overhead, "make_random_adapter")),
     }
+    # "ok": a command line each command accepts as a whole (its work would start): tests/test_cli_numeric_flags.py
+    # adds one bad number at a time to it. Where the NaN case's command is valid without its NaN, that is the one.
+    valid = {
+        "train.sft": [*st[:3], str(chat), *st[4:]],
+        "train.grpo_gater": ["--config", str(REPO / "configs/moe_gate.yaml"), "--model", str(tiny_model_dir),
+                             "--output_dir", str(tmp_path / "gate")],
+        "train.train_router_sft": ["--config", str(REPO / "configs/moe_gate.yaml")],
+        "storefront.demos": dm,
+        "swebench.scenario": ["import-reference", str(scenarios), "--capability", "semantic_logic_precision",
+                              "--out", str(out)],
+        "swebench.selftest": [str(one_scenario), "--no-progress", "--out", str(out)],
+        "swebench.generate": ["--capability", "deep_call_graph_traversal", "--n", "1", "--no-progress",
+                              "--out", str(out)],
+        "demo": ["--profile", "fast", "--run-dir", str(tmp_path / "d")],
+        "labels_to_run": [*lr, "--missing-as", "NA"],
+        "render_pipeline": [*rp, "--run", "claude"],
+        "train.tiny": ["--out", str(tmp_path / "model"), "--corpus", str(corpus)],
+        "train.models fetch": ["fetch", "smollm2-135m", "--out", str(tmp_path / "m")],
+        "phase4_validate": [str(one_scenario), "--run-dir", str(tmp_path / "r")],
+    }
+    for name, (_, argvs, _) in entries.items():
+        if name in valid:
+            argvs["ok"] = valid[name]
+        elif "nan" in argvs:
+            at = len(argvs["nan"]) - 1 - argvs["nan"][::-1].index("nan")
+            argvs["ok"] = argvs["nan"][:at - 1] + argvs["nan"][at + 1:]
+    return entries
 
 
 # The generic sweep: each entry point, the file it runs and the kinds of bad input it gets. The entry points

@@ -25,7 +25,7 @@ from benchmarks.results import write_results
 from game_registry import GameSpec, check_game_overrides, lookup_game
 from common.io import check_model_folder, check_output_path
 from common.validation import InputError, check_int, check_number
-from common.cli import exit_code
+from common.cli import exit_code, seed_value
 from train.backends import HFBackend, RolloutBackend
 from train.episodes import ChatTokenizer, EpisodeRequest, check_prompts_fit, episode_to_simulation, run_episodes
 from train.policy import load_base_model, load_tokenizer
@@ -64,12 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, help="base model directory (or hub id)")
     parser.add_argument("--adapter", default=None, help="PEFT adapter directory to apply (in-process backend)")
     parser.add_argument("--seeds", type=int, default=100, help="number of task seeds (groups)")
-    parser.add_argument("--seed-start", type=int, default=0)
+    parser.add_argument("--seed-start", type=seed_value, default=0)
     parser.add_argument("--samples", type=int, default=16, help="samples per seed")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--max-episode-tokens", type=int, default=4096)
     parser.add_argument("--game-overrides", default="{}", help="JSON object of game config fields")
-    parser.add_argument("--sampling-seed", type=int, default=0)
+    parser.add_argument("--sampling-seed", type=seed_value, default=0)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
     # Everything is checked before any weights load or rollout is played: flags, the output path, the game and

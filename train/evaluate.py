@@ -36,7 +36,7 @@ from benchmarks.results import pass_hat_k, write_results
 from benchmarks.storefront.run import task_seed
 from common.io import check_model_folder, check_output_path
 from common.validation import InputError, check_number
-from common.cli import exit_code
+from common.cli import exit_code, seed_value
 from game_registry import GameImportError, GameSpec, get_game
 from train.backends import HFBackend
 from train.episodes import ChatTokenizer, EpisodeRequest, check_prompts_fit, episode_to_simulation, run_episodes
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--adapter", help="PEFT adapter folder or a moe_gate gate folder")
     parser.add_argument("--game", default="storefront", help="registered game (default storefront)")
     parser.add_argument("--tasks", type=int, required=True)
-    parser.add_argument("--seed", type=int, default=1000, help="base task seed (default 1000)")
+    parser.add_argument("--seed", type=seed_value, default=1000, help="base task seed (default 1000)")
     parser.add_argument("--samples", type=int, default=1, help="episodes per task (pass^k over samples)")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--config", help="YAML of the game's config fields (storefront: StorefrontConfig)")

@@ -38,7 +38,7 @@ import torch
 
 from game_registry import GameSpec, check_game_overrides, lookup_game
 from moe_gate import build_capability_model
-from common.validation import InputError
+from common.validation import InputError, check_int
 from common.cli import Interrupted, cli_entry, exit_code
 from common.run_folder import add_overwrite_flag, check_model, check_output_dir, claimed_run_folder
 from train.__main__ import finished_message, resume_hint
@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="trackers, comma-separated: tensorboard, wandb, trackio, mlflow, or none "
                              "(overrides the config)")
     args = parser.parse_args(argv)
+    if args.grpo_iterations is not None:
+        check_int(args.grpo_iterations, "--grpo_iterations", 1)
     plan: ResumePlan | None = None
     if not args.config and not args.resume:
         raise InputError("pass --config (e.g. configs/moe_gate.yaml), or --resume RUN to continue a run")

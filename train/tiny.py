@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any, Iterable
 from jinja2.exceptions import TemplateError
 from tqdm import tqdm
 
-from common.cli import cli_entry, exit_code
+from common.cli import cli_entry, exit_code, seed_value
 from common.io import atomic_write_json, check_output_folder, load_jsonl
-from common.validation import InputError
+from common.validation import InputError, check_int
 from train.chat_template import (
     TOOLS_VIEWS,
     chat_template,
@@ -421,11 +421,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FILE",
         help="tokenizer corpus: .jsonl chat records or plain text (default: built-in corpus)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="weight-initialisation seed")
+    parser.add_argument("--seed", type=seed_value, default=0, help="weight-initialisation seed")
     parser.add_argument("--tools-view", choices=TOOLS_VIEWS, default="full",
                         help="how the chat template lists tool schemas: full JSON (default) or compact signatures")
     args = parser.parse_args(argv)
-
+    for flag, value in (("--vocab", args.vocab), ("--hidden", args.hidden), ("--layers", args.layers),
+                        ("--heads", args.heads), ("--kv-heads", args.kv_heads), ("--ffn", args.ffn)):
+        if value is not None:  # by the flag's name (the config below says vocab_size, hidden_size, ...)
+            check_int(value, flag, 1)
     TinyModelConfig(
         vocab_size=args.vocab,
         hidden_size=args.hidden,

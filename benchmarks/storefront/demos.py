@@ -29,7 +29,7 @@ from benchmarks.storefront.config import StorefrontConfig
 from benchmarks.storefront.env import StorefrontGame
 from benchmarks.storefront.flaws import FLAWS, FlawedExpertAgent
 from benchmarks.storefront.run import load_config, play_episode
-from common.cli import cli_entry, exit_code
+from common.cli import cli_entry, exit_code, seed_value
 from common.io import atomic_write_jsonl, check_output_path
 from common.validation import InputError
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.storefront.demos",
                                      description="Storefront demonstrations (expert, some with planted flaws).")
     parser.add_argument("--n", type=int, required=True, help="number of demonstrations")
-    parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    parser.add_argument("--seed", type=seed_value, default=0, help="base seed (default 0)")
     parser.add_argument("--config", help="YAML of StorefrontConfig fields, e.g. configs/storefront/cpu_demo.yaml")
     parser.add_argument("--plant", default="", help=f"FLAW=SHARE pairs, flaws from {', '.join(FLAWS)}")
     parser.add_argument("--out", required=True, help="JSONL file to write")

@@ -38,7 +38,7 @@ from benchmarks.storefront.env import StorefrontConfig, StorefrontGame
 from benchmarks.storefront.flaws import FlawedExpertAgent
 from benchmarks.storefront.user_sim import REQUEST_KINDS
 from game_registry import parse_hermes_action
-from common.cli import Interrupted, cli_entry, exit_code
+from common.cli import Interrupted, cli_entry, exit_code, seed_value
 from common.io import check_output_path, load_yaml_mapping
 from common.validation import InputError, check_number
 
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None, make_agent: Callable[[argparse.Namespace
                         help="expert | flawed:FLAW (with python -m train.play also hf:MODEL_DIR[:ADAPTER_DIR] | "
                              "vllm:URL)")
     parser.add_argument("--tasks", type=int, required=True, help="number of tasks")
-    parser.add_argument("--seed", type=int, default=0, help="base seed; task seeds derive from it (default 0)")
+    parser.add_argument("--seed", type=seed_value, default=0, help="base seed; task seeds derive from it (default 0)")
     parser.add_argument("--out", required=True, help="results JSON to write")
     parser.add_argument("--config", help="YAML of StorefrontConfig fields (the task mix, id lengths, limits), e.g. "
                                          "configs/storefront/cpu_demo.yaml; left-out fields keep their defaults")

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from _common import CAPABILITIES, DEFAULT_RUN_DIR
-from common.cli import cli_entry, exit_code
+from common.cli import cli_entry, exit_code, seed_value
 
 
 def chosen_capabilities(requested: list[str], run_dir: Path) -> list[str]:
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capability", action="append", default=[], choices=CAPABILITIES)
     parser.add_argument("--candidates", type=int, default=20)
     parser.add_argument("--target", type=int, default=10)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_value, default=0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--isolation", choices=("auto", "namespace", "fallback"), default="auto")
     parser.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR)
