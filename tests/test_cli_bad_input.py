@@ -35,9 +35,9 @@ SUBPROCESS_TIMEOUT = 120
 # --------------------------------------------------------------------------------------------------
 # Shared fixtures
 # --------------------------------------------------------------------------------------------------
-def _files(root: Path) -> list[tuple[str, str]]:
+def _files(root: Path) -> list[tuple[str, bytes]]:
     """Every path under `root` with the content of each file: a snapshot to prove nothing was written."""
-    return sorted((str(p.relative_to(root)), p.read_text() if p.is_file() else "/") for p in root.rglob("*"))
+    return sorted((str(p.relative_to(root)), p.read_bytes() if p.is_file() else b"/") for p in root.rglob("*"))
 
 
 @pytest.fixture
@@ -133,7 +133,7 @@ def test_check_output_path_accepts_new_files_missing_folders_and_overwrites(tmp_
     existing.write_text("{}")
     for path in (existing, tmp_path / "new.json", tmp_path / "runs" / "deep" / "new.json"):
         check_output_path(path, "--out")
-    assert _files(tmp_path) == [("old.json", "{}")]  # the check itself creates nothing
+    assert _files(tmp_path) == [("old.json", b"{}")]  # the check itself creates nothing
 
 
 @pytest.mark.parametrize(
@@ -1026,7 +1026,26 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
         "train.models fetch": ["fetch", "smollm2-135m", "--out", str(tmp_path / "m")],
         "phase4_validate": [str(one_scenario), "--run-dir", str(tmp_path / "r")],
     }
+    # "unknown": a game, capability, model, agent or profile name that does not exist
+    nope = "nope_not_a_name"
+    unknown = {
+        "train": [*tr[:1], nope, *tr[2:]],
+        "train.evaluate": [*ev, "--game", nope],
+        "train.collect_rollouts": [*cr[:1], nope, *cr[2:]],
+        "validate_game": [nope, *vg[1:]],
+        "recalibrate": [*rc[:1], nope, *rc[2:]],
+        "train.grpo_gater": [*valid["train.grpo_gater"], "--game", nope],
+        "render_pipeline": [*rp, "--run", nope],
+        "swebench.calibrate": [*sw[:1], nope, *sw[2:]],
+        "swebench.generate": [*ge[:1], nope, *ge[2:]],
+        "train.models fetch": ["fetch", nope, "--out", str(tmp_path / "m")],
+        "storefront.run": [*sf[:1], nope, *sf[2:]],
+        "train.play": [*tp[:1], nope, *tp[2:]],
+        "demo": ["--profile", nope, "--run-dir", str(tmp_path / "d")],
+    }
     for name, (_, argvs, _) in entries.items():
+        if name in unknown:
+            argvs["unknown"] = unknown[name]
         if name in valid:
             argvs["ok"] = valid[name]
         elif "nan" in argvs:
@@ -1071,33 +1090,52 @@ SWEEP = {
 }
 # An entry point that reads a file gets it also empty and malformed (the missing file's place in the command),
 # except where any text is a valid file.
-FILE_KINDS = ("empty", "malformed")
+FILE_KINDS = ("empty", "malformed", "binary")
+# The entry points that take the name of a game, capability, model, agent or profile (the "unknown" case).
+NAMED_THINGS = ("train", "train.evaluate", "train.collect_rollouts", "validate_game", "recalibrate",
+                "train.grpo_gater", "render_pipeline", "swebench.calibrate", "swebench.generate",
+                "train.models fetch", "storefront.run", "train.play", "demo")
 ANY_TEXT = {"train.tiny": "a --corpus file may be plain text"}
+# An entry point that writes gets its output in a folder it cannot write to as well (the output case's path).
 GENERIC_CASES = [(name, kind) for name, (_, kinds) in SWEEP.items()
                  for kind in kinds.split() + [k for k in FILE_KINDS if "missing" in kinds.split()
-                                              and not (k == "malformed" and name in ANY_TEXT)]]
+                                              and not (k == "malformed" and name in ANY_TEXT)]
+                 + (["read_only"] if "output" in kinds.split() else [])
+                 + (["unknown"] if name in NAMED_THINGS else [])]
+BAD_FILE_TEXT = {"empty": b"", "malformed": b'{"not": json,\n  - [', "binary": bytes(range(256)) * 4}
 
 
 @pytest.mark.parametrize("name, kind", GENERIC_CASES)
-def test_every_entry_point_refuses_generic_bad_input(name, kind, tmp_path, tiny_model_dir, monkeypatch, capsys):
+def test_every_entry_point_refuses_generic_bad_input(name, kind, tmp_path, tiny_model_dir, monkeypatch, capsys,
+                                                     unwritable_folder):
     main, argvs, (module, work) = _entry_points(tmp_path, tiny_model_dir, monkeypatch)[name]
     (tmp_path / "folder").mkdir()
     (tmp_path / "a_file").write_text("keep me\n")
     started = Recorder()
     monkeypatch.setattr(module, work, started)
     capsys.readouterr()
-    argv = argvs["missing" if kind in FILE_KINDS else kind]
-    if kind in FILE_KINDS:  # the same command with an empty or a malformed file where the missing one was
+    argv = argvs["missing" if kind in FILE_KINDS else "output" if kind == "read_only" else kind]
+    if kind in FILE_KINDS:  # the same command with an empty, malformed or binary file where the missing one was
         bad = tmp_path / f"{kind}.json"
-        bad.write_text("" if kind == "empty" else '{"not": json,\n  - [')
+        bad.write_bytes(BAD_FILE_TEXT[kind])
         argv = [str(bad) if arg == str(tmp_path / "missing.json") else arg for arg in argv]
         argv = [f"2={bad}" if arg == f"2={tmp_path / 'missing.json'}" else arg for arg in argv]
+    if kind == "read_only":  # the output case's path (a folder or a file there) moved into a read-only folder
+        bad_outputs = (str(tmp_path / "folder"), str(tmp_path / "a_file"))
+        argv = [arg.replace(arg, str(unwritable_folder / "trace_out")) if arg.startswith(bad_outputs) else arg
+                for arg in argv]
     before = _files(tmp_path)
-    code = main(argv)
+    try:
+        code = main(argv)
+    except SystemExit as stop:  # argparse's own refusal
+        code = stop.code
     err = capsys.readouterr().err
     assert code == 2, err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    lines = err.strip().splitlines()
+    # one line, or argparse's own refusal of a value outside its choices: the usage, then one error line
+    assert "Traceback" not in err and (len(lines) == 1 or kind == "unknown" and ": error: " in lines[-1]), err
     named = {"missing": "missing.json", "nan": "nan", "empty": "empty.json", "malformed": "malformed.json",
+             "binary": "binary.json", "read_only": str(unwritable_folder), "unknown": "nope_not_a_name",
              "output": str(tmp_path / ("folder" if "folder" in argv[-1] else "a_file")),
              "over_input": f"{argv[-1]} {'holds' if name == 'train.tiny' else 'is also'}"
              }[kind]
