@@ -6,7 +6,7 @@
   with other settings is refused (InputError naming the difference), so two runs never mix;
 - then one line per finished episode, `{"key": [task_index, trial], "simulation": ..., "task": ...}`, written
   and fsync-ed as the episode ends: a process killed at any point loses at most the episode it was playing
-  (a cut-off last line is ignored and that episode played again);
+  (a cut-off last line is cut from the file when the journal is opened again, and that episode played again);
 - or `{"key": ..., "server_error": "..."}` for an episode the agent's server could not serve after its retries
   (benchmarks.agents.ServerError): recorded, never scored as 0, and played again by the next run.
 
@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from common.io import append_line
 from common.validation import InputError
 
 Key = tuple[int, int]  # (task index, trial)
@@ -50,7 +51,11 @@ class ResultsJournal:
             raise InputError(f"{self.path} is in use by another run of the same results file; wait for it to end, "
                              "or write --out elsewhere") from None
         handle.seek(0)
-        lines = handle.read().split("\n")
+        text = handle.read()
+        whole = text[:text.rfind("\n") + 1]
+        if whole != text:  # the line a killed process was writing: cut, so the next line starts on its own
+            os.ftruncate(handle.fileno(), len(whole.encode("utf-8")))
+        lines = whole.split("\n")
         self._handle = handle
         if not lines[0].strip():  # a new journal
             self._write({"settings": self.settings})
@@ -68,8 +73,6 @@ class ResultsJournal:
             try:
                 entry = json.loads(line)
             except ValueError:
-                if number == len(lines) or not any(rest.strip() for rest in lines[number:]):
-                    break  # the line a killed process was writing: that episode is played again
                 raise InputError(f"{self.path}: line {number} is not JSON; delete the file to start over") from None
             if "simulation" in entry:  # a server error of an earlier run is not kept: this run plays it again
                 self.scored[(int(entry["key"][0]), int(entry["key"][1]))] = (entry["simulation"], entry["task"])
@@ -81,10 +84,7 @@ class ResultsJournal:
             self._handle = None
 
     def _write(self, entry: dict[str, Any]) -> None:
-        self._handle.seek(0, os.SEEK_END)
-        self._handle.write(json.dumps(entry, ensure_ascii=False) + "\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        append_line(self.path, json.dumps(entry, ensure_ascii=False) + "\n")
 
     def add(self, key: Key, simulation: dict[str, Any], task: dict[str, Any]) -> None:
         """Keep one scored episode (durably, before the next one starts)."""

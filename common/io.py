@@ -7,6 +7,7 @@ Reads raise `InputError`, which every CLI turns into exit code 2 with the file n
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -15,7 +16,7 @@ import stat
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from common.validation import InputError
 
@@ -187,6 +188,66 @@ def _free_bytes(folder: Path) -> int | None:
         return None
 
 
+def no_space_error(code: int, target: Path, needed: int | None, kept: str) -> NoSpaceError:
+    """The NoSpaceError of a write to `target` (a file, or a folder written through a staging folder) that
+    needed `needed` bytes (None: not known) and found no room; `kept` says what is left as it was."""
+    folder = target if target.is_dir() else target.parent
+    free = _free_bytes(folder)
+    return NoSpaceError(code, f"{target}: no space left to write "
+                        + (f"{needed:,} bytes" if needed is not None else "it")
+                        + (f" ({free:,} bytes free in {folder})" if free is not None else "")
+                        + f"; {kept}: free some space (or write elsewhere) and run again")
+
+
+@contextlib.contextmanager
+def naming_no_space(target: Path, needed: int | None, kept: str) -> Iterator[None]:
+    """Inside: a write for `target` that runs out of space (ENOSPC, EDQUOT) raises `no_space_error`. Before
+    anything is written, refuses at once when the folder has fewer than `needed` bytes free, so a large file
+    (a model's weights: safetensors reports a full disk as its own error, without errno) is not started."""
+    folder = target if target.is_dir() else target.parent
+    free = _free_bytes(folder) if needed is not None else None
+    if free is not None and free < needed:
+        raise no_space_error(errno.ENOSPC, target, needed, kept)
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in NO_SPACE:
+            raise
+        raise no_space_error(err.errno, target, needed, kept) from None
+
+
+def tensor_bytes(tensors: Iterable[Any]) -> int:
+    """The bytes the weights of `tensors` (torch tensors or parameters) take in a safetensors file."""
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Append one line (`line` ends with a newline) to `path` durably (fsync). A write that fails midway (a full
+    disk) is cut back, so the file still ends with its last whole line; then NoSpaceError names the file and the
+    bytes the line needed. Appending, not rewriting, keeps each iteration's cost independent of the file's size;
+    readers of the project's line files also skip a line a kill cut short."""
+    path = Path(path)
+    data = line.encode("utf-8", "backslashreplace")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, _new_file_mode(path))
+    try:
+        start = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError as err:
+            with contextlib.suppress(OSError):  # a device (e.g. /dev/full) cannot be cut back
+                os.ftruncate(fd, start)
+            if err.errno in NO_SPACE:
+                raise no_space_error(err.errno, path, len(data),
+                                     "the file ends with its last whole line") from None
+            raise
+    finally:
+        os.close(fd)
+
+
 def _atomic_write_bytes(path: Path, data: bytes) -> Path:
     """Write `data` to `path` atomically (temp file in the same folder, fsync, rename).
 
@@ -208,11 +269,8 @@ def _atomic_write_bytes(path: Path, data: bytes) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
         if isinstance(err, OSError) and err.errno in NO_SPACE:
-            free = _free_bytes(path.parent)
             kept = "its previous version is unchanged" if path.exists() else "nothing was written"
-            raise NoSpaceError(err.errno, f"{path}: no space left to write {len(data):,} bytes"
-                               + (f" ({free:,} bytes free in {path.parent})" if free is not None else "")
-                               + f"; {kept}: free some space (or write elsewhere) and run again") from None
+            raise no_space_error(err.errno, path, len(data), kept) from None
         raise
     return path
 

@@ -53,7 +53,7 @@ from tqdm import tqdm
 
 from common.cli import INTERRUPTED, cli_entry, exit_code, seed_value
 from common.run_folder import claimed_run_folder
-from common.io import atomic_write_json, check_output_folder, load_jsonl
+from common.io import append_line, atomic_write_json, check_output_folder, load_jsonl
 from common.validation import InputError, check_number, check_url
 from pipeline.summarize import truncate_middle
 from pipeline.aggregate_capabilities import (CATEGORIES, AggregationConfig, aggregate, check_outputs, format_table,
@@ -421,12 +421,8 @@ class LabelCache:
         with self._lock:
             if self._closed:
                 return
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as handle:
-                handle.write("\n" + line if self._starts_mid_line else line)
-                self._starts_mid_line = False
-                handle.flush()
-                os.fsync(handle.fileno())
+            append_line(self.path, "\n" + line if self._starts_mid_line else line)
+            self._starts_mid_line = False
             self.entries[entry["key"]] = entry
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +103,108 @@ def test_a_full_disk_keeps_the_previous_file_and_says_which_file_and_how_much(tm
     err = capsys.readouterr().err
     assert err.startswith(f"error: {tmp_path / 'new.json'}: no space left") and err.count("\n") == 1
     assert "nothing was written" in err and not (tmp_path / "new.json").exists()
+
+
+def _half_then_full(monkeypatch):
+    """os.write in common.io writes half of what it is given once, then the disk is full."""
+    import errno
+
+    from common import io as common_io
+
+    real_write = common_io.os.write
+    calls = []
+
+    def write(fd, data):
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_write(fd, bytes(data[:len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(common_io.os, "write", write)
+    return calls
+
+
+def test_an_appended_line_that_meets_a_full_disk_is_cut_back_to_the_last_whole_line(tmp_path, monkeypatch):
+    """metrics.jsonl, the labeler's cache and the evaluation journal append lines: half a line written before the
+    disk filled is removed again, and the error names the file and the bytes of the line."""
+    from common.io import NoSpaceError, append_line
+
+    path = tmp_path / "metrics.jsonl"
+    append_line(path, '{"iteration": 1}\n')
+    before = path.read_bytes()
+    calls = _half_then_full(monkeypatch)
+    line = json.dumps({"iteration": 2, "mean_reward": 0.5}) + "\n"
+    with pytest.raises(NoSpaceError) as caught:
+        append_line(path, line)
+    assert len(calls) == 2  # half of the line went in before the failure
+    assert path.read_bytes() == before
+    assert f"{path}: no space left to write {len(line):,} bytes" in str(caught.value)
+    assert "the file ends with its last whole line" in str(caught.value)
+
+
+def test_an_appended_line_on_a_really_full_device_names_it(tmp_path):
+    """/dev/full answers every write with ENOSPC (and cannot be cut back): the error still names it."""
+    from common.io import NoSpaceError, append_line
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    with pytest.raises(NoSpaceError) as caught:
+        append_line("/dev/full", "abc\n")
+    assert caught.value.strerror.startswith("/dev/full: no space left to write 4 bytes")
+
+
+def test_a_staged_model_write_that_meets_a_full_disk_keeps_the_previous_files(tmp_path, monkeypatch):
+    """The adapter, checkpoint, gate and SFT model writers stage their files and rename them in: a full disk
+    while staging leaves the previous files and no staging folder, and says where and how much was needed;
+    a folder with fewer bytes free than the weights is refused before anything is written."""
+    import errno
+
+    import safetensors.torch
+    import torch
+
+    from common import io as common_io
+    from common.io import NoSpaceError
+    from train.policy import write_peft_adapter
+
+    class Config:
+        def save_pretrained(self, folder):
+            Path(folder, "adapter_config.json").write_text("{}")
+
+    folder = tmp_path / "adapter"
+    state = {"w": torch.zeros(4, 8)}
+    write_peft_adapter(Config(), state, folder)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full_disk)
+    with pytest.raises(NoSpaceError) as caught:
+        write_peft_adapter(Config(), {"w": torch.ones(4, 8)}, folder)
+    assert caught.value.strerror.startswith(f"{folder}: no space left to write 128 bytes")
+    assert "the adapter files there are unchanged" in str(caught.value)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # no staging folder left either
+
+    monkeypatch.undo()
+    monkeypatch.setattr(common_io, "_free_bytes", lambda _folder: 100)
+    with pytest.raises(NoSpaceError, match=r"no space left to write 128 bytes \(100 bytes free in "):
+        write_peft_adapter(Config(), {"w": torch.ones(4, 8)}, folder)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def test_a_journal_cut_by_a_kill_takes_its_next_line_on_a_line_of_its_own(tmp_path):
+    """A kill in the middle of a journal line leaves it without its newline: reopening cuts it, so the episodes
+    written after it are read back (they used to be glued to the cut line, and the run after refused the file)."""
+    from benchmarks.results_journal import ResultsJournal
+
+    out = tmp_path / "results.json"
+    with ResultsJournal(out, {"seed": 0}) as journal:
+        journal.add((0, 0), {"reward": 1.0}, {"id": 0})
+    path = Path(f"{out}.partial.jsonl")
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write('{"key": [1, 0], "simulation": {"rew')  # killed here
+    with ResultsJournal(out, {"seed": 0}) as journal:
+        assert sorted(journal.scored) == [(0, 0)]
+        journal.add((1, 0), {"reward": 0.0}, {"id": 1})
+    with ResultsJournal(out, {"seed": 0}) as journal:
+        assert sorted(journal.scored) == [(0, 0), (1, 0)]

@@ -57,7 +57,7 @@ from tqdm import tqdm
 
 from benchmarks.results import write_results
 from game_registry import GameSpec
-from common.io import atomic_write_text
+from common.io import append_line, atomic_write_text
 from common.validation import InputError
 from common.run_folder import sigint_deferred
 from train.backends import RolloutBackend, SamplingParams
@@ -710,8 +710,7 @@ class GRPOTrainer:
                      adapter_state: Any, optimizer_state: Any, rank_states: list[Any]) -> None:
         """Rank 0's files of iteration `done`: the metrics line, the rollouts, the adapter and the checkpoint."""
         c = self.config
-        with open(self.output_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({k: _finite(v) for k, v in metrics.items()}) + "\n")
+        append_line(self.output_dir / "metrics.jsonl", json.dumps({k: _finite(v) for k, v in metrics.items()}) + "\n")
         self.tracker.log_scalars(scalars_of(metrics, TRACKED_SCALARS), step=done)  # the file first: the record
         if c.save_rollouts:
             info = {"game": c.game, "iteration": done, "model": c.model, "temperature": c.temperature}
