@@ -38,6 +38,7 @@ class StandIn:
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.counts = {"ok": 0, "500": 0, "stalled": 0}
+        self.keys: set[str | None] = set()  # the Authorization headers the server was sent
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -50,9 +51,11 @@ class StandIn:
                 self.wfile.write(data)
 
             def do_GET(self):  # noqa: N802 - http.server's protocol
+                stand_in.keys.add(self.headers.get("Authorization"))
                 self._answer(200, {"object": "list", "data": [{"id": "stand-in", "object": "model"}]})
 
             def do_POST(self):  # noqa: N802
+                stand_in.keys.add(self.headers.get("Authorization"))
                 request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with stand_in.lock:
                     draw = stand_in.rng.random()
@@ -177,3 +180,34 @@ def test_a_run_killed_mid_way_continues_and_scores_each_episode_once(tiny_model_
     assert _scores(out) == _scores(clean_out)
     keys = [(s[0], s[1]) for s in _scores(out)]
     assert len(keys) == len(set(keys)) == 16
+
+
+SENTINEL = "sk-sentinel-3f9c1e-NOT-TO-BE-WRITTEN"
+
+
+def test_the_endpoint_key_comes_only_from_the_variable_named_and_is_written_nowhere(tiny_model_dir, tmp_path,
+                                                                                  monkeypatch, capsys):
+    """A hosted endpoint's key (issue 45 point 7): `--api-key-env NAME` sends $NAME's key and no other variable's;
+    the key is in no results or journal file and in no output; without the flag no key is read at all (vLLM's
+    "EMPTY"), however $OPENAI_API_KEY is set."""
+    monkeypatch.setenv("TRACE_EVAL_KEY", SENTINEL)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-decoy-must-not-be-sent")
+    out = tmp_path / "keyed.json"
+    with StandIn() as server:
+        code, err = _play([*_argv(server.url, tiny_model_dir, out, tasks=2), "--api-key-env", "TRACE_EVAL_KEY"],
+                          monkeypatch, capsys)
+        sent = set(server.keys)
+    assert code == 0, err
+    assert sent - {None} == {f"Bearer {SENTINEL}"}  # None: the runner's first look at the server sends no key
+    assert SENTINEL not in err + capsys.readouterr().out
+    for path in tmp_path.rglob("*"):
+        assert not path.is_file() or SENTINEL.encode() not in path.read_bytes(), f"the key was written to {path}"
+    with StandIn() as server:
+        code, err = _play(_argv(server.url, tiny_model_dir, tmp_path / "plain.json", tasks=2), monkeypatch, capsys)
+        sent = set(server.keys)
+    assert code == 0, err
+    assert sent - {None} == {"Bearer EMPTY"}
+    monkeypatch.delenv("TRACE_EVAL_KEY")
+    code, err = _play([*_argv("http://127.0.0.1:9", tiny_model_dir, tmp_path / "x.json"), "--api-key-env",
+                       "TRACE_EVAL_KEY"], monkeypatch, capsys)
+    assert code == 2 and err.startswith("error: --api-key-env TRACE_EVAL_KEY: that environment variable is not set")

@@ -21,6 +21,7 @@ simple and correct.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import time
 import urllib.error
@@ -177,7 +178,8 @@ class VLLMAgent(Agent):
 
     def __init__(self, base_url: str, model: str | None, tokenizer_dir: str | Path, temperature: float = 0.0,
                  max_new_tokens: int = 256, timeout_s: float | None = None, max_retries: int | None = None,
-                 backoff_s: float | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+                 backoff_s: float | None = None, sleep: Callable[[float], None] = time.sleep,
+                 api_key: str | None = None) -> None:
         import openai
 
         if temperature < 0:
@@ -198,7 +200,10 @@ class VLLMAgent(Agent):
         self._sleep = sleep
         self._openai = openai
         # Retries are ours (below), so that the policy is visible and testable.
-        self.client = openai.OpenAI(base_url=self.base_url, api_key="EMPTY", timeout=timeout_s, max_retries=0)
+        # `api_key`: the endpoint's key (a hosted model), read by the caller from the variable the user named;
+        # without one, "EMPTY" (vLLM's convention), so the client never falls back to $OPENAI_API_KEY.
+        self.client = openai.OpenAI(base_url=self.base_url, api_key=api_key or "EMPTY", timeout=timeout_s,
+                                    max_retries=0)
         self.model = model or self._first_served_model()
 
     def _first_served_model(self) -> str:
@@ -238,11 +243,11 @@ class VLLMAgent(Agent):
 
 
 def parse_agent_spec(spec: str, *, temperature: float = 0.0, max_new_tokens: int = 256,
-                     tokenizer_dir: str | None = None, model: str | None = None) -> Agent:
+                     tokenizer_dir: str | None = None, model: str | None = None, api_key: str | None = None) -> Agent:
     """Build a model agent from `hf:MODEL_DIR[:ADAPTER_DIR]` or `vllm:URL`.
 
     `vllm:` needs `tokenizer_dir` (the chat template is applied on the client); `model` defaults to the
-    server's first model. Raises ValueError for a malformed spec, FileNotFoundError for a missing folder.
+    server's first model; `api_key` is sent to that server only (none: "EMPTY"). Raises ValueError for a malformed spec, FileNotFoundError for a missing folder.
     """
     kind, _, rest = spec.partition(":")
     if kind == "hf" and rest:
@@ -252,7 +257,8 @@ def parse_agent_spec(spec: str, *, temperature: float = 0.0, max_new_tokens: int
         if not tokenizer_dir:
             raise ValueError("a vllm: agent needs a tokenizer folder (--tokenizer DIR): the chat template is "
                              "applied on the client")
-        return VLLMAgent(rest, model, tokenizer_dir, temperature=temperature, max_new_tokens=max_new_tokens)
+        return VLLMAgent(rest, model, tokenizer_dir, temperature=temperature, max_new_tokens=max_new_tokens,
+                         api_key=api_key)
     raise ValueError(f"bad agent spec {spec!r}; use 'hf:MODEL_DIR[:ADAPTER_DIR]' or 'vllm:URL' (the environment's "
                      "own players: 'expert', 'flawed:FLAW')")
 
@@ -291,9 +297,10 @@ def any_agent(args: argparse.Namespace) -> Agent:
     if args.agent.partition(":")[0] not in ("hf", "vllm"):
         return storefront_run.environment_agent(args)
     check_agent_spec(args.agent, args.tokenizer)
+    api_key = os.environ[args.api_key_env] if args.api_key_env else None  # checked set by the runner's CLI
     try:
         return parse_agent_spec(args.agent, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                                tokenizer_dir=args.tokenizer, model=args.model)
+                                tokenizer_dir=args.tokenizer, model=args.model, api_key=api_key)
     # ValueError/OSError: a bad spec, a folder or file that is missing or unreadable; RuntimeError: VLLMAgent's
     # server refused, serves no model, or never answered
     except (ValueError, OSError, RuntimeError) as err:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import os
 import sys
 import time
 from typing import Any, Callable
@@ -237,6 +238,9 @@ def main(argv: list[str] | None = None, make_agent: Callable[[argparse.Namespace
     parser.add_argument("--max-new-tokens", type=int, default=256, help="per assistant turn (default 256)")
     parser.add_argument("--tokenizer", help="vllm: folder with the tokenizer and chat template")
     parser.add_argument("--model", help="vllm: served model name (default: the server's first model)")
+    parser.add_argument("--api-key-env", metavar="NAME",
+                        help="vllm: the environment variable holding the endpoint's API key (a hosted model); only "
+                             "that variable is read and the key is written nowhere (default: no key)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     # every flag and the output path before the agent is built (an hf model load takes a while)
@@ -247,6 +251,9 @@ def main(argv: list[str] | None = None, make_agent: Callable[[argparse.Namespace
     if args.max_new_tokens < 1:
         raise InputError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     check_number(args.temperature, "--temperature", 0.0)
+    if args.api_key_env is not None and not os.environ.get(args.api_key_env):
+        raise InputError(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty; "
+                         f"export {args.api_key_env}=<key> (the key itself never goes on the command line)")
     check_output_path(args.out, "--out", [("--config", args.config), ("--model", args.model),
                                           ("--tokenizer", args.tokenizer)])
     kinds = _parse_kinds(args.kinds)
