@@ -857,6 +857,7 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
     from swebench import calibrate as swe_calibrate
     from swebench import generate as swe_generate
     from swebench import selftest as swe_selftest
+    from benchmarks import tau2_target
     from train import collect_rollouts, evaluate, models, tiny
 
     import render_pipeline
@@ -1005,6 +1006,8 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
                            (sft_step, "run")),
         "bench/gate_overhead": (gate_overhead.main, {"nan": ["--target", "nan"]},
                                 (gate_overhead, "make_random_adapter")),
+        "tau2_target schemas": (tau2_target.main, {"output": ["schemas", "--out", str(folder)]},
+                                (tau2_target, "write_tool_schemas")),
     }
     # "ok": a command line each command accepts as a whole (its work would start): tests/test_cli_numeric_flags.py
     # adds one bad number at a time to it. Where the NaN case's command is valid without its NaN, that is the one.
@@ -1024,6 +1027,7 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
         "render_pipeline": [*rp, "--run", "claude"],
         "train.tiny": ["--out", str(tmp_path / "model"), "--corpus", str(corpus)],
         "train.models fetch": ["fetch", "smollm2-135m", "--out", str(tmp_path / "m")],
+        "tau2_target schemas": ["schemas", "--out", str(out)],
         "phase4_validate": [str(one_scenario), "--run-dir", str(tmp_path / "r")],
     }
     # "unknown": a game, capability, model, agent or profile name that does not exist
@@ -1042,6 +1046,7 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
         "storefront.run": [*sf[:1], nope, *sf[2:]],
         "train.play": [*tp[:1], nope, *tp[2:]],
         "demo": ["--profile", nope, "--run-dir", str(tmp_path / "d")],
+        "tau2_target schemas": ["schemas", "--domains", nope, "--out", str(out)],
     }
     for name, (_, argvs, _) in entries.items():
         if name in unknown:
@@ -1087,6 +1092,7 @@ SWEEP = {
     "phase4_validate": ("swebench/qwen3.6_self_trace/phase4_validate.py", "missing output"),
     "bench/sft_step": ("bench/sft_step.py", "missing nan"),
     "bench/gate_overhead": ("bench/gate_overhead.py", "nan"),
+    "tau2_target schemas": ("benchmarks/tau2_target.py", "output"),
 }
 # An entry point that reads a file gets it also empty and malformed (the missing file's place in the command),
 # except where any text is a valid file.
@@ -1094,7 +1100,7 @@ FILE_KINDS = ("empty", "malformed", "binary")
 # The entry points that take the name of a game, capability, model, agent or profile (the "unknown" case).
 NAMED_THINGS = ("train", "train.evaluate", "train.collect_rollouts", "validate_game", "recalibrate",
                 "train.grpo_gater", "render_pipeline", "swebench.calibrate", "swebench.generate",
-                "train.models fetch", "storefront.run", "train.play", "demo")
+                "train.models fetch", "storefront.run", "train.play", "demo", "tau2_target schemas")
 ANY_TEXT = {"train.tiny": "a --corpus file may be plain text"}
 # An entry point that writes gets its output in a folder it cannot write to as well (the output case's path).
 GENERIC_CASES = [(name, kind) for name, (_, kinds) in SWEEP.items()

@@ -9,6 +9,8 @@ cannot score where the task needs a write.
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytestmark = pytest.mark.tau2
@@ -80,6 +82,18 @@ def test_tool_answers_and_schemas_come_from_the_package(domain):
     assert expected <= names
     assert episode.agent_calls("no_such_tool", {}).startswith("Error:")  # as τ²-bench answers an agent
     assert "policy" in episode.policy.lower() or len(episode.policy) > 1000
+
+
+def test_the_schemas_command_writes_the_packages_tool_schemas(tmp_path, capsys):
+    from benchmarks.tau2_target import main, tool_schemas
+
+    out = tmp_path / "tau2_tool_schemas.json"
+    assert main(["schemas", "--domains", "retail", "--out", str(out)]) == 0
+    written = json.loads(out.read_text())
+    assert written == tool_schemas(["retail"]) and len(written) == 15
+    assert all(s["type"] == "function" and {"name", "description", "parameters"} <= set(s["function"])
+               for s in written)
+    assert "15 tool schemas of retail" in capsys.readouterr().out
 
 
 def test_unknown_domains_and_splits_are_refused():
