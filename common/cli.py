@@ -63,6 +63,10 @@ def exit_code(main: Callable[[list[str] | None], int], argv: list[str] | None = 
         next_step = str(err) if isinstance(err, Interrupted) and str(err) else "nothing was saved by this run"
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the job
             print(f"interrupted; {next_step}", file=sys.stderr, flush=True)
+        # CPython marks a Ctrl-C that ended an exec() or eval() of a *string* as unhandled, whoever catches it
+        # later, and a `python -m` run then kills itself with SIGINT at exit instead of returning this status.
+        # Running a string clears the mark (run_eval_code_obj resets it before it runs).
+        exec("pass")  # noqa: S102 -- a constant
         return INTERRUPTED
 
 

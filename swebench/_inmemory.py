@@ -84,8 +84,10 @@ class InMemoryPackages:
     def evaluate(self, expression: str, imports: str) -> tuple[bool, Any]:
         """(True, value) of `expression` after running `imports`, or (False, exception type name)."""
         namespace: dict[str, Any] = {}
-        exec(imports, namespace)  # noqa: S102 -- our own generated code
+        # Compiled first: CPython's exec/eval of a *string* that a Ctrl-C interrupts marks the interrupt unhandled
+        # for good, and a `python -m` run then ends by SIGINT even after it handled it (common/cli.exit_code).
+        exec(compile(imports, "<imports>", "exec"), namespace)  # noqa: S102 -- our own generated code
         try:
-            return True, eval(expression, namespace)  # noqa: S307 -- our own generated code
+            return True, eval(compile(expression, "<expression>", "eval"), namespace)  # noqa: S307 -- ours
         except Exception as err:  # noqa: BLE001 -- the generated bug may raise anything; the caller compares
             return False, type(err).__name__

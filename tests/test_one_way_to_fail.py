@@ -187,6 +187,35 @@ def test_ctrl_c_in_a_command_that_catches_nothing_is_one_line_and_130(tmp_path):
     assert not (tmp_path / "out.json").exists()
 
 
+INTERRUPTED_EXEC = """
+import os, signal, sys
+from common.cli import exit_code
+
+def main(argv=None):
+    {call}
+    return 0
+
+sys.exit(exit_code(main))
+"""
+
+
+@pytest.mark.parametrize("call", [
+    # a Ctrl-C inside exec() of a string: CPython marks it unhandled for good (and kills a `python -m` run with
+    # SIGINT at exit), though exit_code handled it
+    "exec('import os, signal, time\\nos.kill(os.getpid(), signal.SIGINT)\\ntime.sleep(1)')",
+    # the SWE-bench generators' in-memory evaluation, interrupted in its imports (compiled: no such mark)
+    "from swebench._inmemory import InMemoryPackages\n"
+    "    with InMemoryPackages({}) as packages:\n"
+    "        packages.evaluate('0', 'import os, signal, time\\nos.kill(os.getpid(), signal.SIGINT)\\ntime.sleep(1)')",
+])
+def test_a_ctrl_c_inside_exec_of_a_string_still_ends_python_m_with_130(call, tmp_path):
+    (tmp_path / "interrupted_exec.py").write_text(INTERRUPTED_EXEC.format(call=call))
+    child = subprocess.run([sys.executable, "-m", "interrupted_exec"], cwd=tmp_path, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert child.returncode == 130, (child.returncode, child.stderr)  # not -2: killed by its own SIGINT
+    assert child.stderr == "interrupted; nothing was saved by this run\n"
+
+
 def test_the_error_type_and_the_exit_statuses_are_written_once():
     """No module defines its own InputError, need() helper or exit status 130."""
     files = subprocess.run(["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True,
