@@ -19,6 +19,7 @@
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import sys
@@ -73,8 +74,6 @@ def exit_code(main: Callable[[list[str] | None], int], argv: list[str] | None = 
 def seed_value(text: str) -> int:
     """argparse `type=` of a seed flag: an integer >= 0 (numpy and the task generators refuse negative seeds,
     and -1 read as "random" would make a run impossible to repeat)."""
-    import argparse
-
     try:
         value = int(text)
     except ValueError:

@@ -216,6 +216,18 @@ def naming_no_space(target: Path, needed: int | None, kept: str) -> Iterator[Non
         raise no_space_error(err.errno, target, needed, kept) from None
 
 
+@contextlib.contextmanager
+def staging_folder(directory: Path, prefix: str, needed: int | None, kept: str) -> Iterator[Path]:
+    """A temporary folder inside `directory` for files written together and then moved in (a model, an adapter, a
+    checkpoint), removed on the way out whatever happens; a full disk there raises `naming_no_space`'s error."""
+    with naming_no_space(directory, needed, kept):
+        staging = Path(tempfile.mkdtemp(prefix=prefix, dir=directory))
+        try:
+            yield staging
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
 def tensor_bytes(tensors: Iterable[Any]) -> int:
     """The bytes the weights of `tensors` (torch tensors or parameters) take in a safetensors file."""
     return sum(t.numel() * t.element_size() for t in tensors)

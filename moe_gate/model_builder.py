@@ -35,8 +35,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +43,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
-from common.io import naming_no_space, tensor_bytes
+from common.io import staging_folder, tensor_bytes
 from common.run_folder import follow_umask
 from moe_gate.gater import LayerCapabilityGater, Selection, TrajectoryGlobalRouter
 from moe_gate.multi_lora import AdapterFile, GateError, LayerRoute, MultiLoRAGatedLinear, Route, read_peft_adapter
@@ -515,19 +513,16 @@ def save_gate(model: CapabilityModel, directory: str | os.PathLike, state: dict[
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = state if state is not None else gate_state(model)
-    with naming_no_space(directory, tensor_bytes(state.values()), "the gate files there are unchanged"):
-        staging = Path(tempfile.mkdtemp(prefix=".gate-", dir=directory))
-        try:
-            config = gate_config(model)
-            if extra:
-                config["training"] = extra
-            save_file(state, str(staging / GATE_WEIGHTS), metadata={"format": GATE_FORMAT})
-            (staging / GATE_CONFIG).write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
-            follow_umask(staging)  # safetensors writes 0600 files: give the gate the user's usual modes
-            for name in (GATE_WEIGHTS, GATE_CONFIG):  # config last: a folder with a config has its weights
-                os.replace(staging / name, directory / name)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    with staging_folder(directory, ".gate-", tensor_bytes(state.values()),
+                        "the gate files there are unchanged") as staging:
+        config = gate_config(model)
+        if extra:
+            config["training"] = extra
+        save_file(state, str(staging / GATE_WEIGHTS), metadata={"format": GATE_FORMAT})
+        (staging / GATE_CONFIG).write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+        follow_umask(staging)  # safetensors writes 0600 files: give the gate the user's usual modes
+        for name in (GATE_WEIGHTS, GATE_CONFIG):  # config last: a folder with a config has its weights
+            os.replace(staging / name, directory / name)
     return directory
 
 

@@ -247,7 +247,8 @@ def parse_agent_spec(spec: str, *, temperature: float = 0.0, max_new_tokens: int
     """Build a model agent from `hf:MODEL_DIR[:ADAPTER_DIR]` or `vllm:URL`.
 
     `vllm:` needs `tokenizer_dir` (the chat template is applied on the client); `model` defaults to the
-    server's first model; `api_key` is sent to that server only (none: "EMPTY"). Raises ValueError for a malformed spec, FileNotFoundError for a missing folder.
+    server's first model; `api_key` is sent to that server only (none: "EMPTY"). Raises ValueError for a
+    malformed spec, FileNotFoundError for a missing folder.
     """
     kind, _, rest = spec.partition(":")
     if kind == "hf" and rest:

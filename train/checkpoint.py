@@ -17,7 +17,6 @@ import json
 import os
 import random
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -27,7 +26,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from common.validation import InputError
-from common.io import naming_no_space, same_path, tensor_bytes
+from common.io import same_path, staging_folder, tensor_bytes
 from common.run_folder import check_output_dir, follow_umask, looks_local, run_entries
 from train.config import GRPOConfig, load_config
 
@@ -90,17 +89,8 @@ def save_checkpoint(
     tensors, optimizer_meta = _flatten_optimizer_state(optimizer_state)
     for rank, state in enumerate(rank_states):
         tensors.update({f"rank{rank}.{name}": value for name, value in state["tensors"].items()})
-    with naming_no_space(directory, tensor_bytes(tensors.values()), "the earlier checkpoints are unchanged"):
-        return _write_checkpoint(directory, final, iteration, write_adapter, tensors, optimizer_meta, scheduler,
-                                 rank_states)
-
-
-def _write_checkpoint(directory: Path, final: Path, iteration: int, write_adapter: Callable[[Path], None],
-                      tensors: dict[str, torch.Tensor], optimizer_meta: Any,
-                      scheduler: torch.optim.lr_scheduler.LRScheduler, rank_states: list[dict[str, Any]]) -> Path:
-    """save_checkpoint's staged write (the trainer state's tensors already gathered)."""
-    staging = Path(tempfile.mkdtemp(prefix=".ckpt-", dir=directory))
-    try:
+    with staging_folder(directory, ".ckpt-", tensor_bytes(tensors.values()),
+                        "the earlier checkpoints are unchanged") as staging:
         write_adapter(staging / "adapter")
         save_file(tensors, str(staging / "trainer_state.safetensors"))
         meta = {
@@ -114,10 +104,7 @@ def _write_checkpoint(directory: Path, final: Path, iteration: int, write_adapte
         follow_umask(staging)  # mkdtemp and safetensors make owner-only entries
         if final.exists():
             shutil.rmtree(final)
-        os.replace(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        os.replace(staging, final)  # the staging folder becomes the checkpoint (nothing left to remove)
     return final
 
 

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
 
-from common.io import naming_no_space, tensor_bytes
+from common.io import staging_folder, tensor_bytes
 from common.validation import InputError
 from common.run_folder import follow_umask
 from train.distributed import world
@@ -178,16 +176,13 @@ def write_peft_adapter(peft_config: Any, state: dict[str, torch.Tensor], directo
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
-    with naming_no_space(directory, tensor_bytes(tensors.values()), "the adapter files there are unchanged"):
-        staging = Path(tempfile.mkdtemp(prefix=".adapter-", dir=directory))
-        try:
-            save_file(tensors, str(staging / "adapter_model.safetensors"), metadata={"format": "pt"})
-            peft_config.save_pretrained(str(staging))
-            follow_umask(staging)  # safetensors writes 0600 files: give the adapter the user's usual modes
-            for name in sorted(os.listdir(staging), key=lambda n: n != "adapter_config.json"):  # config first
-                os.replace(staging / name, directory / name)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    with staging_folder(directory, ".adapter-", tensor_bytes(tensors.values()),
+                        "the adapter files there are unchanged") as staging:
+        save_file(tensors, str(staging / "adapter_model.safetensors"), metadata={"format": "pt"})
+        peft_config.save_pretrained(str(staging))
+        follow_umask(staging)  # safetensors writes 0600 files: give the adapter the user's usual modes
+        for name in sorted(os.listdir(staging), key=lambda n: n != "adapter_config.json"):  # config first
+            os.replace(staging / name, directory / name)
 
 
 def count_parameters(model: torch.nn.Module) -> tuple[int, int]:

@@ -39,9 +39,7 @@ import argparse
 import math
 import os
 import random
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,7 +49,7 @@ import torch
 from tqdm import tqdm
 
 from common.cli import Interrupted, cli_entry, exit_code
-from common.io import atomic_write_json, check_model_folder, load_jsonl, naming_no_space, tensor_bytes
+from common.io import atomic_write_json, check_model_folder, load_jsonl, staging_folder, tensor_bytes
 from common.validation import InputError
 from common.run_folder import add_overwrite_flag, check_output_dir, claimed_run_folder, follow_umask, sigint_deferred
 from train.logprobs import logits_after_prefix
@@ -268,18 +266,15 @@ def save_model(model: Any, tokenizer: Any, out: Path, info: dict[str, Any]) -> N
     """Model, tokenizer and sft_info.json into `out`: staged beside it, then moved in file by file while Ctrl-C waits,
     so `out` holds the previous files or this run's, not half of a model."""
     out.mkdir(parents=True, exist_ok=True)
-    with naming_no_space(out, tensor_bytes(model.parameters()), "the model files there are unchanged"):
-        staging = Path(tempfile.mkdtemp(prefix=".sft-", dir=out))
-        try:
-            model.save_pretrained(staging)
-            tokenizer.save_pretrained(staging)
-            follow_umask(staging)  # safetensors writes 0600 files
-            with sigint_deferred():
-                for name in os.listdir(staging):
-                    os.replace(staging / name, out / name)
-                atomic_write_json(out / INFO_FILE, info)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    with staging_folder(out, ".sft-", tensor_bytes(model.parameters()),
+                        "the model files there are unchanged") as staging:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        follow_umask(staging)  # safetensors writes 0600 files
+        with sigint_deferred():
+            for name in os.listdir(staging):
+                os.replace(staging / name, out / name)
+            atomic_write_json(out / INFO_FILE, info)
 
 
 @cli_entry
