@@ -45,6 +45,9 @@ DEFAULT_GAME_DIRS = (REPO_ROOT, REPO_ROOT / "games")
 GAME_FILE_GLOB = "capability_*_game.py"
 # Built-in games that are not capability games (the target benchmark itself, for direct-RL baselines).
 BUILTIN_GAME_MODULES = ("benchmarks.storefront.game",)
+# Games imported only when asked for by name: they need an optional package and a server (τ²-bench's domains need
+# the `tau2` package and a customer model), so `list_games()` and the suites that play every game leave them out.
+ON_DEMAND_GAMES = {"tau2_retail": "benchmarks.tau2_game", "tau2_airline": "benchmarks.tau2_game"}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -304,6 +307,9 @@ class GameSpec:
     # PRIOR_MARGIN. A game that declares them puts its instance's class in `get_summary()["decision_class"]`
     # (an episode of several decisions: their classes joined with "+"). Empty: the stricter ABLATION_LIMIT.
     decision_classes: tuple[str, ...] = ()
+    # The seed of task i in a run with base seed s, for evaluation (`train.evaluate`): None, the storefront's hash
+    # of (s, i); a benchmark of fixed tasks maps seed to task and plays s + i.
+    task_seed: Callable[[int, int], int] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not re.fullmatch(r"[a-z0-9_]+", self.name or ""):
@@ -345,6 +351,8 @@ class GameSpec:
         if len(self.decision_classes) == 1:
             raise InputError(f"GameSpec({self.name}).decision_classes names one class: a decision needs two or more "
                              f"(or none, to keep the stricter ablation limit)")
+        if self.task_seed is not None and not callable(self.task_seed):
+            raise InputError(f"GameSpec({self.name}).task_seed must be a function (seed, index) -> task seed")
         if not isinstance(self.probe_expectations, dict) or not all(
                 isinstance(k, str) and _is_fraction(v) for k, v in self.probe_expectations.items()):
             raise InputError(f"GameSpec({self.name}).probe_expectations must map probe names to shares in [0, 1]")
@@ -452,6 +460,8 @@ def discover_games() -> None:
 def get_game(name: str) -> GameSpec:
     """The spec of a registered game; unknown names raise KeyError listing the known ones."""
     discover_games()
+    if name not in _REGISTRY and name in ON_DEMAND_GAMES:
+        importlib.import_module(ON_DEMAND_GAMES[name])
     if name not in _REGISTRY:
         known = ", ".join(sorted(_REGISTRY)) or "none"
         raise KeyError(f"unknown game {name!r}; registered games: {known}")
@@ -470,8 +480,9 @@ def lookup_game(name: str) -> GameSpec:
 
 
 def list_games() -> list[str]:
+    """The games discovery registers (not ON_DEMAND_GAMES, even once one was asked for by name)."""
     discover_games()
-    return sorted(_REGISTRY)
+    return sorted(name for name in _REGISTRY if name not in ON_DEMAND_GAMES)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -498,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"warning: game {name!r} cannot be built or list its tools: {type(err).__name__}: "
                   f"{str(err)[:200]} (python -m pipeline.validate_game {name} checks it)", file=sys.stderr)
         print(f"{name:44s} {spec.capability or '-':34s} {n_tools}  {spec.max_turns:9d}")
+    print(f"on demand (asked for by name; an optional package and a server): {', '.join(sorted(ON_DEMAND_GAMES))}")
     if broken:
         print(f"error: {len(broken)} game(s) could not be built: {', '.join(broken)}", file=sys.stderr)
         return 2

@@ -126,23 +126,32 @@ class Tau2Episode:
     def score(self, stopped_by: str = "agent") -> Any:
         """tau2's `RewardInfo` of the episode so far, ended by the agent or the user (`stopped_by`); an episode
         cut off by a turn limit is another termination, which τ²-bench scores 0 whatever its state."""
-        from tau2.data_model.simulation import SimulationRun, TerminationReason
-        from tau2.data_model.tasks import RewardType
-        from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+        return score_trajectory(self.domain, self.task, self.messages, stopped_by)
 
-        criteria = self.task.evaluation_criteria
-        if criteria is not None and RewardType.NL_ASSERTION in set(criteria.reward_basis):
-            raise InputError(f"τ²-bench task {self.task.id} is graded by natural-language assertions (an LLM "
-                             "judge); this runner scores database, action and communication checks only")
-        reasons = {"agent": TerminationReason.AGENT_STOP, "user": TerminationReason.USER_STOP,
-                   "max_steps": TerminationReason.MAX_STEPS}
-        if stopped_by not in reasons:
-            raise ValueError(f"stopped_by must be one of {sorted(reasons)}, got {stopped_by!r}")
-        run = SimulationRun(id=f"{self.domain.name}-{self.task.id}", task_id=str(self.task.id), start_time="",
-                            end_time="", duration=0.0, termination_reason=reasons[stopped_by],
-                            messages=self.messages)
-        return evaluate_simulation(simulation=run, task=self.task, evaluation_type=EvaluationType.ALL,
-                                   solo_mode=False, domain=self.domain.name)
+
+TERMINATIONS = ("agent", "user", "max_steps", "too_many_errors")  # how an episode ended, as score_trajectory takes it
+
+
+def score_trajectory(domain: Tau2Domain, task: Any, messages: list[Any], stopped_by: str) -> Any:
+    """τ²-bench's evaluator on a trajectory (tau2 `Message`s, the task's initial history first): tau2's
+    `RewardInfo`. `stopped_by` is one of TERMINATIONS; τ²-bench scores 0 any episode not ended by the agent or the
+    user. A task graded by natural-language assertions (an LLM judge) is refused."""
+    from tau2.data_model.simulation import SimulationRun, TerminationReason
+    from tau2.data_model.tasks import RewardType
+    from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+
+    criteria = task.evaluation_criteria
+    if criteria is not None and RewardType.NL_ASSERTION in set(criteria.reward_basis):
+        raise InputError(f"τ²-bench task {task.id} is graded by natural-language assertions (an LLM "
+                         "judge); this runner scores database, action and communication checks only")
+    reasons = {"agent": TerminationReason.AGENT_STOP, "user": TerminationReason.USER_STOP,
+               "max_steps": TerminationReason.MAX_STEPS, "too_many_errors": TerminationReason.TOO_MANY_ERRORS}
+    if stopped_by not in reasons:
+        raise ValueError(f"stopped_by must be one of {sorted(reasons)}, got {stopped_by!r}")
+    run = SimulationRun(id=f"{domain.name}-{task.id}", task_id=str(task.id), start_time="", end_time="",
+                        duration=0.0, termination_reason=reasons[stopped_by], messages=messages)
+    return evaluate_simulation(simulation=run, task=task, evaluation_type=EvaluationType.ALL, solo_mode=False,
+                               domain=domain.name)
 
 
 def tool_schemas(domains: list[str]) -> list[dict[str, Any]]:

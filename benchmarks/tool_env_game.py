@@ -34,6 +34,7 @@ class ToolCallRecord:
     arguments: dict[str, Any]
     output: str
     ok: bool  # False when the call raised ValueError (the output then starts with "Error: ")
+    executed: bool = True  # False for a call past the turn's limit: answered with an error, never run
 
 
 @dataclass
@@ -181,14 +182,15 @@ class ToolEnvGame(Game):
             state.messages.append(action.to_message())
             for index, call in enumerate(action.tool_calls):
                 if index >= self.max_calls_per_turn or state.done:
-                    output, ok = (f"Error: not executed: the policy allows {self.max_calls_per_turn} tool call(s) per "
-                                  "turn; make this call in a later turn"), False
+                    output, ok, executed = (f"Error: not executed: the policy allows {self.max_calls_per_turn} tool "
+                                            "call(s) per turn; make this call in a later turn"), False, False
                 else:
+                    executed = True
                     try:
                         output, ok = self._cap(self.toolkit.call(call.name, call.arguments)), True
                     except ValueError as err:
                         output, ok = self._cap(f"Error: {err}"), False
-                state.tool_calls.append(ToolCallRecord(turn, call.id, call.name, call.arguments, output, ok))
+                state.tool_calls.append(ToolCallRecord(turn, call.id, call.name, call.arguments, output, ok, executed))
                 observations.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": output})
                 if ok and self.toolkit.ends_episode(call.name):
                     self.end_episode("transfer")

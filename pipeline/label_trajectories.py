@@ -29,7 +29,7 @@ invocation pays only for what is missing. Ctrl-C stops at once (exit 130): the c
 finished ones stay in the cache, no run file is written. Every flag, path and the --base-url (http:// or https://)
 are checked before the summary is read, `--dry-run` included. `--dry-run` prints the calls it would make and an
 estimate of their prompt tokens, and makes none. HTTP retries, Retry-After, --requests-per-minute: see
-`pipeline/llm_client.py`. The API key is read from the variable named by --api-key-env and is never
+`common/llm_client.py`. The API key is read from the variable named by --api-key-env and is never
 printed, logged, cached or written.
 """
 from __future__ import annotations
@@ -59,7 +59,7 @@ from pipeline.summarize import truncate_middle
 from pipeline.aggregate_capabilities import (CATEGORIES, AggregationConfig, aggregate, check_outputs, format_table,
                                              load_candidates, validate_run, write_outputs)
 from pipeline.labels_to_run import SkippedTrajectoryWarning, labels_to_run
-from pipeline.llm_client import ChatClient, FatalAPIError, RateLimiter, RetryPolicy
+from common.llm_client import ChatClient, FatalAPIError, RateLimiter, RetryPolicy
 
 JSON_MODES = ("object", "schema", "none")
 CACHE_NAME = "label_cache.jsonl"

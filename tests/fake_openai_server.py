@@ -15,6 +15,9 @@ Kinds: "bad_json", "missing" (first capability left out), "bad_label", "429" and
 `Retry-After: <retry_after>`), "500", "drop" (socket closed without an answer), "hang:<s>" (answer after s
 seconds), "block" (wait until `release` is set, then drop), "401", "404".
 
+`responder(body) -> text`, when given, answers every chat request instead of the labeler's rule (a scripted
+customer for τ²-bench's user simulator, tests/test_tau2_game.py); the faults apply to it as well.
+
 Every request is recorded in `requests` (path, parsed body, whether the key matched, the fault used).
 """
 from __future__ import annotations
@@ -25,7 +28,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 CAPABILITY_LINE = re.compile(r"^Capabilities \(the JSON keys of your answer\): (\[.*\])$", re.MULTILINE)
 TRAJECTORY_ID = re.compile(r"^(?:=== )?Trajectory id: (.+)$", re.MULTILINE)
@@ -69,8 +72,10 @@ def propose_rule(prompt: str) -> dict[str, Any]:
 class FakeOpenAIServer:
     """See the module docstring. Use as a context manager; `base_url` ends in /v1."""
 
-    def __init__(self, api_key: str | None = None, model: str = "fake-model", retry_after: str = "0") -> None:
+    def __init__(self, api_key: str | None = None, model: str = "fake-model", retry_after: str = "0",
+                 responder: Callable[[dict[str, Any]], str] | None = None) -> None:
         self.api_key = api_key
+        self.responder = responder
         self.model = model
         self.retry_after = retry_after
         self.faults: list[str] = []
@@ -214,6 +219,8 @@ class _Handler(BaseHTTPRequestHandler):
         if fault and fault.startswith("hang:"):
             time.sleep(float(fault.split(":", 1)[1]))
         prompt_chars = sum(len(m.get("content") or "") for m in messages if isinstance(m, dict))
+        if owner.responder is not None:
+            return self._send_json(200, _completion(owner.model, owner.responder(body), prompt_chars))
         if is_propose:
             content = json.dumps(propose_rule(first_user))
         else:

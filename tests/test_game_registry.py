@@ -114,6 +114,8 @@ def test_prompt_variant_appends_base_or_hint_to_the_system_message():
 
 
 def test_discovery_names_the_file_of_a_broken_game(monkeypatch, tmp_path):
+    game_registry.list_games()  # discovered first: built-in modules register once per process, so a discovery
+    # undone below would leave them out of every later lookup (storefront missing from the next test that asks)
     (tmp_path / "capability_broken_game.py").write_text("import does_not_exist_anywhere\n")
     monkeypatch.setenv("TRACE_GAMES_DIRS", str(tmp_path))
     monkeypatch.setattr(game_registry, "_DISCOVERED", False)

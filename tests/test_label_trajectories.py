@@ -1,4 +1,4 @@
-"""Tests for pipeline.label_trajectories and pipeline.llm_client against a real local HTTP server.
+"""Tests for pipeline.label_trajectories and common.llm_client against a real local HTTP server.
 
 The server (tests/fake_openai_server.py) speaks the OpenAI chat-completions protocol on 127.0.0.1 and
 labels by a deterministic rule (MARK_<capability> in a transcript -> LACKING), so the expected run
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 from fake_openai_server import FakeOpenAIServer, label_rule
 from pipeline import label_trajectories as lt
 from pipeline.aggregate_capabilities import load_run
-from pipeline.llm_client import ChatClient, FatalAPIError, RateLimiter, RetryPolicy, parse_retry_after
+from common.llm_client import ChatClient, FatalAPIError, RateLimiter, RetryPolicy, parse_retry_after
 from signals import restore_sigint
 
 SECRET = "sk-test-7d1e0c4b9a-DO-NOT-LEAK"
@@ -507,7 +507,7 @@ class _CandidatesClient:
         self.answer, self.calls = answer, []
 
     def complete(self, messages, **params):
-        from pipeline.llm_client import ChatResult
+        from common.llm_client import ChatResult
         self.calls.append(params)
         return ChatResult(text=self.answer, prompt_tokens=1, completion_tokens=1, http_retries=0)
 

@@ -30,7 +30,7 @@ def _configs() -> list[tuple[str, object]]:
     from game_registry import get_game
     from pipeline.aggregate_capabilities import AggregationConfig
     from pipeline.label_trajectories import LabelingConfig
-    from pipeline.llm_client import RetryPolicy
+    from common.llm_client import RetryPolicy
     from pipeline.summarize import SummarizeOptions
     from swebench.game import ScenarioGameConfig
     from swebench.grading import GradeConfig

@@ -5,12 +5,12 @@
 
 Every episode of a run is played at once through the in-process rollout backend (`train.episodes`), so 100
 storefront tasks take seconds on the tiny model, where `python -m train.play --agent hf:...` plays them
-one by one (it stays the reference path for any agent). Task i gets the seed `benchmarks.storefront.run.
-task_seed(seed, i)`, so two runs with the same `--seed` play the same tasks. `--samples K` plays each task K
-times; as in τ²-bench's trials, sample k of a task is played with the customer's wording k where the game has
-wordings (the storefront's `reset(seed, trial=k)`), so pass^k is the chance that the agent passes the same
-task K times, however the customer puts it, and stays meaningful at temperature 0. Games without wordings
-replay the same opening with independent samples.
+one by one (it stays the reference path for any agent). Task i gets the seed `GameSpec.task_seed(seed, i)`
+(default `benchmarks.storefront.run.task_seed`; τ²-bench's games play seed + i), so two runs with the same
+`--seed` play the same tasks. `--samples K` plays each task K times; as in τ²-bench's trials, sample k of a
+task is played with the customer's wording k where the game has wordings (the storefront's `reset(seed,
+trial=k)`), so pass^k is the chance that the agent passes the same task K times, however the customer puts it,
+and stays meaningful at temperature 0. Games without wordings replay the same opening with independent samples.
 
 A routed Step-4 model in trajectory/global mode decides once per episode: the backend prefills each turn's whole
 conversation, and the model routes every row from its first prompt (its tokens through the first assistant
@@ -84,7 +84,8 @@ def route_once_per_episode(model: torch.nn.Module, tokenizer: Any) -> None:
 def evaluation_requests(spec: GameSpec, n_tasks: int, seed: int, samples: int) -> list[EpisodeRequest]:
     """Every (task, sample) episode of a run; sample k plays the customer's wording k where the game has wordings."""
     trials = "trial" in inspect.signature(spec.make().reset).parameters  # the customer's wordings
-    return [EpisodeRequest(task_seed(seed, i), s, trial=s if trials else 0)
+    seed_of = spec.task_seed or task_seed
+    return [EpisodeRequest(seed_of(seed, i), s, trial=s if trials else 0)
             for i in range(n_tasks) for s in range(samples)]
 
 

@@ -34,6 +34,11 @@ class FatalAPIError(RuntimeError):
     """An error retrying cannot fix (bad key, wrong URL/model, rejected request), or retries ran out."""
 
 
+class RetriesExhausted(FatalAPIError):
+    """Every try failed by a transient fault (429, 5xx, timeout, dropped connection): the server, not the request,
+    is the problem, so a caller that plays episodes may record the episode as not scored and play it later."""
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How transient HTTP failures are retried.
@@ -221,7 +226,7 @@ class ChatClient:
                 return self._result(response, attempt)
             if attempt < self.retry.max_retries:
                 self._wait_before_retry(attempt, kind, retry_after)
-        raise FatalAPIError(f"{self.base_url}: gave up after {self.retry.max_retries + 1} tries; last failure: "
+        raise RetriesExhausted(f"{self.base_url}: gave up after {self.retry.max_retries + 1} tries; last failure: "
                             f"{last_problem}")
 
     def _result(self, response: Any, retries: int) -> ChatResult:
