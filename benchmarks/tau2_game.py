@@ -47,6 +47,7 @@ class Tau2Config:
     user_api_key_env: str = ""
     user_temperature: float = 0.0
     user_max_tokens: int = 512
+    user_max_retries: int = 6
     max_steps: int = 50
     max_errors: int = 10
     max_calls_per_turn: int = 4
@@ -55,7 +56,8 @@ class Tau2Config:
         if self.split not in SPLITS:
             raise InputError(f"Tau2Config.split must be one of {', '.join(SPLITS)} (train ids for training, test ids "
                              f"for evaluation), got {self.split!r}")
-        for name, low in (("max_steps", 1), ("max_errors", 0), ("max_calls_per_turn", 1), ("user_max_tokens", 1)):
+        for name, low in (("max_steps", 1), ("max_errors", 0), ("max_calls_per_turn", 1), ("user_max_tokens", 1),
+                          ("user_max_retries", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InputError(f"Tau2Config.{name} must be an integer >= {low}, got {value!r}")
@@ -72,7 +74,7 @@ class Tau2Config:
                              "ending in /v1) and user_model (the model it serves), e.g. --user-base-url and "
                              "--user-model, or those game_overrides")
         return UserEndpoint(self.user_base_url, self.user_model, self.user_api_key_env, self.user_temperature,
-                            self.user_max_tokens)
+                            self.user_max_tokens, max_retries=self.user_max_retries)
 
 
 @functools.lru_cache(maxsize=None)

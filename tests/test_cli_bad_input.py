@@ -857,7 +857,7 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
     from swebench import calibrate as swe_calibrate
     from swebench import generate as swe_generate
     from swebench import selftest as swe_selftest
-    from benchmarks import tau2_target
+    from benchmarks import tau2_run, tau2_target
     from train import collect_rollouts, evaluate, models, tiny
 
     import render_pipeline
@@ -901,6 +901,8 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
     cr = ["--game", "storefront", "--model", str(tiny_model_dir), "--seeds", "2", "--samples", "2", "--out", str(out)]
     sf = ["--agent", "expert", "--tasks", "2", "--out", str(out), "--no-progress"]
     tp = ["--agent", f"hf:{tiny_model_dir}", "--tasks", "2", "--out", str(out), "--no-progress"]
+    t2 = ["--domain", "retail", "--agent", "expert", "--tasks", "2", "--user-base-url", "http://127.0.0.1:9/v1",
+          "--user-model", "m", "--no-progress", "--out", str(out)]
     rc = ["--game", "toy_vault_generic_door", "--knob", "n_keys", "--rollouts", f"2={rollouts}", "--json-output",
           str(out)]
     rp = [str(REPO / "configs/capability_selection.yaml"), "--stage", "capability", "--out", str(tmp_path / "p.md")]
@@ -1008,6 +1010,8 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
                                 (gate_overhead, "make_random_adapter")),
         "tau2_target schemas": (tau2_target.main, {"output": ["schemas", "--out", str(folder)]},
                                 (tau2_target, "write_tool_schemas")),
+        "tau2_run": (tau2_run.main, {"output": [*t2[:-1], str(folder)], "nan": [*t2, "--user-temperature", "nan"]},
+                     (tau2_run, "play_and_write")),
     }
     # "ok": a command line each command accepts as a whole (its work would start): tests/test_cli_numeric_flags.py
     # adds one bad number at a time to it. Where the NaN case's command is valid without its NaN, that is the one.
@@ -1093,6 +1097,7 @@ SWEEP = {
     "bench/sft_step": ("bench/sft_step.py", "missing nan"),
     "bench/gate_overhead": ("bench/gate_overhead.py", "nan"),
     "tau2_target schemas": ("benchmarks/tau2_target.py", "output"),
+    "tau2_run": ("benchmarks/tau2_run.py", "output nan"),  # an unknown agent or domain: tests/test_tau2_run.py
 }
 # An entry point that reads a file gets it also empty and malformed (the missing file's place in the command),
 # except where any text is a valid file.

@@ -30,6 +30,8 @@ ACCEPTED = {
     ("demo_tau2", "--rho", "0"): "as aggregate_capabilities --rho",
     ("demo_tau2", "--delta", "0"): "as aggregate_capabilities --delta",
     ("demo_tau2", "--delta", "-1"): "as aggregate_capabilities --delta",
+    ("tau2_run", "--user-temperature", "0"): "the customer's greedy sampling (τ²-bench's default)",
+    ("tau2_run", "--user-max-retries", "0"): "try each customer request once",
     ("bench/gate_overhead", "--target", "0"): "report only: the bench never fails on speed",
     ("bench/sft_step", "--target", "0"): "report only: the bench never fails on speed",
     ("bench/gate_overhead", "--threads", "0"): "torch's default number of threads (documented)",

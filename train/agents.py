@@ -292,11 +292,13 @@ def check_agent_spec(spec: str, tokenizer_dir: str | None = None) -> None:
             # anything else (a timeout, a name that does not resolve yet) is left to the agent's retries
 
 
-def any_agent(args: argparse.Namespace) -> Agent:
-    """`python -m train.play`'s agents: the environment's own (expert, flawed:FLAW) and the model agents, each
-    spec checked before a model is loaded or a server asked (InputError names the flag)."""
+def any_agent(args: argparse.Namespace,
+              environment_agent: Callable[[argparse.Namespace], Agent] = storefront_run.environment_agent) -> Agent:
+    """`python -m train.play`'s agents: the environment's own (`environment_agent`: the storefront's expert and
+    flawed:FLAW by default) and the model agents, each spec checked before a model is loaded or a server asked
+    (InputError names the flag)."""
     if args.agent.partition(":")[0] not in ("hf", "vllm"):
-        return storefront_run.environment_agent(args)
+        return environment_agent(args)
     check_agent_spec(args.agent, args.tokenizer)
     api_key = os.environ[args.api_key_env] if args.api_key_env else None  # checked set by the runner's CLI
     try:
