@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=seed_value, default=1000, help="base task seed (default 1000)")
     parser.add_argument("--samples", type=int, default=1, help="episodes per task (pass^k over samples)")
     parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--config", help="YAML of the game's config fields (storefront: StorefrontConfig)")
+    parser.add_argument("--config", help="YAML of the game's config fields (storefront: StorefrontConfig; τ²-bench: "
+                                         "Tau2Config with the split and the customer's endpoint)")
     parser.add_argument("--max-episode-tokens", type=int, default=4096)
     parser.add_argument("--out", required=True, help="results JSON to write")
     args = parser.parse_args(argv)
@@ -185,14 +186,23 @@ def lookup_game(name: str) -> GameSpec:
 
 
 def game_config_overrides(game: str, config_path: str | None) -> dict[str, Any] | None:
-    """The game's config fields from a YAML file (validated by building the config), or None."""
+    """The game's config fields from a YAML file (validated by building one game with them), or None. The
+    storefront's file goes through its own loader (a partial file keeps the defaults of the rest)."""
     if not config_path:
         return None
-    if game != "storefront":
-        raise InputError("--config is supported for the storefront game (its StorefrontConfig fields)")
-    from benchmarks.storefront.run import load_config
+    if game == "storefront":
+        from benchmarks.storefront.run import load_config
 
-    return dataclasses.asdict(load_config(config_path))
+        return dataclasses.asdict(load_config(config_path))
+    from common.io import load_yaml_mapping
+    from game_registry import check_game_overrides
+
+    spec = lookup_game(game)
+    if spec.config_cls is None:
+        raise InputError(f"--config {config_path}: game {game!r} has no config fields to set")
+    fields = load_yaml_mapping(config_path)
+    check_game_overrides(spec, fields, where=f"--config {config_path}:")
+    return fields
 
 
 if __name__ == "__main__":
