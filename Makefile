@@ -93,7 +93,7 @@ $(TAU2_STAMP): requirements-tau2.txt $(STAMP)
 
 test-tau2: $(STAMP) $(TAU2_STAMP)
 	$(PY) -m pytest -q -m tau2 -p no:cacheprovider --durations=5 tests/test_tau2_target.py tests/test_tau2_game.py \
-		tests/test_tau2_run.py tests/test_tau2_pipeline.py
+		tests/test_tau2_run.py tests/test_tau2_pipeline.py tests/test_tau2_games.py
 
 # A real vLLM server (its own .venv-vllm; CPU build here, CUDA where nvidia-smi finds a GPU) with the
 # tiny model: GRPO iterations through the vLLM backend, runtime LoRA loading, guided JSON labeling.
