@@ -22,9 +22,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from tqdm import tqdm
+
+from benchmarks.agents import ServerError
 from common.io import append_line
 from common.validation import InputError
 
@@ -96,6 +100,32 @@ class ResultsJournal:
         """Record an episode the server could not serve (not a score: the next run plays it again)."""
         self._write({"key": list(key), "server_error": message})
         self.errors[key] = message
+
+    def play_missing(self, keys: list[Key], play: Callable[[Key], tuple[dict[str, Any], dict[str, Any]]],
+                     desc: str, progress: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Play every key of `keys` not yet scored (`play(key)` -> (simulation, task entry)), each kept as it ends;
+        a ServerError is recorded as not scored (`errors`). Returns (simulations, tasks) of the scored keys in the
+        order of `keys`, each task once."""
+        todo = [key for key in keys if key not in self.scored]
+        if len(todo) < len(keys):
+            print(f"{self.path}: {len(keys) - len(todo)} of {len(keys)} episodes already scored; playing the other "
+                  f"{len(todo)}", file=sys.stderr)
+        bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc=desc, unit="ep", file=sys.stderr,
+                   disable=not progress)
+        for key in todo:
+            try:
+                simulation, task = play(key)
+            except ServerError as err:
+                self.server_error(key, str(err))
+            else:
+                self.add(key, simulation, task)
+            bar.update(1)
+        bar.close()
+        scored = [self.scored[key] for key in keys if key in self.scored]
+        tasks: dict[Any, dict[str, Any]] = {}
+        for simulation, task in scored:
+            tasks.setdefault(simulation["task_id"], task)
+        return [simulation for simulation, _ in scored], list(tasks.values())
 
     def remove(self) -> None:
         """The run is complete and its results file written: the journal goes."""

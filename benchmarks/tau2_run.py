@@ -32,9 +32,8 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable
 
-from tqdm import tqdm
 
-from benchmarks.agents import Agent, ExpertAgent, ServerError
+from benchmarks.agents import Agent, ExpertAgent
 from benchmarks.results import make_simulation, pass_hat_k, pass_rates, write_results
 from benchmarks.results_journal import ResultsJournal
 from benchmarks.tau2_target import DOMAINS, SPLITS, require_tau2
@@ -96,24 +95,9 @@ def run_journaled(game: Any, agent: Agent, n_tasks: int, trials: int, seed: int,
     episodes in task order. An episode whose agent or customer server fails for good is recorded as not scored
     (`journal.errors`)."""
     keys = [(index, trial) for index in range(n_tasks) for trial in range(trials)]
-    todo = [key for key in keys if key not in journal.scored]
-    if len(todo) < len(keys):
-        print(f"{journal.path}: {len(keys) - len(todo)} of {len(keys)} episodes already scored; playing the other "
-              f"{len(todo)}", file=sys.stderr)
-    bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc=f"τ²-bench {game.domain.name}", unit="ep",
-               file=sys.stderr, disable=not progress)
-    for index, trial in todo:
-        try:
-            simulation, task = play_task(game, agent, index, trial, agent_seed=seed + 1000 * trial + index)
-        except ServerError as err:
-            journal.server_error((index, trial), str(err))
-        else:
-            journal.add((index, trial), simulation, task)
-        bar.update(1)
-    bar.close()
-    scored = [journal.scored[key] for key in keys if key in journal.scored]
-    tasks = {simulation["task_id"]: task for simulation, task in scored}
-    return [simulation for simulation, _ in scored], list(tasks.values())
+    return journal.play_missing(
+        keys, lambda key: play_task(game, agent, *key, agent_seed=seed + 1000 * key[1] + key[0]),
+        f"τ²-bench {game.domain.name}", progress)
 
 
 @cli_entry

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from tqdm import tqdm
 
-from benchmarks.agents import Agent, ExpertAgent, ServerError
+from benchmarks.agents import Agent, ExpertAgent
 from benchmarks.results import make_simulation, pass_hat_k, pass_rates, write_results
 from benchmarks.results_journal import ResultsJournal
 from benchmarks.storefront.env import StorefrontConfig, StorefrontGame
@@ -106,28 +106,7 @@ def run_journaled(agent: Agent, n_tasks: int, seed: int, trials: int, config: St
     (simulations, tasks) of the scored episodes, in task order; `journal.errors` holds the others."""
     game = StorefrontGame(config)
     keys = [(index, trial) for index in range(n_tasks) for trial in range(trials)]
-    todo = [key for key in keys if key not in journal.scored]
-    if len(todo) < len(keys):
-        print(f"{journal.path}: {len(keys) - len(todo)} of {len(keys)} episodes already scored; playing the other "
-              f"{len(todo)}", file=sys.stderr)
-    bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc="storefront", unit="ep", file=sys.stderr,
-               disable=not progress)
-    for index, trial in todo:
-        try:
-            simulation, task = play_task(game, agent, seed, index, trial)
-        except ServerError as err:
-            journal.server_error((index, trial), str(err))
-        else:
-            journal.add((index, trial), simulation, task)
-        bar.update(1)
-    bar.close()
-    simulations, tasks = [], {}
-    for key in keys:
-        if key in journal.scored:
-            simulation, task = journal.scored[key]
-            simulations.append(simulation)
-            tasks.setdefault(simulation["task_id"], task)
-    return simulations, list(tasks.values())
+    return journal.play_missing(keys, lambda key: play_task(game, agent, seed, *key), "storefront", progress)
 
 
 def load_config(path: str | None, kinds: tuple[str, ...] | None = None) -> StorefrontConfig:
