@@ -1,6 +1,7 @@
 """Agents that play tool-use games: `respond(messages, tools) -> str` (model text with Hermes tool calls).
 
-- `Agent`: the interface every player implements (`begin_episode(game, seed)`, `respond`, `describe`).
+- `Agent`: the interface every player implements (`begin_episode(game, seed)`, `respond`, `describe`); `respond`
+  raises ContextFull when the conversation no longer fits the model, ServerError when its server fails for good.
 - `ExpertAgent`: asks the game's oracle (`Game.oracle_response`), so it needs `begin_episode(game)`.
 
 The environment side loads no models: the model-backed agents (a local transformers model, a vLLM server)
@@ -18,6 +19,11 @@ from game_registry import Game
 class ServerError(RuntimeError):
     """The agent's model server failed an episode after its retries (connection errors, timeouts, 429 and 5xx):
     the runner records the episode as not scored, never as a reward of 0, and a rerun plays it again."""
+
+
+class ContextFull(RuntimeError):
+    """The conversation no longer fits the agent model's context: the episode ends there (termination
+    "context_full", as τ²-bench ends an agent that errs) and is scored as it stands."""
 
 
 class Agent(ABC):

@@ -214,7 +214,8 @@ class Tau2Game(ToolEnvGame):
         if not self.state.done:
             raise RuntimeError("Tau2Game.reward_info(): the episode is not over")
         if self._reward_info is None:
-            stopped_by = {"user_stop": "user", "max_steps": "max_steps", "too_many_errors": "too_many_errors"}
+            stopped_by = {"user_stop": "user", "max_steps": "max_steps", "too_many_errors": "too_many_errors",
+                          "context_full": "agent_error"}
             self._reward_info = score_trajectory(self.domain, self.task, self.tau2_messages(),
                                                  stopped_by[self.state.termination_reason])
         return self._reward_info

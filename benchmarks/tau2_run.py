@@ -33,7 +33,7 @@ import urllib.request
 from typing import Any, Callable
 
 
-from benchmarks.agents import Agent, ExpertAgent
+from benchmarks.agents import Agent, ContextFull, ExpertAgent
 from benchmarks.results import make_simulation, pass_hat_k, pass_rates, write_results
 from benchmarks.results_journal import ResultsJournal
 from benchmarks.tau2_target import DOMAINS, SPLITS, require_tau2
@@ -78,7 +78,12 @@ def play_task(game: Any, agent: Agent, index: int, trial: int, agent_seed: int) 
     agent.begin_episode(game, seed=agent_seed)
     tools = game.get_tool_schemas()
     while not game.done:
-        game.step(parse_hermes_action(agent.respond(game.get_messages(), tools)))
+        try:
+            text = agent.respond(game.get_messages(), tools)
+        except ContextFull:  # τ²-bench ends an agent that errs (agent_error) and scores it 0
+            game.end_episode("context_full")
+            break
+        game.step(parse_hermes_action(text))
     summary = game.get_summary()
     # tau2's RewardInfo (reward, db_check, action_checks, communicate_checks, reward_breakdown) and the turn counts
     reward_info = {**summary["tau2_reward_info"], "reward": summary["reward"], "steps": summary["steps"],

@@ -129,7 +129,7 @@ class Tau2Episode:
         return score_trajectory(self.domain, self.task, self.messages, stopped_by)
 
 
-TERMINATIONS = ("agent", "user", "max_steps", "too_many_errors")  # how an episode ended, as score_trajectory takes it
+TERMINATIONS = ("agent", "user", "max_steps", "too_many_errors", "agent_error")  # how an episode ended, as score_trajectory takes it
 
 
 def score_trajectory(domain: Tau2Domain, task: Any, messages: list[Any], stopped_by: str) -> Any:
@@ -145,7 +145,8 @@ def score_trajectory(domain: Tau2Domain, task: Any, messages: list[Any], stopped
         raise InputError(f"τ²-bench task {task.id} is graded by natural-language assertions (an LLM "
                          "judge); this runner scores database, action and communication checks only")
     reasons = {"agent": TerminationReason.AGENT_STOP, "user": TerminationReason.USER_STOP,
-               "max_steps": TerminationReason.MAX_STEPS, "too_many_errors": TerminationReason.TOO_MANY_ERRORS}
+               "max_steps": TerminationReason.MAX_STEPS, "too_many_errors": TerminationReason.TOO_MANY_ERRORS,
+               "agent_error": TerminationReason.AGENT_ERROR}
     if stopped_by not in reasons:
         raise ValueError(f"stopped_by must be one of {sorted(reasons)}, got {stopped_by!r}")
     run = SimulationRun(id=f"{domain.name}-{task.id}", task_id=str(task.id), start_time="", end_time="",

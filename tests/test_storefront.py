@@ -15,7 +15,7 @@ from typing import Any, Callable
 import pytest
 
 from benchmarks.agents import ExpertAgent
-from train.agents import HFAgent, VLLMAgent, parse_agent_spec
+from train.agents import HFAgent, VLLMAgent, parse_agent_spec, render_prompt
 from benchmarks.results import load_results, make_simulation, pass_rates, write_results
 from benchmarks.storefront import run as run_cli
 from train import play as play_cli
@@ -1353,6 +1353,24 @@ def test_hf_agent_plays_with_the_tiny_model(tiny_model_dir: Path, tmp_path: Path
                          "--max-new-tokens", "16", "--temperature", "1.0"]) == 0
     sims = load_results(out)["simulations"]
     assert len(sims) == 2 and all(0.0 <= s["reward_info"]["reward"] <= 1.0 for s in sims)
+
+
+def test_an_hf_agent_out_of_context_ends_the_episode_where_it_is(tiny_model_dir: Path):
+    from benchmarks.agents import ContextFull
+    from benchmarks.storefront.run import play_episode
+
+    agent = parse_agent_spec(f"hf:{tiny_model_dir}", max_new_tokens=24)
+    game = StorefrontGame()
+    messages = game.reset(0)
+    prompt_tokens = len(agent.prompt_ids(render_prompt(agent.tokenizer, messages, game.get_tool_schemas())))
+    agent.max_positions = prompt_tokens + 3  # room for three new tokens: generation stops there, not past it
+    text = agent.respond(messages, game.get_tool_schemas())
+    assert len(agent.tokenizer(text, add_special_tokens=False)["input_ids"]) <= 3
+    agent.max_positions = prompt_tokens  # no room: positions past the model's context are not its trained ones
+    with pytest.raises(ContextFull, match=f"the conversation is {prompt_tokens} tokens"):
+        agent.respond(messages, game.get_tool_schemas())
+    messages, summary = play_episode(game, agent, seed=0)  # the runner ends the episode there and scores it
+    assert summary["termination_reason"] == "context_full" and summary["steps"] == 0 and summary["reward"] == 0.0
 
 
 class _FlakyCompletions(BaseHTTPRequestHandler):

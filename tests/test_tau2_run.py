@@ -109,3 +109,19 @@ def test_a_model_agent_plays_real_tasks_through_train_play(tmp_path):
         assert [m["role"] for m in sim["messages"][:2]] == ["system", "user"]
         assert sum(m["role"] == "assistant" for m in sim["messages"]) >= 1
         assert 0.0 <= sim["reward_info"]["reward"] <= 1.0
+
+
+@pytest.mark.skipif(not DEMO_AGENT.is_dir(), reason="the shipped demo agent is missing")
+def test_a_model_out_of_context_ends_its_episode_as_an_agent_error_scored_zero(tmp_path):
+    from train import play
+
+    def talkative(body):  # a customer who never stops and writes a page each turn
+        return "Let me explain my situation in full detail once more. " * 40
+
+    out = tmp_path / "long.json"
+    with FakeOpenAIServer(responder=talkative) as server:
+        assert run(server, out, "--agent", f"hf:{DEMO_AGENT}", "--tasks", "1", "--max-steps", "30",
+                   "--max-new-tokens", "48", main=lambda argv: play.main(["tau2", *argv])) == 0
+    (sim,) = load_results(out)["simulations"]
+    assert sim["termination_reason"] == "context_full" and sim["reward_info"]["reward"] == 0.0
+    assert "agent_error" in sim["reward_info"]["info"]["note"]  # τ²-bench's own verdict on the episode

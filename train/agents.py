@@ -29,7 +29,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.agents import Agent, ServerError
+from benchmarks.agents import Agent, ContextFull, ServerError
 from benchmarks.storefront import run as storefront_run
 from common.chat_render import render_messages
 from common.io import check_model_folder
@@ -118,6 +118,8 @@ class HFAgent(Agent):
             model.set_assistant_header(assistant_header_ids(self.tokenizer))
         vocab = self.tokenizer.get_vocab()
         self.stop_ids = sorted({vocab[s] for s in _stop_strings(self.tokenizer) if s in vocab})
+        config = getattr(model, "config", None)
+        self.max_positions = int(getattr(config, "max_position_embeddings", None) or 10**9)
         self._torch = torch
 
     def describe(self) -> dict[str, Any]:
@@ -146,9 +148,13 @@ class HFAgent(Agent):
         torch = self._torch
         prompt = render_prompt(self.tokenizer, messages, tools)
         input_ids = torch.tensor([self.prompt_ids(prompt)], dtype=torch.long, device=self.device)  # [1, prompt_len]
+        room = self.max_positions - input_ids.shape[1]  # positions past the model's context are not its trained ones
+        if room < 1:
+            raise ContextFull(f"the conversation is {input_ids.shape[1]} tokens; {self.model_dir}'s context is "
+                              f"{self.max_positions}")
         sampling = self.temperature > 0
         config = GenerationConfig(
-            max_new_tokens=self.max_new_tokens, do_sample=sampling,
+            max_new_tokens=min(self.max_new_tokens, room), do_sample=sampling,
             temperature=self.temperature if sampling else None, top_k=None, top_p=None,
             eos_token_id=self.stop_ids,
             pad_token_id=self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.stop_ids[0],
@@ -227,6 +233,8 @@ class VLLMAgent(Agent):
             except (openai.APIConnectionError, openai.APITimeoutError) as err:  # APITimeoutError subclasses it
                 last_error = err
             except openai.APIStatusError as err:
+                if err.status_code == 400 and "context length" in str(err.message).lower():  # vLLM's words
+                    raise ContextFull(f"vLLM server {self.base_url}: {err.message}") from err
                 if err.status_code < 500 and err.status_code != 429:  # a bad request will not get better
                     raise RuntimeError(f"vLLM server {self.base_url}: {what} failed with HTTP {err.status_code}: "
                                        f"{err.message}") from err

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from tqdm import tqdm
 
-from benchmarks.agents import Agent, ExpertAgent
+from benchmarks.agents import Agent, ContextFull, ExpertAgent
 from benchmarks.results import make_simulation, pass_hat_k, pass_rates, write_results
 from benchmarks.results_journal import ResultsJournal
 from benchmarks.storefront.env import StorefrontConfig, StorefrontGame
@@ -58,7 +58,11 @@ def play_episode(game: StorefrontGame, agent: Agent, seed: int, agent_seed: int 
     agent.begin_episode(game, seed=seed if agent_seed is None else agent_seed)
     tools = game.get_tool_schemas()
     while not game.done:  # the game ends itself (user stop, max_steps, too many format errors, transfer)
-        text = agent.respond(game.get_messages(), tools)
+        try:
+            text = agent.respond(game.get_messages(), tools)
+        except ContextFull:  # the agent's model cannot read further: the episode ends where it is
+            game.end_episode("context_full")
+            break
         game.step(parse_hermes_action(text))
     return game.get_messages(), game.get_summary()
 
