@@ -187,3 +187,38 @@ def test_the_server_check_sends_only_the_key_the_command_names(monkeypatch):
     finally:
         server.shutdown()
     assert seen == ["Bearer sk-labeler", None, None]
+
+
+KEY_SENTINEL = "sk-sentinel-child-argv-7d41"
+
+
+def test_the_labeler_key_reaches_no_child_argv_no_output_and_no_file(tmp_path):
+    """Issue 45 point 7: an audit hook (sitecustomize on PYTHONPATH, inherited by every Python child) logs the argv
+    of every process the phase's process tree starts (phase 2 labels in process today; its only children are the
+    platform module's). The key travels by the variable's name only: no child argv, no output line, no file."""
+    hooks, log = tmp_path / "hooks", tmp_path / "spawned.jsonl"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(
+        "import json, os, sys\n"
+        "def _log(event, args):\n"
+        "    if event in ('subprocess.Popen', 'os.posix_spawn', 'os.exec'):\n"
+        "        argv = args[1] if len(args) > 1 else args\n"
+        f"        with open({str(log)!r}, 'a') as f:\n"
+        "            f.write(json.dumps([event, [str(a) for a in (argv or [])]]) + '\\n')\n"
+        "sys.addaudithook(_log)\n")
+    run_dir = tmp_path / "run"
+    with FakeOpenAIServer(api_key=KEY_SENTINEL) as server:
+        done = run_phase("phase2", "--run-dir", str(run_dir), "--base-url", server.base_url, "--model", "fake-model",
+                         "--api-key-env", "LABELER_KEY", "--runs", "2", "--k", "1", "--candidates",
+                         str(PHASES / "candidates.json"),
+                         env={"LABELER_KEY": KEY_SENTINEL, "OPENAI_API_KEY": "sk-decoy",
+                              "PYTHONPATH": os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")])})
+        sent = {r["key_ok"] for r in server.requests}
+    assert done.returncode == 0, done.stderr
+    assert sent == {True}  # the labeler sent the named variable's key, and only it
+    spawned = [json.loads(line) for line in log.read_text().splitlines()]
+    assert spawned  # the hook saw the tree's children
+    assert all(KEY_SENTINEL not in " ".join(argv) for _, argv in spawned)
+    assert KEY_SENTINEL not in done.stdout + done.stderr
+    for path in run_dir.rglob("*"):
+        assert not path.is_file() or KEY_SENTINEL.encode() not in path.read_bytes(), f"the key was written to {path}"
