@@ -48,7 +48,8 @@ BUILTIN_GAME_MODULES = ("benchmarks.storefront.game",)
 # Games imported only when asked for by name: they need an optional package and a server (τ²-bench's domains need
 # the `tau2` package and a customer model), so `list_games()` and the suites that play every game leave them out.
 ON_DEMAND_GAMES = {"tau2_retail": "benchmarks.tau2_game", "tau2_airline": "benchmarks.tau2_game",
-                   "tau2_retail_precondition_verification": "games.tau2.retail_precondition_verification"}
+                   "tau2_retail_precondition_verification": "games.tau2.retail_precondition_verification",
+                   "tau2_airline_precondition_verification": "games.tau2.airline_precondition_verification"}
 
 
 # --------------------------------------------------------------------------------------------------

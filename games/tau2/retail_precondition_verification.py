@@ -29,6 +29,7 @@ target `tau2_retail`'s, unchanged.
 """
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ from typing import Any
 from common.validation import check_number
 from game_registry import DifficultyKnob, Game, GameSpec, Policy, Probe, register_game
 from games._storefront.spec import ablation_probes
-from games.tau2.kit import TARGET, Customer, Instance, RetailCapabilityGame, retail_world
+from games.tau2.kit import RETAIL, Instance, RetailCapabilityGame, domain_world, retail_customer
 
 CAPABILITY = "precondition_verification"
 GAME_NAME = f"tau2_retail_{CAPABILITY}"
@@ -69,6 +70,15 @@ class RetailPreconditionConfig:
                                  f"turns), got {value!r}")
 
 
+@functools.lru_cache(maxsize=None)
+def orders_by_status() -> dict[str, tuple[str, ...]]:
+    """The real database's order ids by status (sorted: draws do not depend on the database's order)."""
+    by_status: dict[str, list[str]] = {}
+    for order_id, order in sorted(domain_world("retail").db.orders.items()):
+        by_status.setdefault(order.status, []).append(order_id)
+    return {status: tuple(ids) for status, ids in by_status.items()}
+
+
 class RetailPreconditionGame(RetailCapabilityGame):
     """See the module docstring."""
 
@@ -79,16 +89,16 @@ class RetailPreconditionGame(RetailCapabilityGame):
         super().__init__(config or RetailPreconditionConfig())
 
     def draw(self, rng: random.Random) -> Instance:
-        config, world = self.config, retail_world()
+        config = self.config
         refuse = rng.random() < config.refuse_share
         status = rng.choice(FORBIDDING_STATUSES) if refuse else "pending"
-        order_id = rng.choice(world.orders_by_status[status])
+        order_id = rng.choice(orders_by_status()[status])
         auth = "email" if rng.random() < config.email_auth_rate else "name_zip"
-        customer = Customer.of_user(world.db.orders[order_id].user_id, auth)
+        customer = retail_customer(self.world.db.orders[order_id].user_id, auth)
         reason = rng.choice(sorted(REASONS))
         claim = " It hasn't shipped yet." if rng.random() < config.status_claim_rate else ""
         return Instance(
-            customer=customer, order_id=order_id, status=status, action="cancel",
+            customer=customer, record_id=order_id, fact=status, action="cancel",
             opening=f"Hi! I'd like to cancel my order {order_id}. {REASONS[reason]}{claim}",
             decision_class="refuse" if refuse else "act",
             request_writes=(("cancel_pending_order", {"order_id": order_id, "reason": reason}),),
@@ -97,7 +107,7 @@ class RetailPreconditionGame(RetailCapabilityGame):
             report=f"Your order {order_id} is now cancelled.",
             refusal=(f"I'm sorry, but order {order_id} is {status}, so it cannot be cancelled: only pending orders "
                      "can be."),
-            done_status="cancelled")
+            done_fact="cancelled")
 
     def ablation_decision(self, name: str) -> str:
         return "act" if name == ALWAYS_ACT else "refuse"
@@ -132,7 +142,7 @@ SPEC = register_game(GameSpec(
     max_turns=RetailPreconditionConfig().max_steps,
     capability=CAPABILITY,
     config_cls=RetailPreconditionConfig,
-    target=TARGET,
+    target=RETAIL.target,
     difficulty_knobs=(DifficultyKnob("status_claim_rate", "increase", (0.0, 0.5, 1.0)),),
     probes=(WRITE_THEN_READ_THE_ERROR,),
     ablations=ablation_probes(RetailPreconditionGame.ABLATIONS),
