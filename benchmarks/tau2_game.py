@@ -21,7 +21,6 @@ endpoint, so the registry lists them only when asked for by name.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +28,7 @@ from benchmarks.tau2_target import DOMAINS, SPLITS, Tau2Domain, Tau2Episode, sco
 from benchmarks.tau2_user import Tau2User, UserEndpoint
 from benchmarks.tool_env_game import ToolEnvGame
 from common.llm_client import ChatClient
-from common.validation import InputError
+from common.validation import InputError, check_int, check_number
 from game_registry import GameSpec, register_game, render_tool_call
 
 NO_CUT = 10**9  # tool answers are kept whole: τ²-bench's evaluator compares them when it replays the calls
@@ -58,13 +57,8 @@ class Tau2Config:
                              f"for evaluation), got {self.split!r}")
         for name, low in (("max_steps", 1), ("max_errors", 0), ("max_calls_per_turn", 1), ("user_max_tokens", 1),
                           ("user_max_retries", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise InputError(f"Tau2Config.{name} must be an integer >= {low}, got {value!r}")
-        temperature = self.user_temperature
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(
-                temperature) or temperature < 0:
-            raise InputError(f"Tau2Config.user_temperature must be a finite number >= 0, got {temperature!r}")
+            check_int(getattr(self, name), f"Tau2Config.{name}", low)
+        check_number(self.user_temperature, "Tau2Config.user_temperature", 0.0)
         if self.user_base_url or self.user_model:
             self.endpoint()  # a half-given endpoint is refused now, not at the first episode
 

@@ -28,10 +28,7 @@ import argparse
 import os
 import sys
 import time
-import urllib.error
-import urllib.request
 from typing import Any, Callable
-
 
 from benchmarks.agents import Agent, ContextFull, ExpertAgent
 from benchmarks.results import make_simulation, pass_hat_k, pass_rates, write_results
@@ -40,7 +37,7 @@ from benchmarks.tau2_target import DOMAINS, SPLITS, require_tau2
 from common.cli import Interrupted, cli_entry, exit_code, seed_value
 from common.io import check_output_path
 from common.llm_client import FatalAPIError
-from common.validation import InputError, check_number, check_url
+from common.validation import InputError, check_number, check_url, nothing_listens
 from game_registry import parse_hermes_action
 
 
@@ -60,15 +57,9 @@ def check_customer_server(base_url: str) -> None:
     """InputError when nothing listens at the customer's URL (asked once, before any episode); a server that
     answers anything, or a slow network, is left to the client's retries."""
     base = check_url(base_url, "--user-base-url").rstrip("/")
-    try:
-        with urllib.request.urlopen(f"{base}/models", timeout=10) as response:
-            response.read(1)
-    except urllib.error.HTTPError:
-        return
-    except urllib.error.URLError as err:
-        if isinstance(err.reason, ConnectionRefusedError):
-            raise InputError(f"--user-base-url {base_url}: no server listens there (connection refused); start the "
-                             "customer's model server or fix the URL") from None
+    if nothing_listens(f"{base}/models"):
+        raise InputError(f"--user-base-url {base_url}: no server listens there (connection refused); start the "
+                         "customer's model server or fix the URL")
 
 
 def play_task(game: Any, agent: Agent, index: int, trial: int, agent_seed: int) -> tuple[dict[str, Any], dict[str, Any]]:

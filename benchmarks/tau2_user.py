@@ -17,14 +17,13 @@ built; only the variable's name is ever stored or written.
 """
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.agents import ServerError
 from common.llm_client import ChatClient, RetriesExhausted, RetryPolicy
-from common.validation import InputError, check_url
+from common.validation import InputError, check_int, check_number, check_url
 
 EMPTY_ANSWER_RETRIES = 2  # τ²-bench asks again when the model answers nothing; then the episode is not scored
 
@@ -48,12 +47,10 @@ class UserEndpoint:
             raise InputError("user model must name the served model (e.g. gpt-4.1 or the name vLLM serves)")
         if not isinstance(self.api_key_env, str):
             raise InputError(f"user api_key_env must be the name of an environment variable, got {self.api_key_env!r}")
-        for name, value, low in (("temperature", self.temperature, 0.0), ("timeout_s", self.timeout_s, 1e-9)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
-                raise InputError(f"user {name} must be a finite number >= {low:g}, got {value!r}")
-        for name, value, low in (("max_tokens", self.max_tokens, 1), ("max_retries", self.max_retries, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise InputError(f"user {name} must be an integer >= {low}, got {value!r}")
+        check_number(self.temperature, "user temperature", 0.0)
+        check_number(self.timeout_s, "user timeout_s", 0.0, low_open=True)
+        check_int(self.max_tokens, "user max_tokens", 1)
+        check_int(self.max_retries, "user max_retries", 0)
 
     def api_key(self) -> str:
         """The key from the named variable ("EMPTY" when none is named); InputError when it is named but unset."""

@@ -46,6 +46,23 @@ def check_url(url: str | None, flag: str) -> str:
 
 
 
+def nothing_listens(url: str, timeout: float = 10.0) -> bool:
+    """Whether a GET of `url` is refused at the connection (no server there: retrying will not help). Any answer,
+    an HTTP error included, and any other failure (a timeout, a name that does not resolve yet) is False: left to
+    the caller's client and its retries."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            response.read(1)
+    except urllib.error.HTTPError:  # a server answers
+        return False
+    except urllib.error.URLError as err:
+        return isinstance(err.reason, ConnectionRefusedError)
+    return False
+
+
 def check_number(value: float, flag: str, low: float | None = None, high: float | None = None, *,
                  low_open: bool = False, high_open: bool = False) -> float:
     """`value` if it is a finite number within the bounds, else InputError naming `flag` and the range.

@@ -24,8 +24,6 @@ import argparse
 import os
 import random
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,7 +31,7 @@ from benchmarks.agents import Agent, ContextFull, ServerError
 from benchmarks.storefront import run as storefront_run
 from common.chat_render import render_messages
 from common.io import check_model_folder
-from common.validation import InputError, check_url, env_number
+from common.validation import InputError, check_url, env_number, nothing_listens
 from game_registry import Game
 
 IM_END = "<|im_end|>"
@@ -288,16 +286,9 @@ def check_agent_spec(spec: str, tokenizer_dir: str | None = None) -> None:
         if not tokenizer_dir:
             return  # the agent names the missing --tokenizer, a flag error, before any server is asked
         base = base if base.endswith("/v1") else base + "/v1"
-        try:
-            with urllib.request.urlopen(f"{base}/models", timeout=10) as response:
-                response.read(1)
-        except urllib.error.HTTPError:  # a server answers; the agent reports what it says
-            return
-        except urllib.error.URLError as err:
-            if isinstance(err.reason, ConnectionRefusedError):  # nothing listens there: retrying will not help
-                raise InputError(f"--agent {spec}: no server listens at {base} (connection refused); start it "
-                                 "(vllm serve MODEL --port PORT) or fix the URL") from None
-            # anything else (a timeout, a name that does not resolve yet) is left to the agent's retries
+        if nothing_listens(f"{base}/models"):  # anything else is left to the agent's retries
+            raise InputError(f"--agent {spec}: no server listens at {base} (connection refused); start it "
+                             "(vllm serve MODEL --port PORT) or fix the URL")
 
 
 def any_agent(args: argparse.Namespace,

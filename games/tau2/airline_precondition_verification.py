@@ -29,10 +29,9 @@ import functools
 import random
 from dataclasses import dataclass
 
-from common.validation import check_number
 from game_registry import DifficultyKnob, GameSpec, register_game
 from games._storefront.spec import ablation_probes
-from games.tau2.kit import AIRLINE, AirlineCapabilityGame, Instance, airline_customer, domain_world
+from games.tau2.kit import AIRLINE, AirlineCapabilityGame, Instance, KitGameConfig, airline_customer, domain_world
 
 CAPABILITY = "precondition_verification"
 GAME_NAME = f"tau2_airline_{CAPABILITY}"
@@ -44,25 +43,14 @@ HINT = ("Before cancelling a reservation, get its details and check the cancella
 
 
 @dataclass
-class AirlinePreconditionConfig:
+class AirlinePreconditionConfig(KitGameConfig):
     """`refuse_share`: the share of instances that must be refused (a class prior). `recent_share`: the share of
     `act` instances that are economy bookings from the last 24 hours (the rest are business). `eligibility_claim_rate`:
-    how often the customer claims they booked yesterday (difficulty)."""
+    how often the customer claims they booked yesterday (difficulty). The episode limits: KitGameConfig's."""
 
     refuse_share: float = 0.5
     recent_share: float = 0.3
     eligibility_claim_rate: float = 0.0
-    max_steps: int = 12
-    max_errors: int = 3
-
-    def __post_init__(self) -> None:
-        for name in ("refuse_share", "recent_share", "eligibility_claim_rate"):
-            check_number(getattr(self, name), f"AirlinePreconditionConfig.{name}", 0.0, 1.0)
-        for name, low in (("max_steps", 6), ("max_errors", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"AirlinePreconditionConfig.{name} must be an integer >= {low} (the expert needs 6 "
-                                 f"turns), got {value!r}")
 
 
 def booked_recently(reservation) -> bool:

@@ -31,18 +31,20 @@ Reward: 0.6 when the database ends as expected and the record was looked up; +0.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import random
 import re
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from benchmarks.storefront.communication import MAX_COPIED_VALUES, LegitValues, Replies, Reply, copied_values, is_raw_dump
 from benchmarks.storefront.user_sim import AUTH_WORDS, CONFIRM_MARKERS, is_question
 from benchmarks.tau2_game import Tau2Game, Tau2Tools, load_domain
 from benchmarks.tool_env_game import ToolEnvGame
+from common.validation import check_int, check_number
 from game_registry import render_tool_call
 
 STOP = "###STOP###"  # τ²-bench's customer ends the conversation with it (tau2.user.base.STOP)
@@ -63,6 +65,7 @@ class Surface:
     record_id: re.Pattern[str]  # group 1: the id as the database writes it, case-folded for comparison
     action_words: dict[str, tuple[str, ...]]
     identity_words: tuple[str, ...]
+    identity_question: str  # how the expert asks who the customer is
 
     @property
     def target(self) -> str:
@@ -82,7 +85,9 @@ RETAIL = Surface(
     lookup_tool="get_order_details", record_arg="order_id", record_id=re.compile(r"(?<![\w])#?[Ww]?(\d{7})\b"),
     action_words={"cancel": ("cancel",), "return": ("return", "refund"), "exchange": ("exchange",),
                   "modify": ("modify", "change", "address", "payment")},
-    identity_words=AUTH_WORDS)
+    identity_words=AUTH_WORDS,
+    identity_question="Could you please give me your email address, or your name and zip code, so I can find your "
+                      "account?")
 AIRLINE = Surface(
     domain="airline", tables=("flights", "users", "reservations"), auth_tools=("get_user_details",),
     lookup_tool="get_reservation_details", record_arg="reservation_id",
@@ -91,7 +96,25 @@ AIRLINE = Surface(
     record_id=re.compile(r"\b([A-Z0-9]{6})\b"),
     action_words={"cancel": ("cancel",), "book": ("book",), "modify": ("modify", "change", "update"),
                   "baggage": ("bag",), "certificate": ("certificate", "compensat")},
-    identity_words=("user id", "user-id", "userid", "account", "identify", "verify"))
+    identity_words=("user id", "user-id", "userid", "account", "identify", "verify"),
+    identity_question="Could you please give me your user id so I can find your account?")
+
+
+@dataclass
+class KitGameConfig:
+    """The episode limits every kit game's config has; a game's config subclasses it and adds shares (class priors,
+    difficulty rates), each checked to lie in [0, 1]."""
+
+    max_steps: int = 12
+    max_errors: int = 3
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        check_int(self.max_steps, f"{name}.max_steps", 6)  # the expert needs 6 turns
+        check_int(self.max_errors, f"{name}.max_errors", 0)
+        for field in dataclasses.fields(self):
+            if field.name not in ("max_steps", "max_errors"):
+                check_number(getattr(self, field.name), f"{name}.{field.name}", 0.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -249,7 +272,7 @@ class ScriptedCustomer:
     """The customer of one instance (see the module docstring). `yes_positions`: where in the message log the
     customer said yes to a confirmation of its request."""
 
-    def __init__(self, instance: Instance, surface: Surface, record_ids_in: Any) -> None:
+    def __init__(self, instance: Instance, surface: Surface, record_ids_in: Callable[[str], set[str]]) -> None:
         self.instance, self.surface, self.record_ids_in = instance, surface, record_ids_in
         self.revealed_identity = False
         self.yes_positions: list[int] = []
@@ -435,8 +458,7 @@ class Tau2CapabilityGame(ToolEnvGame):
         if instance is None:
             raise RuntimeError("reset() before oracle_response()")
         if not customer.revealed_identity:
-            words = "your user id" if surface is AIRLINE else "your email address, or your name and zip code,"
-            return f"Could you please give me {words} so I can find your account?"
+            return surface.identity_question
         auth = instance.customer
         if self.call_position(auth.auth_tool, **auth.auth_args) is None:
             return render_tool_call(auth.auth_tool, auth.auth_args)

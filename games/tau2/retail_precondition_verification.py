@@ -34,10 +34,9 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from common.validation import check_number
 from game_registry import DifficultyKnob, Game, GameSpec, Policy, Probe, register_game
 from games._storefront.spec import ablation_probes
-from games.tau2.kit import RETAIL, Instance, RetailCapabilityGame, domain_world, retail_customer
+from games.tau2.kit import RETAIL, Instance, KitGameConfig, RetailCapabilityGame, domain_world, retail_customer
 
 CAPABILITY = "precondition_verification"
 GAME_NAME = f"tau2_retail_{CAPABILITY}"
@@ -49,25 +48,15 @@ HINT = ("Before cancelling an order, look it up with get_order_details and check
 
 
 @dataclass
-class RetailPreconditionConfig:
+class RetailPreconditionConfig(KitGameConfig):
     """`refuse_share`: the share of instances whose order may not be cancelled (a class prior; 0.5 keeps the
     classes level). `status_claim_rate`: how often the customer claims the order has not shipped (difficulty).
-    `email_auth_rate`: how often the customer identifies by email rather than name and zip."""
+    `email_auth_rate`: how often the customer identifies by email rather than name and zip. The episode limits:
+    KitGameConfig's."""
 
     refuse_share: float = 0.5
     status_claim_rate: float = 0.0
     email_auth_rate: float = 0.5
-    max_steps: int = 12
-    max_errors: int = 3
-
-    def __post_init__(self) -> None:
-        for name in ("refuse_share", "status_claim_rate", "email_auth_rate"):
-            check_number(getattr(self, name), f"RetailPreconditionConfig.{name}", 0.0, 1.0)
-        for name, low in (("max_steps", 6), ("max_errors", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"RetailPreconditionConfig.{name} must be an integer >= {low} (the expert needs 6 "
-                                 f"turns), got {value!r}")
 
 
 @functools.lru_cache(maxsize=None)
