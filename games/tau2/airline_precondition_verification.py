@@ -29,12 +29,10 @@ import functools
 import random
 from dataclasses import dataclass
 
-from game_registry import DifficultyKnob, GameSpec, register_game
-from games._storefront.spec import ablation_probes
-from games.tau2.kit import AIRLINE, AirlineCapabilityGame, Instance, KitGameConfig, airline_customer, domain_world
+from game_registry import DifficultyKnob, register_game
+from games.tau2.kit import AirlineCapabilityGame, Instance, KitGameConfig, airline_customer, domain_world, kit_game_spec
 
 CAPABILITY = "precondition_verification"
-GAME_NAME = f"tau2_airline_{CAPABILITY}"
 NOW = datetime.datetime(2024, 5, 15, 15, 0, 0)  # the airline policy's "current time"
 ALWAYS_ACT, ALWAYS_REFUSE = "always_act", "always_refuse"
 HINT = ("Before cancelling a reservation, get its details and check the cancellation rules: for a change of plans it "
@@ -109,20 +107,6 @@ class AirlinePreconditionGame(AirlineCapabilityGame):
         return "act" if name == ALWAYS_ACT else "refuse"
 
 
-def make_env(config: AirlinePreconditionConfig | None = None) -> AirlinePreconditionGame:
-    return AirlinePreconditionGame(config)
-
-
-SPEC = register_game(GameSpec(
-    name=GAME_NAME,
-    make_env=make_env,
-    hint_prompt=HINT,
-    max_gen_tokens=256,
-    max_turns=AirlinePreconditionConfig().max_steps,
-    capability=CAPABILITY,
-    config_cls=AirlinePreconditionConfig,
-    target=AIRLINE.target,
-    difficulty_knobs=(DifficultyKnob("eligibility_claim_rate", "increase", (0.0, 0.5, 1.0)),),
-    ablations=ablation_probes(AirlinePreconditionGame.ABLATIONS),
-    decision_classes=AirlinePreconditionGame.DECISION_CLASSES,
-))
+SPEC = register_game(kit_game_spec(
+    AirlinePreconditionGame, AirlinePreconditionConfig, CAPABILITY, hint=HINT,
+    difficulty_knobs=(DifficultyKnob("eligibility_claim_rate", "increase", (0.0, 0.5, 1.0)),)))

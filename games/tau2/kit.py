@@ -45,7 +45,8 @@ from benchmarks.storefront.user_sim import AUTH_WORDS, CONFIRM_MARKERS, is_quest
 from benchmarks.tau2_game import Tau2Game, Tau2Tools, load_domain
 from benchmarks.tool_env_game import ToolEnvGame
 from common.validation import check_int, check_number
-from game_registry import render_tool_call
+from game_registry import DifficultyKnob, GameSpec, Probe, render_tool_call
+from games._storefront.spec import ablation_probes
 
 STOP = "###STOP###"  # τ²-bench's customer ends the conversation with it (tau2.user.base.STOP)
 ACTION_SHARE, COMMUNICATION_SHARE = 0.6, 0.4
@@ -576,3 +577,24 @@ class AirlineCapabilityGame(Tau2CapabilityGame):
             return any(re.search(r"\bcancell?ed\b", r.text, re.IGNORECASE) and not re.search(
                 r"\b(not|cannot|can't|be)\s+(been\s+)?cancell?ed\b", r.text, re.IGNORECASE) for r in reports)
         return any(instance.told_fact in asserted_cabins(r.text) for r in reports)
+
+
+def kit_game_spec(game_class: type[Tau2CapabilityGame], config_class: type[KitGameConfig], capability: str, *,
+                  hint: str, difficulty_knobs: tuple[DifficultyKnob, ...], probes: tuple[Probe, ...] = ()) -> GameSpec:
+    """The GameSpec of a kit game (what each game file registers): named `tau2_<domain>_<capability>`, the target's
+    own prompt (the game gives it), `hint` as the hint prompt, its domain's target for the tool check, and the
+    ablations and decision classes the game class declares."""
+    return GameSpec(
+        name=f"{game_class.SURFACE.target}_{capability}",
+        make_env=game_class,  # game_class(config), config None for the defaults
+        hint_prompt=hint,
+        max_gen_tokens=256,
+        max_turns=config_class().max_steps,
+        capability=capability,
+        config_cls=config_class,
+        target=game_class.SURFACE.target,
+        difficulty_knobs=difficulty_knobs,
+        probes=probes,
+        ablations=ablation_probes(game_class.ABLATIONS),
+        decision_classes=game_class.DECISION_CLASSES,
+    )

@@ -34,12 +34,10 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from game_registry import DifficultyKnob, Game, GameSpec, Policy, Probe, register_game
-from games._storefront.spec import ablation_probes
-from games.tau2.kit import RETAIL, Instance, KitGameConfig, RetailCapabilityGame, domain_world, retail_customer
+from game_registry import DifficultyKnob, Game, Policy, Probe, register_game
+from games.tau2.kit import Instance, KitGameConfig, RetailCapabilityGame, domain_world, kit_game_spec, retail_customer
 
 CAPABILITY = "precondition_verification"
-GAME_NAME = f"tau2_retail_{CAPABILITY}"
 FORBIDDING_STATUSES = ("processed", "delivered", "cancelled")  # the real database's statuses other than pending
 REASONS = {"no longer needed": "I no longer need it.", "ordered by mistake": "I ordered it by mistake."}
 ALWAYS_ACT, ALWAYS_REFUSE = "always_act", "always_refuse"
@@ -119,21 +117,7 @@ WRITE_THEN_READ_THE_ERROR = Probe("write_then_read_the_error", "tries the cancel
                                   "environment's refusal implies", _write_then_read_the_error)
 
 
-def make_env(config: RetailPreconditionConfig | None = None) -> RetailPreconditionGame:
-    return RetailPreconditionGame(config)
-
-
-SPEC = register_game(GameSpec(
-    name=GAME_NAME,
-    make_env=make_env,
-    hint_prompt=HINT,
-    max_gen_tokens=256,
-    max_turns=RetailPreconditionConfig().max_steps,
-    capability=CAPABILITY,
-    config_cls=RetailPreconditionConfig,
-    target=RETAIL.target,
+SPEC = register_game(kit_game_spec(
+    RetailPreconditionGame, RetailPreconditionConfig, CAPABILITY, hint=HINT,
     difficulty_knobs=(DifficultyKnob("status_claim_rate", "increase", (0.0, 0.5, 1.0)),),
-    probes=(WRITE_THEN_READ_THE_ERROR,),
-    ablations=ablation_probes(RetailPreconditionGame.ABLATIONS),
-    decision_classes=RetailPreconditionGame.DECISION_CLASSES,
-))
+    probes=(WRITE_THEN_READ_THE_ERROR,)))
