@@ -24,7 +24,7 @@ from typing import Any
 from common.cli import cli_entry, exit_code
 from common.paths import REPO_ROOT
 from common.io import atomic_write_json, check_output_path
-from common.validation import InputError
+from common.validation import InputError, check_int
 
 GAMES = ("precondition_verification", "structured_data_reasoning", "tool_calling_precision")
 BAND = (0.10, 0.60)
@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.episodes < 1:
         raise InputError(f"--episodes must be >= 1, got {args.episodes}")
+    check_int(args.max_episode_tokens, "--max_episode_tokens", 1)
     if any(not 0.0 <= t <= 2.0 for t in args.temperatures):
         raise InputError(f"--temperatures must lie in [0, 2], got {args.temperatures}")
     check_output_path(args.out, "--out", [("--model", args.model), ("--config", args.config)])

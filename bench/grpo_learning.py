@@ -41,6 +41,7 @@ from typing import Any
 
 from common.cli import cli_entry, exit_code, seed_value
 from common.io import atomic_write_json, load_json
+from common.run_folder import check_output_dir
 from common.validation import InputError
 
 
@@ -260,10 +261,12 @@ def run(args: argparse.Namespace) -> int:
     from demo.config import load_demo_config
     from demo.loop import game_for
 
+    check_output_dir(args.out, "--out", inputs=[("--run_dir", args.run_dir), ("--config", args.config)])
     config = load_demo_config(args.config)
     loop = config.loop
-    args.iterations = args.iterations or loop.iterations
-    args.tasks = args.tasks or config.own_game.tasks
+    # not given: the demo's; given as 0 or below: refused below (not taken for "not given")
+    args.iterations = loop.iterations if args.iterations is None else args.iterations
+    args.tasks = config.own_game.tasks if args.tasks is None else args.tasks
     args.eval_seed = config.own_game.seed if args.eval_seed is None else args.eval_seed
     for name in ("iterations", "eval_every", "tasks", "samples"):
         if getattr(args, name) < 1:

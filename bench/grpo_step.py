@@ -40,7 +40,7 @@ from tqdm import tqdm
 
 from game_registry import GameSpec, lookup_game
 from common.cli import cli_entry, exit_code, seed_value
-from common.validation import InputError
+from common.validation import InputError, check_number
 
 DEFAULT_GAME = "capability_precondition_verification"
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -99,10 +99,8 @@ def check_args(args: argparse.Namespace) -> None:
                          "(TRL splits the generation batch into whole micro-batches)")
     if args.max_turn_tokens is not None and args.max_turn_tokens < 1:
         raise InputError(f"--max-turn-tokens must be >= 1, got {args.max_turn_tokens}")
-    if args.learning_rate <= 0:
-        raise InputError(f"--learning-rate must be > 0, got {args.learning_rate}")
-    if args.target <= 0:
-        raise InputError(f"--target must be > 0, got {args.target}")
+    check_number(args.learning_rate, "--learning-rate", 0.0, low_open=True)
+    check_number(args.target, "--target", 0.0, low_open=True)
     if args.model_dir is not None and not (args.model_dir / "config.json").is_file():
         raise InputError(f"{args.model_dir}: not a model folder (no config.json); build one with python -m train.tiny")
 

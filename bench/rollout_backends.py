@@ -46,7 +46,7 @@ import yaml
 
 from common.cli import cli_entry, exit_code, seed_value
 from common.paths import REPO_ROOT
-from common.validation import InputError
+from common.validation import InputError, check_number
 from game_registry import get_game
 from train.backends import HFBackend, RolloutBackend, SamplingParams
 from train.episodes import ChatTokenizer, EpisodeRequest, run_episodes, start_episode
@@ -82,8 +82,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise InputError(f"--max-episode-tokens must be >= 2, got {args.max_episode_tokens}")
     if args.threads < 0:
         raise InputError(f"--threads must be >= 0, got {args.threads}")
-    if args.target < 0:
-        raise InputError(f"--target must be >= 0, got {args.target}")
+    check_number(args.target, "--target", 0.0)
     if args.model is not None and not (args.model / "config.json").is_file():
         raise InputError(f"--model {args.model}: not a model folder (no config.json); "
                          "build one with python -m train.tiny")

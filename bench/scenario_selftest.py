@@ -17,7 +17,8 @@ import argparse
 import sys
 import time
 
-from common.cli import exit_code, seed_value
+from common.cli import cli_entry, exit_code, seed_value
+from common.validation import check_int, check_number
 from swebench.generators import GENERATORS, generate_one
 from swebench.mutations import mutate_rounds
 from swebench.sandbox import (UNSAFE_FLAG, SandboxConfig, SandboxUnavailable,
@@ -25,6 +26,7 @@ from swebench.sandbox import (UNSAFE_FLAG, SandboxConfig, SandboxUnavailable,
 from swebench.selftest import self_test_many
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Scenario self-tests per minute.")
     parser.add_argument("--n", type=int, default=40, help="scenarios in all (split between the capabilities)")
@@ -36,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutation-rounds", type=int, default=0, choices=range(0, 6))
     parser.add_argument("--seed", type=seed_value, default=1000)
     args = parser.parse_args(argv)
-    if args.n < 2 or args.workers < 1 or not args.target >= 0:
-        parser.error("--n must be >= 2, --workers >= 1 and --target >= 0")
+    check_int(args.n, "--n", 2)
+    check_int(args.workers, "--workers", 1)
+    check_number(args.target, "--target", 0.0)
     config = SandboxConfig(timeout_s=30, isolation=args.isolation, allow_unisolated=args.unsafe_no_isolation)
     try:
         isolation = resolve_isolation(args.isolation, args.unsafe_no_isolation)

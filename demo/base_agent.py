@@ -42,6 +42,7 @@ from typing import Any
 from common.cli import cli_entry, exit_code
 from common.paths import REPO_ROOT
 from common.io import atomic_write_json, load_json
+from common.run_folder import check_output_dir
 from common.validation import InputError
 
 SHIPPED_DIR = REPO_ROOT / "assets" / "demo_base_agent"
@@ -194,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     check_parser.add_argument("--shipped", type=Path, default=SHIPPED_DIR)
     args = parser.parse_args(argv)
     if args.command == "ship":
+        check_output_dir(args.to, "--to", inputs=[("--run-dir", args.run_dir)])
         manifest = ship(args.run_dir, args.to)
         print(f"shipped {args.run_dir / 'base' / 'model'} -> {args.to} (weights sha256 "
               f"{manifest['weights_sha256'][:16]}…, settings fingerprint {manifest['fingerprint'][:16]}…)")

@@ -205,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not 0 <= args.port <= 65535:
             raise GateError(f"--port must be in [0, 65535] (0: any free port), got {args.port}")
+        if not (Path(args.gate) / "gate_config.json").is_file():
+            raise GateError(f"--gate {args.gate}: no gate_config.json there; give the folder a Step-4 gate was saved "
+                            "in (python -m train.train_router_sft / train.grpo_gater)")
         if not args.upstream.startswith(("http://", "https://")):
             raise GateError(f"--upstream {args.upstream}: give the vLLM server's URL with its scheme, e.g. "
                             f"http://{args.upstream.split('://')[-1]}")

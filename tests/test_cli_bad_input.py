@@ -622,6 +622,7 @@ def _script(path: str, name: str):
         sys.path.append(folder)
     spec = importlib.util.spec_from_file_location(name, REPO / path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # a dataclass looks its module up there
     spec.loader.exec_module(module)
     return module
 
@@ -1012,6 +1013,7 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
                                 (tau2_target, "write_tool_schemas")),
         "tau2_run": (tau2_run.main, {"output": [*t2[:-1], str(folder)], "nan": [*t2, "--user-temperature", "nan"]},
                      (tau2_run, "play_and_write")),
+        **_more_entry_points(tmp_path, tiny_model_dir, one_scenario, summary),
     }
     # "ok": a command line each command accepts as a whole (its work would start): tests/test_cli_numeric_flags.py
     # adds one bad number at a time to it. Where the NaN case's command is valid without its NaN, that is the one.
@@ -1057,10 +1059,94 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
             argvs["unknown"] = unknown[name]
         if name in valid:
             argvs["ok"] = valid[name]
-        elif "nan" in argvs:
+        elif "nan" in argvs and "ok" not in argvs:
             at = len(argvs["nan"]) - 1 - argvs["nan"][::-1].index("nan")
             argvs["ok"] = argvs["nan"][:at - 1] + argvs["nan"][at + 1:]
     return entries
+
+
+def _more_entry_points(tmp_path, tiny_model_dir, one_scenario, summary):
+    """The benches, the SWE-bench phases and the small tools: {name: (main, {kind: argv, "ok": argv}, work)}."""
+    import train.policy as policy
+    from demo import base_agent
+    from moe_gate import serve, smoke_test
+    from pipeline import capabilities
+    from pipeline import summarize as summarize_module
+
+    m, folder, a_file, out = tmp_path / "missing.json", tmp_path / "folder", tmp_path / "a_file", tmp_path / "out.json"
+    nope = "nope_not_a_name"
+    bench = {name: _script(f"bench/{name}.py", f"{name}_generic") for name in (
+        "aggregate", "game_success", "grpo_step", "rollout_backends", "scenario_selftest", "grpo_learning",
+        "env_step")}
+    phase = {n: _script(f"swebench/qwen3.6_self_trace/{f}.py", f"{f}_generic") for n, f in (
+        (1, "phase1_baseline"), (2, "phase2_capability_mining"), (5, "phase5_train"), (6, "phase6_final_eval"))}
+    run_dir = tmp_path / "demo_run"
+    (run_dir / "base" / "model").mkdir(parents=True)
+    selected = tmp_path / "selected.json"
+    selected.write_text(json.dumps([{"skill": "tool_use", "status": "PENDING", "mean_delta": 0.3}]))
+    gate = tmp_path / "serve_gate"
+    gate.mkdir()
+    (gate / "gate_config.json").write_text("{}")
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    baseline = tmp_path / "phase1_summary.json"
+    baseline.write_text("{}")
+    gs = ["--model", str(tiny_model_dir), "--episodes", "1", "--out", str(out)]
+    gp = ["--model-dir", str(tiny_model_dir), "--iterations", "1", "--groups", "1", "--group-size", "2",
+          "--micro-batch", "2", "--max-episode-tokens", "4096"]
+    gl = ["--run_dir", str(run_dir), "--out", str(tmp_path / "learning")]
+    p1 = ["--run-dir", str(tmp_path / "swe_run"), "--workers", "2"]
+    p2 = [str(summary), "--run-dir", str(tmp_path / "swe_run")]
+    p5 = ["--capability", "semantic_logic_precision", "--model", str(tiny_model_dir), "--scenarios",
+          str(one_scenario), "--allow-cpu", "--output-dir", str(tmp_path / "adapter_out")]
+    p6 = ["--adapter", str(adapter), "--baseline", str(baseline), "--run-dir", str(tmp_path / "swe_run")]
+    return {
+        "bench/aggregate": (bench["aggregate"].main, {"ok": ["--runs", "2", "--trajectories", "10"]},
+                            (bench["aggregate"], "write_synthetic_runs")),
+        "bench/game_success": (bench["game_success"].main, {
+            "missing": [*gs, "--config", str(m)], "output": [*gs[:-1], str(folder)],
+            "nan": [*gs, "--temperatures", "nan"], "ok": gs}, (policy, "load_base_model")),
+        "bench/grpo_step": (bench["grpo_step"].main, {
+            "missing": ["--model-dir", str(m), *gp[2:]], "nan": [*gp, "--learning-rate", "nan"],
+            "unknown": [*gp, "--game", nope], "ok": gp}, (bench["grpo_step"], "run_both")),
+        "bench/rollout_backends": (bench["rollout_backends"].main, {
+            "missing": ["--model", str(m)], "nan": ["--model", str(tiny_model_dir), "--target", "nan"],
+            "ok": ["--model", str(tiny_model_dir)]}, (bench["rollout_backends"], "run")),
+        "bench/scenario_selftest": (bench["scenario_selftest"].main, {
+            "nan": ["--n", "2", "--target", "nan"], "ok": ["--n", "2", "--workers", "1"]},
+            (bench["scenario_selftest"], "self_test_many")),
+        "bench/grpo_learning": (bench["grpo_learning"].main, {
+            "missing": ["--run_dir", str(m), *gl[2:]], "output": [*gl[:-1], str(a_file)], "ok": gl},
+            (bench["grpo_learning"], "trainable_games")),
+        "bench/env_step": (bench["env_step"].main, {
+            "nan": ["--games", "storefront", "--seconds", "nan"], "unknown": ["--games", nope],
+            "ok": ["--games", "storefront", "--seconds", "0.1"]}, (bench["env_step"], "measure")),
+        "pipeline.capabilities": (capabilities.main, {
+            "missing": ["--file", str(m), "next"], "ok": ["--file", str(selected), "next"]},
+            (capabilities, "next_pending")),
+        "moe_gate.serve": (serve.main, {
+            "missing": ["--gate", str(m), "--upstream", "http://127.0.0.1:9"],
+            "ok": ["--gate", str(gate), "--upstream", "http://127.0.0.1:9"]}, (serve, "GlobalRouterFront")),
+        "moe_gate.smoke_test": (smoke_test.main, {"output": ["--keep", str(a_file)], "ok": []},
+                                (smoke_test, "run_checks")),
+        "demo.base_agent": (base_agent.main, {
+            "missing": ["check", "--config", str(m)], "output": ["ship", "--run-dir", str(run_dir), "--to",
+                                                                   str(a_file / "agent")],
+            "ok": ["check", "--config", str(REPO / "configs/demo.yaml")]}, (base_agent, "shipped_status")),
+        "phase1_baseline": (phase[1].main, {
+            "missing": [*p1, "--config", str(m)], "output": ["--run-dir", str(a_file)], "ok": p1},
+            (phase[1], "agent_prerequisites")),
+        "phase2_capability_mining": (phase[2].main, {  # a missing trajectory: summarize's own sweep
+            "output": [*p2[:-1], str(a_file)], "nan": [*p2, "--rho", "nan"], "ok": p2},
+            (summarize_module, "main")),
+        "phase5_train": (phase[5].main, {
+            "missing": [*p5[:5], str(m), *p5[6:]], "output": [*p5[:-1], str(a_file)],
+            "unknown": ["--capability", nope, *p5[2:]], "ok": p5}, (phase[5], "run")),
+        "phase6_final_eval": (phase[6].main, {
+            "missing": ["--adapter", str(m), *p6[2:]], "output": [*p6[:-1], str(a_file)], "ok": p6},
+            (phase[6], "agent_prerequisites")),
+    }
 
 
 # The generic sweep: each entry point, the file it runs and the kinds of bad input it gets. The entry points
@@ -1098,6 +1184,21 @@ SWEEP = {
     "bench/gate_overhead": ("bench/gate_overhead.py", "nan"),
     "tau2_target schemas": ("benchmarks/tau2_target.py", "output"),
     "tau2_run": ("benchmarks/tau2_run.py", "output nan"),  # an unknown agent or domain: tests/test_tau2_run.py
+    "bench/aggregate": ("bench/aggregate.py", ""),  # counts only: tests/test_cli_numeric_flags.py
+    "bench/game_success": ("bench/game_success.py", "missing output nan"),
+    "bench/grpo_step": ("bench/grpo_step.py", "missing nan"),
+    "bench/rollout_backends": ("bench/rollout_backends.py", "missing nan"),
+    "bench/scenario_selftest": ("bench/scenario_selftest.py", "nan"),
+    "bench/grpo_learning": ("bench/grpo_learning.py", "missing output"),  # its games: the run folder's own
+    "bench/env_step": ("bench/env_step.py", "nan"),
+    "pipeline.capabilities": ("pipeline/capabilities.py", "missing"),  # it edits --file in place by design
+    "moe_gate.serve": ("moe_gate/serve.py", "missing"),
+    "moe_gate.smoke_test": ("moe_gate/smoke_test.py", "output"),
+    "demo.base_agent": ("demo/base_agent.py", "missing output"),
+    "phase1_baseline": ("swebench/qwen3.6_self_trace/phase1_baseline.py", "missing output"),
+    "phase2_capability_mining": ("swebench/qwen3.6_self_trace/phase2_capability_mining.py", "output nan"),
+    "phase5_train": ("swebench/qwen3.6_self_trace/phase5_train.py", "missing output"),
+    "phase6_final_eval": ("swebench/qwen3.6_self_trace/phase6_final_eval.py", "missing output"),
 }
 # An entry point that reads a file gets it also empty and malformed (the missing file's place in the command),
 # except where any text is a valid file.
@@ -1105,7 +1206,8 @@ FILE_KINDS = ("empty", "malformed", "binary")
 # The entry points that take the name of a game, capability, model, agent or profile (the "unknown" case).
 NAMED_THINGS = ("train", "train.evaluate", "train.collect_rollouts", "validate_game", "recalibrate",
                 "train.grpo_gater", "render_pipeline", "swebench.calibrate", "swebench.generate",
-                "train.models fetch", "storefront.run", "train.play", "demo", "tau2_target schemas")
+                "train.models fetch", "storefront.run", "train.play", "demo", "tau2_target schemas",
+                "bench/grpo_step", "bench/env_step", "phase5_train")
 ANY_TEXT = {"train.tiny": "a --corpus file may be plain text"}
 # An entry point that writes gets its output in a folder it cannot write to as well (the output case's path).
 GENERIC_CASES = [(name, kind) for name, (_, kinds) in SWEEP.items()
@@ -1226,18 +1328,6 @@ NOT_IN_SWEEP = {
     "swebench/_sandbox_boot.py": "internal: started by the sandbox with its own protocol",
     "swebench/_sandbox_runner.py": "internal: started by the sandbox with its own protocol",
     "game_registry.py": "--list only; an unbuildable game file: test_list_subprocess_keeps_listing_past_...",
-    "pipeline/capabilities.py": "edits its --file in place by design; tests/test_capabilities_cli.py",
-    "moe_gate/serve.py": "a server (flags only): tests/test_gate_serving.py",
-    "moe_gate/smoke_test.py": "no input but --keep (checked by check_output_dir)",
-    "demo/base_agent.py": "ship/check subcommands: tests/test_demo_base.py",
-    "bench/env_step.py": "test_env_step_refuses_bad_numbers and test_env_step_subprocess_refuses_nan_seconds",
-    "bench/aggregate.py": "test_bench_scripts_refuse_bad_flags", "bench/game_success.py": "test_bench_scripts_...",
-    "bench/grpo_step.py": "tests/test_benches.py", "bench/rollout_backends.py": "tests/test_benches.py",
-    "bench/scenario_selftest.py": "tests/test_swebench_bench.py", "bench/grpo_learning.py": "tests/test_benches.py",
-    "swebench/qwen3.6_self_trace/phase1_baseline.py": "needs docker, a server: test_swebench_phases.py's checks",
-    "swebench/qwen3.6_self_trace/phase2_capability_mining.py": "needs a server: tests/test_swebench_phases.py",
-    "swebench/qwen3.6_self_trace/phase5_train.py": "needs GPUs and servers: tests/test_swebench_phases.py",
-    "swebench/qwen3.6_self_trace/phase6_final_eval.py": "needs docker, a server: tests/test_swebench_phases.py",
 }
 
 

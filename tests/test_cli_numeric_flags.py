@@ -61,6 +61,16 @@ ACCEPTED = {
     ("labels_to_run", "--attempt", "0"): "a run number; the file records it (>= 0)",
     ("swebench.selftest", "--min-regression", "0"): "no regression test required beside the target test",
     ("train.sft", "--final-lr-ratio", "0"): "the schedule decays to 0",
+    ("bench/env_step", "--target", "0"): "report only: the bench never fails on speed",
+    ("bench/rollout_backends", "--target", "0"): "report only: the bench never fails on speed",
+    ("bench/scenario_selftest", "--target", "0"): "report only: the bench never fails on speed",
+    ("bench/rollout_backends", "--threads", "0"): "torch's default number of threads (documented)",
+    ("bench/scenario_selftest", "--mutation-rounds", "0"): "no mutation: the generated scenarios as they are",
+    ("bench/game_success", "--temperatures", "0"): "greedy decoding, as --temperature 0",
+    ("moe_gate.serve", "--port", "0"): "any free port (documented; the line it prints names the one taken)",
+    ("phase2_capability_mining", "--rho", "0"): "as aggregate_capabilities --rho",
+    ("phase2_capability_mining", "--delta", "0"): "as aggregate_capabilities --delta",
+    ("phase2_capability_mining", "--delta", "-1"): "as aggregate_capabilities --delta",
     ("train.sft", "--warmup-steps", "0"): "no warm-up",
 }
 

@@ -53,20 +53,34 @@ def test_phase1_checks_docker_the_agent_the_harness_and_the_server(tmp_path):
 
 def test_phase5_checks_the_gpu_and_the_scenarios(tmp_path):
     env = {"CUDA_VISIBLE_DEVICES": "", "VLLM_BASE_URLS": "http://127.0.0.1:9"}
-    done = run_phase("phase5", "--capability", "semantic_logic_precision", "--model", "some/model", "--scenarios",
-                     str(tmp_path / "missing.json"), env=env)
-    assert done.returncode == 2
-    assert "GPU" in done.stderr and "missing.json does not exist" in done.stderr and "127.0.0.1:9" in done.stderr
+    # a --scenarios file the command names is input: one line before any prerequisite is probed
+    named = run_phase("phase5", "--capability", "semantic_logic_precision", "--model", "some/model", "--scenarios",
+                      str(tmp_path / "missing.json"), env=env)
+    assert named.returncode == 2 and named.stderr.startswith("error: --scenarios: ")
+    assert "missing.json" in named.stderr
+    assert len(named.stderr.splitlines()) == 1, named.stderr
+    # what this machine lacks is listed all at once
+    done = run_phase("phase5", "--capability", "semantic_logic_precision", "--model", "some/model",
+                     "--output-dir", str(tmp_path / "adapter"), env=env)
+    assert done.returncode == 2 and "cannot start on this machine" in done.stderr
+    assert "GPU" in done.stderr and "127.0.0.1:9" in done.stderr
     dry = run_phase("phase5", "--capability", "deep_call_graph_traversal", "--model", "m", "--dry-run")
     assert dry.returncode == 0 and "torch.distributed.run" in dry.stdout and "capability_deep_call_graph_traversal" \
         in dry.stdout and "TRACE_GAMES_DIRS=" in dry.stdout
 
 
 def test_phase6_checks_the_adapter_docker_and_the_server(tmp_path):
-    done = run_phase("phase6", "--adapter", str(tmp_path / "nope"), "--base-url", "http://127.0.0.1:9/v1",
+    named = run_phase("phase6", "--adapter", str(tmp_path / "nope"), "--base-url", "http://127.0.0.1:9/v1",
+                      "--run-dir", str(tmp_path), env=no_tools_env(tmp_path))
+    assert named.returncode == 2 and named.stderr.startswith("error: --adapter ")
+    assert "adapter_config.json" in named.stderr
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    done = run_phase("phase6", "--adapter", str(adapter), "--base-url", "http://127.0.0.1:9/v1",
                      "--run-dir", str(tmp_path), env=no_tools_env(tmp_path))
     assert done.returncode == 2
-    for needed in ("adapter_config.json", "Docker", "model server", "baseline"):
+    for needed in ("Docker", "model server", "baseline"):
         assert needed in done.stderr, needed
 
 

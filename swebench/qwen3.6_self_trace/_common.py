@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from common.io import load_yaml_mapping
 from common.paths import REPO_ROOT
+from common.run_folder import check_output_dir
+from common.validation import InputError, check_int
 
 HERE = Path(__file__).resolve().parent
 
@@ -131,6 +135,18 @@ def run(command: list[str], **kwargs: Any) -> int:
 # --------------------------------------------------------------------------------------------------
 # mini-swe-agent + SWE-bench harness (phases 1 and 6)
 # --------------------------------------------------------------------------------------------------
+def check_agent_run_flags(args: Any) -> None:
+    """The flags of a mini-swe-agent run (phases 1 and 6), before any prerequisite is probed: InputError (one
+    line, exit 2) for --workers below 1, a --slice that is not START:STOP, a --config that is not a YAML
+    mapping, or a --run-dir that cannot hold the run. (The run folder holds every phase's outputs, which later
+    phases read: each phase writes only its own subfolder, so what the folder holds is not checked.)"""
+    check_int(args.workers, "--workers", 1)
+    if args.slice is not None and not re.fullmatch(r"\d*:\d*(:\d+)?", args.slice):
+        raise InputError(f"--slice {args.slice!r}: give START:STOP as mini-swe-agent takes it, e.g. 0:50")
+    load_yaml_mapping(args.config)
+    check_output_dir(args.run_dir, "--run-dir")
+
+
 def agent_prerequisites(missing: Missing, base_url: str, model: str | None) -> None:
     missing.add(docker_problem())
     missing.add(command_problem("mini-extra", "pip install 'mini-swe-agent>=2'"))

@@ -23,11 +23,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from _common import (DEFAULT_BASE_URL, DEFAULT_MODEL, DEFAULT_RUN_DIR, HERE, Missing,
+from _common import (DEFAULT_BASE_URL, DEFAULT_MODEL, DEFAULT_RUN_DIR, HERE, Missing, check_agent_run_flags,
                      agent_commands, agent_prerequisites, evaluate)
-from common.cli import exit_code
+from common.cli import cli_entry, exit_code
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, default=HERE / "configs" / "mini_swe_agent_vllm.yaml")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
+    check_agent_run_flags(args)
     out_dir = args.run_dir / "phase1"
     if args.dry_run:
         for command in agent_commands(out_dir, args.model, args.base_url, args.config, args.subset, args.split,

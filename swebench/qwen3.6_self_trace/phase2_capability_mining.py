@@ -32,7 +32,10 @@ import sys
 from pathlib import Path
 
 from _common import DEFAULT_RUN_DIR, HERE, REPO_ROOT, Missing, server_problem
-from common.cli import exit_code
+from common.cli import cli_entry, exit_code
+from common.io import load_json
+from common.run_folder import check_output_dir
+from common.validation import InputError, check_int, check_number
 
 BUNDLED = REPO_ROOT / "tests" / "fixtures" / "real" / "mini-swe-agent-swebench-verified"
 
@@ -47,6 +50,7 @@ def trajectory_files(paths: list[Path]) -> list[str]:
     return files
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,6 +69,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=None, help="runs that must agree (default 80%% of --runs)")
     parser.add_argument("--max-chars", type=int, default=1500, help="per-message budget of the summary")
     args = parser.parse_args(argv)
+    # the labelers' flags before the summary is written (label_trajectories checks them again, later)
+    check_int(args.runs, "--runs", 1)
+    if args.k is not None:
+        check_int(args.k, "--k", 1, args.runs)
+    check_int(args.max_chars, "--max-chars", 1)
+    check_number(args.rho, "--rho", 0.0, 1.0)
+    check_number(args.delta, "--delta", -1.0, 1.0)
+    if args.candidates is not None:
+        load_json(args.candidates)  # missing or broken: named
+    if args.reports is not None and not args.reports.exists():
+        raise InputError(f"--reports {args.reports}: not found (a folder of report.json files or a harness report)")
+    check_output_dir(args.run_dir, "--run-dir")  # it holds phase 1's trajectories, read here: not checked
     phase1 = args.run_dir / "phase1"
     sources = args.trajectories or [phase1 / "agent" if (phase1 / "agent").is_dir() else BUNDLED]
     files = trajectory_files(sources)

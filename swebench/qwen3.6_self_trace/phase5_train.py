@@ -33,7 +33,10 @@ import sys
 from pathlib import Path
 
 from _common import CAPABILITIES, HERE, REPO_ROOT, Missing, gpu_problem, run, server_problem
-from common.cli import exit_code
+from common.cli import cli_entry, exit_code
+from common.io import load_yaml_mapping
+from common.run_folder import check_output_dir
+from common.validation import InputError, check_int
 
 
 def game_overrides(args: argparse.Namespace, scenarios: Path) -> dict:
@@ -53,6 +56,7 @@ def command(args: argparse.Namespace, scenarios: Path, output_dir: Path) -> list
     return [sys.executable, *train]
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -74,13 +78,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the command, run nothing")
     args = parser.parse_args(argv)
     args.train_args = extra
-    if args.nproc < 1:
-        parser.error("--nproc must be >= 1")
+    check_int(args.nproc, "--nproc", 1)
+    check_int(args.master_port, "--master-port", 1, 65535)
 
     from swebench.scenario import default_scenarios_path, load_scenarios
 
+    # What the command names is input (one line, exit 2); what an earlier phase should have left is a prerequisite.
+    if args.scenarios is not None:
+        try:
+            load_scenarios(args.scenarios)
+        except (OSError, ValueError) as err:
+            raise InputError(f"--scenarios: {err}") from None
+    load_yaml_mapping(args.config)
     scenarios = args.scenarios or default_scenarios_path(args.capability)
     output_dir = args.output_dir or REPO_ROOT / "pipeline" / "adapters" / args.capability
+    check_output_dir(output_dir, "--output-dir", inputs=[("--scenarios", scenarios), ("--config", args.config)])
     cmd = command(args, scenarios, output_dir)
     env = {**os.environ, "TRACE_GAMES_DIRS": os.pathsep.join(
         p for p in (str(REPO_ROOT / "swebench" / "games"), os.environ.get("TRACE_GAMES_DIRS", "")) if p)}

@@ -26,8 +26,10 @@ import urllib.request
 from pathlib import Path
 
 from _common import (DEFAULT_BASE_URL, DEFAULT_MODEL, DEFAULT_RUN_DIR, HERE, Missing, agent_commands,
-                     agent_prerequisites, evaluate)
-from common.cli import exit_code
+                     agent_prerequisites, check_agent_run_flags, evaluate)
+from common.cli import cli_entry, exit_code
+from common.io import load_json
+from common.validation import InputError
 
 
 def load_adapter(base_url: str, name: str, path: Path) -> str | None:
@@ -62,6 +64,7 @@ def compare(baseline_path: Path, summary: dict, out: Path) -> dict:
     return comparison
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, default=HERE / "configs" / "mini_swe_agent_vllm.yaml")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
+    check_agent_run_flags(args)
     name = args.adapter_name or f"trace-{args.adapter.resolve().name}"
     out_dir = args.run_dir / "phase6" / name
     baseline = args.baseline or args.run_dir / "phase1" / "summary.json"
@@ -89,9 +93,12 @@ def main(argv: list[str] | None = None) -> int:
                                       args.run_id, args.slice):
             print(" ".join(command))
         return 0
-    missing = Missing("phase 6 (final evaluation)")
+    # What the command names is input (one line, exit 2); what an earlier phase should have left is a prerequisite.
     if not (args.adapter / "adapter_config.json").is_file():
-        missing.add(f"adapter: {args.adapter}/adapter_config.json not found (train one with phase 5)")
+        raise InputError(f"--adapter {args.adapter}: no adapter_config.json there (train one with phase 5)")
+    if args.baseline is not None:
+        load_json(args.baseline)  # missing or broken: named
+    missing = Missing("phase 6 (final evaluation)")
     agent_prerequisites(missing, args.base_url, args.model)
     if not baseline.is_file():
         missing.add(f"baseline: {baseline} not found (run phase 1, or pass --baseline)")
