@@ -8,7 +8,9 @@
   and fsync-ed as the episode ends: a process killed at any point loses at most the episode it was playing
   (a cut-off last line is cut from the file when the journal is opened again, and that episode played again);
 - or `{"key": ..., "server_error": "..."}` for an episode the agent's server could not serve after its retries
-  (benchmarks.agents.ServerError): recorded, never scored as 0, and played again by the next run.
+  (benchmarks.agents.ServerError): recorded, never scored as 0, and played again by the next run;
+- or `{"mark": name, "value": ...}`: what a caller needs, beside the episodes, to continue exactly where it
+  stopped (the batched evaluation's sampler state after each batch); the last value of a name wins.
 
 A rerun of the same command continues from what was scored: every episode is scored exactly once. The holder
 takes an `flock` on the journal, so a second process on the same results file is refused at once. When every
@@ -43,6 +45,7 @@ class ResultsJournal:
         self.settings = json.loads(json.dumps(settings, sort_keys=True, default=str))  # as it reads back
         self.scored: dict[Key, tuple[dict[str, Any], dict[str, Any]]] = {}
         self.errors: dict[Key, str] = {}
+        self.marks: dict[str, Any] = {}
         self._handle: Any = None
 
     def __enter__(self) -> "ResultsJournal":
@@ -80,6 +83,8 @@ class ResultsJournal:
                 raise InputError(f"{self.path}: line {number} is not JSON; delete the file to start over") from None
             if "simulation" in entry:  # a server error of an earlier run is not kept: this run plays it again
                 self.scored[(int(entry["key"][0]), int(entry["key"][1]))] = (entry["simulation"], entry["task"])
+            elif "mark" in entry:
+                self.marks[entry["mark"]] = entry["value"]
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -95,6 +100,11 @@ class ResultsJournal:
         self._write({"key": list(key), "simulation": simulation, "task": task})
         self.scored[key] = (simulation, task)
         self.errors.pop(key, None)
+
+    def mark(self, name: str, value: Any) -> None:
+        """Keep a value the run needs to continue where it stopped (after the episodes written before it)."""
+        self._write({"mark": name, "value": value})
+        self.marks[name] = value
 
     def server_error(self, key: Key, message: str) -> None:
         """Record an episode the server could not serve (not a score: the next run plays it again)."""

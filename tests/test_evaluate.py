@@ -76,3 +76,78 @@ def test_an_adapter_is_evaluated_merged_with_the_same_outputs(tiny_model_dir, tm
         expected = unmerged(ids).logits
         assert torch.allclose(merged(ids).logits, expected, atol=1e-4)
         assert not torch.allclose(plain(ids).logits, expected, atol=1e-3)  # the adapter matters
+
+
+# --------------------------------------------------------------------------------------------------
+# A run that survives its process (issue 45): the journal keeps each batch, then the sampler's state
+# --------------------------------------------------------------------------------------------------
+DEMO_AGENT = REPO / "assets/demo_base_agent"
+
+
+def _run(out: Path, *flags: str) -> int:
+    from train.evaluate import main
+
+    return main(["--model", str(DEMO_AGENT), "--tasks", "5", "--samples", "2", "--temperature", "1.0",
+                 "--seed", "4000", "--out", str(out), *flags])
+
+
+def _episodes(out: Path) -> list:
+    import json
+
+    return [(s["task_id"], s["trial"], s["reward_info"]["reward"], s["messages"])
+            for s in json.loads(out.read_text())["simulations"]]
+
+
+def test_an_interrupted_evaluation_continues_to_the_same_results_at_temperature_1(tmp_path, monkeypatch):
+    import json
+
+    import pytest
+
+    from common.cli import Interrupted
+    from train import evaluate
+
+    monkeypatch.setattr(evaluate, "EVAL_BATCH_SIZE", 4)  # 10 episodes: batches of 4, 4, 2
+    clean = tmp_path / "clean.json"
+    assert _run(clean) == 0
+    real = evaluate.run_episodes
+    calls = []
+
+    def stopping_at_the_third_batch(*args, **kwargs):
+        calls.append(len(args[1]))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    out = tmp_path / "results.json"
+    monkeypatch.setattr(evaluate, "run_episodes", stopping_at_the_third_batch)
+    with pytest.raises(Interrupted, match="8 scored episodes are kept in"):
+        _run(out)
+    journal = Path(f"{out}.partial.jsonl")
+    assert not out.exists() and journal.exists()
+    # a run killed after its second batch's episodes, before that batch's sampler state: the batch is played again
+    lines = journal.read_text().splitlines()
+    last_mark = max(i for i, line in enumerate(lines) if '"mark"' in line)
+    journal.write_text("\n".join(lines[:last_mark]) + "\n")
+    calls.clear()
+    assert _run(out) == 0
+    assert calls == [4, 2]  # the second batch again, then the third; the first is not played again
+    assert _episodes(out) == _episodes(clean)  # every episode once, each as an uninterrupted run played it
+    assert not journal.exists()
+    assert len(json.loads(out.read_text())["simulations"]) == 10
+
+
+def test_an_evaluation_journal_refuses_a_second_process_and_other_settings(tmp_path, monkeypatch, capsys):
+    from benchmarks.results_journal import ResultsJournal
+    from train import evaluate
+
+    loads = []
+    monkeypatch.setattr(evaluate, "load_policy_model", lambda *a: loads.append(a) or (_ for _ in ()).throw(
+        KeyboardInterrupt))
+    out = tmp_path / "results.json"
+    with ResultsJournal(out, {"another": "run"}):  # a second process holds the results file's journal
+        assert _run(out) == 2
+    assert "is in use by another run of the same results file" in capsys.readouterr().err
+    assert _run(out) == 2  # that run's journal, with other settings, is left for it
+    err = capsys.readouterr().err
+    assert "holds a run with other settings" in err and len(err.strip().splitlines()) == 1
+    assert loads == [] and not out.exists()

@@ -19,12 +19,21 @@ model the tokenizer's header), so turn k routes as turn 1 did.
 
 Writes τ²-bench-format results (`benchmarks.results`), with `info["pass_hat_k"]` per request kind for games
 whose episodes report `request_kinds` (the storefront does), and prints the table.
+
+A run survives its process: the command keeps every batch's episodes, then the sampler's state, in
+`<out>.partial.jsonl` (benchmarks/results_journal.py) as the batch ends, so a run killed or interrupted is
+continued by the same command from the first batch it had not finished, with the sampler where it was: the
+results equal an uninterrupted run's, at any temperature. The journal's lock refuses a second process on the
+same `--out` at once, and other settings (another model's weights, seed, config, ...) on the same file.
 """
 from __future__ import annotations
 
 import argparse
+import base64
 import dataclasses
+import hashlib
 import inspect
+import os
 import sys
 import time
 from pathlib import Path
@@ -33,10 +42,11 @@ from typing import Any
 import torch
 
 from benchmarks.results import pass_hat_k, write_results
+from benchmarks.results_journal import Key, ResultsJournal
 from benchmarks.storefront.run import task_seed
 from common.io import check_model_folder, check_output_path
 from common.validation import InputError, check_number
-from common.cli import exit_code, seed_value
+from common.cli import Interrupted, cli_entry, exit_code, seed_value
 from game_registry import GameImportError, GameSpec, get_game
 from train.backends import HFBackend
 from train.episodes import ChatTokenizer, EpisodeRequest, check_prompts_fit, episode_to_simulation, run_episodes
@@ -48,11 +58,17 @@ def request_kinds(sim: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys((sim.get("reward_info") or {}).get("request_kinds") or []))
 
 
+EVAL_BATCH_SIZE = 128  # episodes played at once
+
+
 def evaluate_model(model: torch.nn.Module, tokenizer: Any, game: str, *, n_tasks: int, seed: int, samples: int = 1,
                    temperature: float = 0.0, game_overrides: dict[str, Any] | None = None,
-                   max_episode_tokens: int = 4096, sampler_seed: int = 0, batch_size: int = 128
-                   ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Play `n_tasks` × `samples` episodes; returns (simulations, pass^k by request kind and "all")."""
+                   max_episode_tokens: int = 4096, sampler_seed: int = 0, batch_size: int = EVAL_BATCH_SIZE,
+                   journal: ResultsJournal | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Play `n_tasks` × `samples` episodes; returns (simulations, pass^k by request kind and "all").
+
+    With a `journal`, each finished batch's episodes and then the sampler's state are kept in it, and the batches
+    an earlier run finished are not played again (the sampler restarts from the state after the last of them)."""
     if n_tasks < 1 or samples < 1:
         raise ValueError(f"n_tasks and samples must be >= 1, got {n_tasks} and {samples}")
     spec = get_game(game)
@@ -60,16 +76,63 @@ def evaluate_model(model: torch.nn.Module, tokenizer: Any, game: str, *, n_tasks
     route_once_per_episode(model, tokenizer)
     backend = HFBackend(model, tokenizer.pad_token_id, seed=sampler_seed)
     requests = evaluation_requests(spec, n_tasks, seed, samples)
+    keys: list[Key] = [(task, sample) for task in range(n_tasks) for sample in range(samples)]  # requests' order
+    starts = range(0, len(requests), batch_size)
+    first = _resume_batch(journal, backend, len(starts))
     simulations = []
-    for start in range(0, len(requests), batch_size):
+    for number, start in enumerate(starts):
+        if number < first:
+            continue
         episodes = run_episodes(spec, requests[start : start + batch_size], backend, chat, temperature=temperature,
                                 max_episode_tokens=max_episode_tokens, game_overrides=game_overrides)
-        for ep in episodes:
+        for key, ep in zip(keys[start : start + batch_size], episodes):
             sim = episode_to_simulation(ep, sim_id=f"{ep.request.seed}-s{ep.request.sample_idx}")
             sim["trial"] = ep.request.sample_idx  # pass^k groups a task's samples (wordings) as its trials
-            simulations.append(sim)
+            if journal is None:
+                simulations.append(sim)
+            elif key not in journal.scored:  # kept by a run killed before its batch's mark: the same episode
+                journal.add(key, sim, {})
+        if journal is not None:
+            journal.mark(_batch_mark(number), _encode_state(backend.state_dict()["generator"]))
+    if journal is not None:
+        simulations = [journal.scored[key][0] for key in keys]
     hat = {**pass_hat_k(simulations, samples), **pass_hat_k(simulations, samples, groups=request_kinds)}
     return simulations, hat
+
+
+def _batch_mark(number: int) -> str:
+    return f"sampler_after_batch_{number}"
+
+
+def _encode_state(state: torch.Tensor) -> str:
+    return base64.b64encode(state.numpy().tobytes()).decode("ascii")
+
+
+def _resume_batch(journal: ResultsJournal | None, backend: HFBackend, n_batches: int) -> int:
+    """The first batch an earlier run of this journal did not finish (0 without one), with `backend`'s sampler
+    put back in the state that run left it in after the batch before. A batch counts as finished once the
+    sampler's state after it is kept (its episodes are written first)."""
+    done = 0
+    while journal is not None and done < n_batches and _batch_mark(done) in journal.marks:
+        done += 1
+    if done:
+        state = bytearray(base64.b64decode(journal.marks[_batch_mark(done - 1)]))
+        backend.load_state_dict({"generator": torch.frombuffer(state, dtype=torch.uint8).clone()})
+        print(f"{journal.path}: {done} of {n_batches} batches already played ({len(journal.scored)} episodes "
+              "scored); continuing", file=sys.stderr)
+    return done
+
+
+def folder_fingerprint(folder: str | os.PathLike | None) -> str | None:
+    """sha256 over the (name, size, modification time) of a model or adapter folder's files: the journal of a run
+    refuses to continue with other weights at the same path (e.g. an adapter trained again)."""
+    if folder is None:
+        return None
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(folder)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
 
 
 def route_once_per_episode(model: torch.nn.Module, tokenizer: Any) -> None:
@@ -128,6 +191,7 @@ def load_policy_model(model_dir: str | Path, adapter_dir: str | Path | None = No
     return model.eval(), tokenizer
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.evaluate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="base model folder")
@@ -143,33 +207,52 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="results JSON to write")
     args = parser.parse_args(argv)
     # Everything is checked before the model is loaded: flags, the output path, the game, the model folder, and
-    # that the opening prompts leave room to generate (tokenizer only).
+    # that the opening prompts leave room to generate (tokenizer only); then the journal's lock and settings.
+    if args.tasks < 1 or args.samples < 1:
+        raise InputError("--tasks and --samples must be >= 1")
+    check_number(args.temperature, "--temperature", 0.0)
+    check_output_path(args.out, "--out", [("--config", args.config), ("--model", args.model),
+                                          ("--adapter", args.adapter)])
+    spec = lookup_game(args.game)
+    overrides = game_config_overrides(args.game, args.config)
+    check_model_folder(args.model, "--model")
+    if args.adapter is not None and not Path(args.adapter).is_dir():
+        raise InputError(f"--adapter {args.adapter}: adapter folder not found")
     try:
-        if args.tasks < 1 or args.samples < 1:
-            raise InputError("--tasks and --samples must be >= 1")
-        check_number(args.temperature, "--temperature", 0.0)
-        check_output_path(args.out, "--out", [("--config", args.config), ("--model", args.model),
-                                              ("--adapter", args.adapter)])
-        spec = lookup_game(args.game)
-        overrides = game_config_overrides(args.game, args.config)
-        check_model_folder(args.model, "--model")
         chat = ChatTokenizer(load_tokenizer(args.model))
         check_prompts_fit(spec, evaluation_requests(spec, args.tasks, args.seed, args.samples), chat,
                           args.max_episode_tokens, overrides)
-        model, tokenizer = load_policy_model(args.model, args.adapter)
-    except (InputError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except ValueError as err:  # the tokenizer's loader, or a game's own check of its overrides
+        raise InputError(str(err)) from None
+    # What decides the results: a rerun with the same settings continues the journal, another is refused.
+    settings = {"game": args.game, "tasks": args.tasks, "seed": args.seed, "samples": args.samples,
+                "temperature": args.temperature, "config": overrides, "max_episode_tokens": args.max_episode_tokens,
+                "batch_size": EVAL_BATCH_SIZE, "model": [str(args.model), folder_fingerprint(args.model)],
+                "adapter": [args.adapter, folder_fingerprint(args.adapter)]}
     started = time.time()
-    simulations, hat = evaluate_model(model, tokenizer, args.game, n_tasks=args.tasks, seed=args.seed,
-                                      samples=args.samples, temperature=args.temperature, game_overrides=overrides,
-                                      max_episode_tokens=args.max_episode_tokens)
+    with ResultsJournal(args.out, settings) as journal:
+        try:
+            try:
+                model, tokenizer = load_policy_model(args.model, args.adapter)
+            except ValueError as err:  # transformers / peft refusing a folder's files
+                raise InputError(f"{args.adapter or args.model}: cannot be loaded ({err})") from None
+            simulations, hat = evaluate_model(model, tokenizer, args.game, n_tasks=args.tasks, seed=args.seed,
+                                              samples=args.samples, temperature=args.temperature,
+                                              game_overrides=overrides, max_episode_tokens=args.max_episode_tokens,
+                                              batch_size=EVAL_BATCH_SIZE, journal=journal)
+        except KeyboardInterrupt:
+            raise Interrupted(f"{len(journal.scored)} scored episodes are kept in {journal.path}: run the same "
+                              "command again to continue") from None
+        finally:
+            if not journal.scored and not journal.marks:  # nothing played: no journal left behind
+                journal.remove()
     info = {"game": args.game, "model": str(args.model), "adapter": args.adapter, "num_tasks": args.tasks,
             "samples": args.samples, "seed": args.seed, "temperature": args.temperature, "config": overrides,
             "seconds": round(time.time() - started, 1),
             "pass_hat_k": {g: {"n_tasks": v["n_tasks"], **{str(k): p for k, p in v["pass_hat_k"].items()}}
                            for g, v in hat.items()}}
     write_results(args.out, simulations, None, info)
+    journal.remove()
     print(format_pass_table(hat))
     print(f"wrote {args.out} ({info['seconds']} s)")
     return 0
@@ -206,4 +289,4 @@ def game_config_overrides(game: str, config_path: str | None) -> dict[str, Any] 
 
 
 if __name__ == "__main__":
-    sys.exit(exit_code(main))  # Ctrl-C: one line, exit 130 (results are written only at the end)
+    sys.exit(exit_code(main))  # Ctrl-C: one line, exit 130 (the finished batches stay in the journal)
