@@ -154,4 +154,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    if "--" not in sys.argv[1:]:  # run by hand (e.g. --help): this is not a command a person gives input to
+        print("swebench/_sandbox_boot.py is internal: swebench/sandbox.py starts it inside fresh namespaces (see "
+              "its docstring); run scenarios with python -m swebench.selftest", file=sys.stderr)
+        sys.exit(2)
     sys.exit(main(sys.argv[1:]))

@@ -323,4 +323,9 @@ def main(spec_path, verdict_fd):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3 or not sys.argv[2].isdigit():  # run by hand (e.g. --help): not a command for a person
+        print("swebench/_sandbox_runner.py is internal: swebench/sandbox.py starts it inside the sandbox with a "
+              "spec file and a verdict pipe (see its docstring); run scenarios with python -m swebench.selftest",
+              file=sys.stderr)
+        sys.exit(2)
     sys.exit(main(sys.argv[1], int(sys.argv[2])))

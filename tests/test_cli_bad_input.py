@@ -1353,3 +1353,27 @@ def test_every_command_line_file_is_swept_or_says_where_it_is_tested():
     found = _command_line_files()
     assert found - listed == set(), f"new command-line files: add them to the sweep (or NOT_IN_SWEEP): {found - listed}"
     assert listed - found == set(), f"listed but not command-line files (moved or removed?): {listed - found}"
+
+
+@pytest.mark.slow  # ~40 s: one interpreter per command-line file
+def test_every_command_line_file_runs_by_path_or_says_how_to_run_it(tmp_path):
+    """`python path/to/file.py --help` from another folder: the usage (exit 0), or for the sandbox's internal
+    scripts one line saying what starts them and what to run instead (exit 2); never a traceback."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def by_path(file: str) -> tuple[str, subprocess.CompletedProcess]:
+        return file, subprocess.run([sys.executable, str(REPO / file), "--help"], cwd=tmp_path, capture_output=True,
+                                    text=True, timeout=SUBPROCESS_TIMEOUT)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(by_path, sorted(_command_line_files())))
+    problems = []
+    for file, done in results:
+        internal = file.startswith("swebench/_sandbox_")
+        if internal:
+            ok = done.returncode == 2 and len(done.stderr.splitlines()) == 1 and "is internal" in done.stderr
+        else:
+            ok = done.returncode == 0 and "usage:" in done.stdout
+        if not ok or "Traceback" in done.stderr:
+            problems.append(f"{file}: exit {done.returncode}, {(done.stderr or done.stdout)[-300:]!r}")
+    assert not problems, "\n".join(problems)
