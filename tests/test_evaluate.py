@@ -87,8 +87,8 @@ DEMO_AGENT = REPO / "assets/demo_base_agent"
 def _run(out: Path, *flags: str) -> int:
     from train.evaluate import main
 
-    return main(["--model", str(DEMO_AGENT), "--tasks", "5", "--samples", "2", "--temperature", "1.0",
-                 "--seed", "4000", "--out", str(out), *flags])
+    return main(["--model", str(DEMO_AGENT), "--tasks", "3", "--samples", "1", "--temperature", "1.0",
+                 "--seed", "4000", "--max-episode-tokens", "1600", "--out", str(out), *flags])
 
 
 def _episodes(out: Path) -> list:
@@ -106,7 +106,7 @@ def test_an_interrupted_evaluation_continues_to_the_same_results_at_temperature_
     from common.cli import Interrupted
     from train import evaluate
 
-    monkeypatch.setattr(evaluate, "EVAL_BATCH_SIZE", 4)  # 10 episodes: batches of 4, 4, 2
+    monkeypatch.setattr(evaluate, "EVAL_BATCH_SIZE", 1)  # 3 episodes, one a batch
     clean = tmp_path / "clean.json"
     assert _run(clean) == 0
     real = evaluate.run_episodes
@@ -120,7 +120,7 @@ def test_an_interrupted_evaluation_continues_to_the_same_results_at_temperature_
 
     out = tmp_path / "results.json"
     monkeypatch.setattr(evaluate, "run_episodes", stopping_at_the_third_batch)
-    with pytest.raises(Interrupted, match="8 scored episodes are kept in"):
+    with pytest.raises(Interrupted, match="2 scored episodes are kept in"):
         _run(out)
     journal = Path(f"{out}.partial.jsonl")
     assert not out.exists() and journal.exists()
@@ -130,10 +130,10 @@ def test_an_interrupted_evaluation_continues_to_the_same_results_at_temperature_
     journal.write_text("\n".join(lines[:last_mark]) + "\n")
     calls.clear()
     assert _run(out) == 0
-    assert calls == [4, 2]  # the second batch again, then the third; the first is not played again
+    assert calls == [1, 1]  # the second batch again, then the third; the first is not played again
     assert _episodes(out) == _episodes(clean)  # every episode once, each as an uninterrupted run played it
     assert not journal.exists()
-    assert len(json.loads(out.read_text())["simulations"]) == 10
+    assert len(json.loads(out.read_text())["simulations"]) == 3
 
 
 def test_an_evaluation_journal_refuses_a_second_process_and_other_settings(tmp_path, monkeypatch, capsys):

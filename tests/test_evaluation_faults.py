@@ -101,11 +101,11 @@ def _scores(path: Path) -> list[tuple]:
              json.dumps(s["messages"], sort_keys=True)) for s in simulations]
 
 
-def _play(argv: list[str], monkeypatch, capsys) -> tuple[int, str]:
+def _play(argv: list[str], monkeypatch, capsys, **env: str) -> tuple[int, str]:
     from common.cli import exit_code
     from train.play import main
 
-    for name, value in ENV.items():
+    for name, value in {**ENV, **env}.items():
         monkeypatch.setenv(name, value)
     capsys.readouterr()
     code = exit_code(main, argv)
@@ -127,10 +127,8 @@ def test_random_failures_and_stalls_are_retried_and_change_no_score(tiny_model_d
 
 def test_a_server_that_fails_for_good_is_counted_never_scored_0(tiny_model_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "r.json"
-    monkeypatch.setenv("VLLM_MAX_RETRIES", "1")
-    with StandIn(fail=1.0) as broken:
-        code, err = _play(_argv(broken.url, tiny_model_dir, out, tasks=3), monkeypatch, capsys)
-    monkeypatch.delenv("VLLM_MAX_RETRIES")
+    with StandIn(fail=1.0) as broken:  # (ENV's 8 retries would only wait longer for the same end)
+        code, err = _play(_argv(broken.url, tiny_model_dir, out, tasks=3), monkeypatch, capsys, VLLM_MAX_RETRIES="1")
     assert code == 1
     assert "error: 6 of 6 episodes could not be scored" in err and "Traceback" not in err, err
     assert not out.exists()  # no results file that would read as a finished run of zeros
