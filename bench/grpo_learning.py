@@ -41,7 +41,7 @@ from typing import Any
 
 from common.cli import cli_entry, exit_code, seed_value
 from common.io import atomic_write_json, load_json
-from common.run_folder import check_output_dir
+from common.run_folder import check_output_dir, claimed_run_folder
 from common.validation import InputError
 
 
@@ -257,6 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     return run(args)
 
 
+# What the figures in an --out folder were measured with: a later invocation adds settings, seeds or games to
+# it, never figures of another experiment.
+DECISIVE_ARGUMENTS = ("run_dir", "config", "iterations", "eval_every", "tasks", "samples", "eval_seed")
+
+
 def run(args: argparse.Namespace) -> int:
     from demo.config import load_demo_config
     from demo.loop import game_for
@@ -280,38 +285,44 @@ def run(args: argparse.Namespace) -> int:
     unknown = [c for c in chosen if c not in games]
     if unknown:
         raise InputError(f"--games {unknown}: not trained by this run's Step 3; choose from {sorted(games)}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    results_path = args.out / "results.json"
-    results = load_json(results_path) if results_path.is_file() else {"games": {}}
-    results["arguments"] = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    episodes_per_iteration = loop.groups_per_iteration * loop.group_size
-    for capability in chosen:
-        spec, overrides = game_for(capability), games[capability]
-        game = results["games"].setdefault(capability, {"game": spec.name, "game_overrides": overrides,
-                                                         "settings": {}})
-        if "base" not in game or "by_class_t1" not in game["base"]:
-            game["base"] = evaluate_point(model_dir, None, spec.name, overrides, args, loop.max_episode_tokens)
-            atomic_write_json(results_path, results)
-        if game.get("constant_policy_tasks") != "evaluation":  # before 2026-12-05 they played other seeds
-            game["constant_policies"] = constant_policies(spec.name, overrides, args)
-            game["constant_policy_tasks"] = "evaluation"
-            atomic_write_json(results_path, results)
-        for name, epochs, minibatches, learning_rate in settings:
-            runs = game["settings"].setdefault(name, {})
-            for seed in args.seeds:
-                if str(seed) in runs:
-                    continue  # measured by an earlier invocation
-                folder = args.out / "runs" / capability / name / f"seed{seed}"
-                print(f"[{capability} / {name} / seed {seed}] GRPO {args.iterations} iterations", flush=True)
-                run_figures = train_run(spec, model_dir, folder, overrides, loop, args, epochs, minibatches,
-                                        learning_rate, seed)
-                curve = []
-                for done in sorted(set(range(args.eval_every, args.iterations + 1, args.eval_every)) | {args.iterations}):
-                    adapter = folder / "checkpoints" / f"iter_{done:06d}" / "adapter"
-                    point = evaluate_point(model_dir, adapter, spec.name, overrides, args, loop.max_episode_tokens)
-                    curve.append({"iteration": done, "episodes": done * episodes_per_iteration, **point})
-                runs[str(seed)] = {**run_figures, "curve": curve}
+    with claimed_run_folder(args.out, "--out", fresh=False):  # a second bench on the same folder is refused
+        results_path = args.out / "results.json"
+        results = load_json(results_path) if results_path.is_file() else {"games": {}}
+        arguments = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        measured_with = {k: results.get("arguments", {}).get(k, arguments[k]) for k in DECISIVE_ARGUMENTS}
+        differ = [k for k in DECISIVE_ARGUMENTS if measured_with[k] != arguments[k]]
+        if differ:  # the seeds already measured would be kept as they are: a mix of two experiments
+            raise InputError(f"--out {args.out} holds figures measured with other {', '.join(differ)} "
+                             f"({', '.join(f'{k}={measured_with[k]}' for k in differ)}); give --out a new folder")
+        results["arguments"] = arguments
+        episodes_per_iteration = loop.groups_per_iteration * loop.group_size
+        for capability in chosen:
+            spec, overrides = game_for(capability), games[capability]
+            game = results["games"].setdefault(capability, {"game": spec.name, "game_overrides": overrides,
+                                                             "settings": {}})
+            if "base" not in game or "by_class_t1" not in game["base"]:
+                game["base"] = evaluate_point(model_dir, None, spec.name, overrides, args, loop.max_episode_tokens)
                 atomic_write_json(results_path, results)
+            if game.get("constant_policy_tasks") != "evaluation":  # before 2026-12-05 they played other seeds
+                game["constant_policies"] = constant_policies(spec.name, overrides, args)
+                game["constant_policy_tasks"] = "evaluation"
+                atomic_write_json(results_path, results)
+            for name, epochs, minibatches, learning_rate in settings:
+                runs = game["settings"].setdefault(name, {})
+                for seed in args.seeds:
+                    if str(seed) in runs:
+                        continue  # measured by an earlier invocation
+                    folder = args.out / "runs" / capability / name / f"seed{seed}"
+                    print(f"[{capability} / {name} / seed {seed}] GRPO {args.iterations} iterations", flush=True)
+                    run_figures = train_run(spec, model_dir, folder, overrides, loop, args, epochs, minibatches,
+                                            learning_rate, seed)
+                    curve = []
+                    for done in sorted(set(range(args.eval_every, args.iterations + 1, args.eval_every)) | {args.iterations}):
+                        adapter = folder / "checkpoints" / f"iter_{done:06d}" / "adapter"
+                        point = evaluate_point(model_dir, adapter, spec.name, overrides, args, loop.max_episode_tokens)
+                        curve.append({"iteration": done, "episodes": done * episodes_per_iteration, **point})
+                    runs[str(seed)] = {**run_figures, "curve": curve}
+                    atomic_write_json(results_path, results)
     for line in summarize(results):
         print(line)
     plot(results, args.out / "curves.png")

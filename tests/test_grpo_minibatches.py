@@ -150,6 +150,35 @@ def test_learning_bench_reads_settings_and_refuses_a_run_folder_without_the_demo
     assert "environments/step.json not found" in capsys.readouterr().err
 
 
+def test_learning_bench_adds_to_an_out_folder_only_figures_of_the_same_experiment(tmp_path, monkeypatch, capsys):
+    """A later invocation may add settings, seeds or games to --out; figures measured with other iterations, tasks,
+    samples, ... are refused before any training (they would be kept beside the new ones), and so is a second bench
+    on the same folder."""
+    import json
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    import grpo_learning
+    from common.run_folder import claimed_run_folder
+
+    (tmp_path / "base" / "model").mkdir(parents=True)
+    monkeypatch.setattr(grpo_learning, "trainable_games", lambda run_dir, group_size: {"precondition_verification": {}})
+    trained = []
+    monkeypatch.setattr(grpo_learning, "train_run", lambda *a, **k: trained.append(a))
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = ["--run_dir", str(tmp_path), "--out", str(out), "--iterations", "4"]
+    (out / "results.json").write_text(json.dumps({"games": {}, "arguments": {
+        "run_dir": str(tmp_path), "config": "configs/demo.yaml", "iterations": 8, "eval_every": 4, "tasks": 40,
+        "samples": 2, "eval_seed": 7000}}))
+    assert grpo_learning.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "measured with other iterations (iterations=8)" in err and len(err.strip().splitlines()) == 1, err
+    with claimed_run_folder(out, "--out", fresh=False, command="another bench"):
+        assert grpo_learning.main(argv[:-2]) == 2
+    assert "is in use by another run" in capsys.readouterr().err
+    assert trained == []
+
+
 def test_learning_bench_summary_reports_pass_rate_and_mean_reward_gains_per_seed():
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
     import grpo_learning
