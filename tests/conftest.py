@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
+
+# A shell starts background jobs (`cmd &`, nohup) with SIGINT ignored, and an ignored signal stays ignored in
+# every child: a test's Ctrl-C of a child would do nothing (see tests/signals.py). Python's own handler here is
+# reset to the default action by exec(), so every child of the test run can be interrupted, whoever started it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
