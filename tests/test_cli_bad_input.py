@@ -6,6 +6,7 @@ Each CLI runs in-process (`main([...])`) with the function that starts the work 
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import math
@@ -614,9 +615,11 @@ def test_model_folder_without_weights_exits_2(tiny_model_dir, no_model_load, tmp
 # --------------------------------------------------------------------------------------------------
 # The SWE-bench path: swebench.calibrate, phase3_synthesize.py, phase4_validate.py (issue 28)
 # --------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
 def _script(path: str, name: str):
     """A script of the repository as a module (its folder is not a package: its sibling modules, such as the
-    phases' `_common`, import as they do when the script is run by path, from the script's folder)."""
+    phases' `_common`, import as they do when the script is run by path, from the script's folder). Loaded once
+    per name: the tests change its attributes only through monkeypatch, which puts them back."""
     folder = str((REPO / path).parent)
     if folder not in sys.path:
         sys.path.append(folder)
@@ -846,6 +849,13 @@ def test_a_missing_trace_games_dirs_entry_is_an_error(monkeypatch, tmp_path, cap
 # is a folder (or, for a command that writes a folder, a file), a NaN number. Exit 2, one line naming the
 # value, no traceback, nothing written, and the work never started.
 # --------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1)
+def _one_generated_scenario():
+    from swebench import generate as swe_generate
+
+    return swe_generate.generate_one("semantic_logic_precision", 0, size="small")
+
+
 def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
     """{name: (main, {kind: argv}, (module, attribute) of the work that must not start)}."""
     import demo.run as demo_run
@@ -879,7 +889,7 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
     chat.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"},
                                              {"role": "assistant", "content": "hello"}]}) + "\n")
     one_scenario = tmp_path / "one_scenario.json"
-    swe_scenario.save_scenarios(one_scenario, [swe_generate.generate_one("semantic_logic_precision", 0, size="small")])
+    swe_scenario.save_scenarios(one_scenario, [_one_generated_scenario()])
     scenarios = tmp_path / "scenarios.json"
     scenarios.write_text("[]")
     config = tmp_path / "storefront.yaml"
