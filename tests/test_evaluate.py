@@ -151,3 +151,46 @@ def test_an_evaluation_journal_refuses_a_second_process_and_other_settings(tmp_p
     err = capsys.readouterr().err
     assert "holds a run with other settings" in err and len(err.strip().splitlines()) == 1
     assert loads == [] and not out.exists()
+
+
+def test_collected_rollouts_survive_a_server_that_fails_for_good_and_continue_to_the_same_rollouts(tmp_path,
+                                                                                                   monkeypatch, capsys):
+    """train.collect_rollouts keeps its batches as train.evaluate does (train/batch_journal.py): a server failing
+    for good at the third batch ends the run with one line and exit 1, the rerun plays only that batch, and the
+    rollouts (T=1) equal an uninterrupted run's."""
+    import json
+
+    from train import collect_rollouts
+    from train.vllm_backend import VLLMError
+
+    def collect(out: Path) -> int:
+        return collect_rollouts.main(["--game", "storefront", "--model", str(DEMO_AGENT), "--seeds", "3",
+                                      "--samples", "1", "--seed-start", "5000", "--max-episode-tokens", "1600",
+                                      "--out", str(out)])
+
+    monkeypatch.setattr(collect_rollouts, "ROLLOUT_BATCH_SIZE", 1)
+    clean = tmp_path / "clean.json"
+    assert collect(clean) == 0
+    real, calls = collect_rollouts.run_episodes, []
+
+    def failing_at_the_third_batch(*args, **kwargs):
+        calls.append(len(args[1]))
+        if len(calls) == 3:
+            raise VLLMError("http://127.0.0.1:9: the server failed after 5 attempts")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(collect_rollouts, "run_episodes", failing_at_the_third_batch)
+    out = tmp_path / "rollouts.json"
+    capsys.readouterr()
+    assert collect(out) == 1
+    err = capsys.readouterr().err
+    assert "2 rollouts are kept in" in err and "run the same command again" in err and "Traceback" not in err, err
+    assert not out.exists()
+    calls.clear()
+    assert collect(out) == 0
+    assert calls == [1]  # only the batch the server failed
+    rollouts = [(s["task_id"], s["reward_info"]["reward"], s["messages"]) for s in json.loads(out.read_text())[
+        "simulations"]]
+    assert rollouts == [(s["task_id"], s["reward_info"]["reward"], s["messages"])
+                        for s in json.loads(clean.read_text())["simulations"]]
+    assert not Path(f"{out}.partial.jsonl").exists()

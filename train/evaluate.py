@@ -29,11 +29,8 @@ same `--out` at once, and other settings (another model's weights, seed, config,
 from __future__ import annotations
 
 import argparse
-import base64
 import dataclasses
-import hashlib
 import inspect
-import os
 import sys
 import time
 from pathlib import Path
@@ -49,6 +46,7 @@ from common.validation import InputError, check_number
 from common.cli import Interrupted, cli_entry, exit_code, seed_value
 from game_registry import GameImportError, GameSpec, get_game
 from train.backends import HFBackend
+from train.batch_journal import folder_fingerprint, play_journaled
 from train.episodes import ChatTokenizer, EpisodeRequest, check_prompts_fit, episode_to_simulation, run_episodes
 from train.policy import load_tokenizer
 
@@ -77,62 +75,19 @@ def evaluate_model(model: torch.nn.Module, tokenizer: Any, game: str, *, n_tasks
     backend = HFBackend(model, tokenizer.pad_token_id, seed=sampler_seed)
     requests = evaluation_requests(spec, n_tasks, seed, samples)
     keys: list[Key] = [(task, sample) for task in range(n_tasks) for sample in range(samples)]  # requests' order
-    starts = range(0, len(requests), batch_size)
-    first = _resume_batch(journal, backend, len(starts))
-    simulations = []
-    for number, start in enumerate(starts):
-        if number < first:
-            continue
-        episodes = run_episodes(spec, requests[start : start + batch_size], backend, chat, temperature=temperature,
-                                max_episode_tokens=max_episode_tokens, game_overrides=game_overrides)
-        for key, ep in zip(keys[start : start + batch_size], episodes):
+
+    def play_batch(chunk: list[EpisodeRequest]) -> list[dict[str, Any]]:
+        played = []
+        for ep in run_episodes(spec, chunk, backend, chat, temperature=temperature,
+                               max_episode_tokens=max_episode_tokens, game_overrides=game_overrides):
             sim = episode_to_simulation(ep, sim_id=f"{ep.request.seed}-s{ep.request.sample_idx}")
             sim["trial"] = ep.request.sample_idx  # pass^k groups a task's samples (wordings) as its trials
-            if journal is None:
-                simulations.append(sim)
-            elif key not in journal.scored:  # kept by a run killed before its batch's mark: the same episode
-                journal.add(key, sim, {})
-        if journal is not None:
-            journal.mark(_batch_mark(number), _encode_state(backend.state_dict()["generator"]))
-    if journal is not None:
-        simulations = [journal.scored[key][0] for key in keys]
+            played.append(sim)
+        return played
+
+    simulations = play_journaled(requests, keys, batch_size, backend, journal, play_batch)
     hat = {**pass_hat_k(simulations, samples), **pass_hat_k(simulations, samples, groups=request_kinds)}
     return simulations, hat
-
-
-def _batch_mark(number: int) -> str:
-    return f"sampler_after_batch_{number}"
-
-
-def _encode_state(state: torch.Tensor) -> str:
-    return base64.b64encode(state.numpy().tobytes()).decode("ascii")
-
-
-def _resume_batch(journal: ResultsJournal | None, backend: HFBackend, n_batches: int) -> int:
-    """The first batch an earlier run of this journal did not finish (0 without one), with `backend`'s sampler
-    put back in the state that run left it in after the batch before. A batch counts as finished once the
-    sampler's state after it is kept (its episodes are written first)."""
-    done = 0
-    while journal is not None and done < n_batches and _batch_mark(done) in journal.marks:
-        done += 1
-    if done:
-        state = bytearray(base64.b64decode(journal.marks[_batch_mark(done - 1)]))
-        backend.load_state_dict({"generator": torch.frombuffer(state, dtype=torch.uint8).clone()})
-        print(f"{journal.path}: {done} of {n_batches} batches already played ({len(journal.scored)} episodes "
-              "scored); continuing", file=sys.stderr)
-    return done
-
-
-def folder_fingerprint(folder: str | os.PathLike | None) -> str | None:
-    """sha256 over the (name, size, modification time) of a model or adapter folder's files: the journal of a run
-    refuses to continue with other weights at the same path (e.g. an adapter trained again)."""
-    if folder is None:
-        return None
-    digest = hashlib.sha256()
-    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
-        stat = path.stat()
-        digest.update(f"{path.relative_to(folder)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
 
 
 def route_once_per_episode(model: torch.nn.Module, tokenizer: Any) -> None:
