@@ -31,9 +31,9 @@ from benchmarks.results_journal import ResultsJournal
 from game_registry import GameSpec, check_game_overrides, lookup_game
 from common.io import check_model_folder, check_output_path
 from common.validation import InputError, check_int, check_number
-from common.cli import Interrupted, exit_code, seed_value
+from common.cli import exit_code, seed_value
 from train.backends import HFBackend, RolloutBackend
-from train.batch_journal import folder_fingerprint, play_journaled
+from train.batch_journal import folder_fingerprint, kept_on_interrupt, play_journaled
 from train.episodes import ChatTokenizer, EpisodeRequest, check_prompts_fit, episode_to_simulation, run_episodes
 from train.policy import load_base_model, load_tokenizer
 from train.vllm_backend import VLLMError, backend_from_env
@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
                           else None],
                 "adapter": [args.adapter, None if served else folder_fingerprint(args.adapter)]}
     try:
-        with ResultsJournal(args.out, settings) as journal:  # its lock and settings before any weights load
+        # the journal's lock and settings before any weights load
+        with ResultsJournal(args.out, settings) as journal, kept_on_interrupt(journal, "rollouts"):
             try:
                 backend = make_backend(args)
                 simulations = collect(spec, backend, chat, seeds=seeds, samples=args.samples,
@@ -149,12 +150,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: {err}; {len(journal.scored)} rollouts are kept in {journal.path}: run the same "
                       "command again to continue", file=sys.stderr)
                 return 1
-            except KeyboardInterrupt:
-                raise Interrupted(f"{len(journal.scored)} rollouts are kept in {journal.path}: run the same "
-                                  "command again to continue") from None
-            finally:
-                if not journal.scored and not journal.marks:  # nothing played: no journal left behind
-                    journal.remove()
     except (InputError, ValueError) as err:  # the journal's lock or settings; a chat template not append-only
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -43,10 +43,10 @@ from benchmarks.results_journal import Key, ResultsJournal
 from benchmarks.storefront.run import task_seed
 from common.io import check_model_folder, check_output_path
 from common.validation import InputError, check_number
-from common.cli import Interrupted, cli_entry, exit_code, seed_value
+from common.cli import cli_entry, exit_code, seed_value
 from game_registry import GameImportError, GameSpec, get_game
 from train.backends import HFBackend
-from train.batch_journal import folder_fingerprint, play_journaled
+from train.batch_journal import folder_fingerprint, kept_on_interrupt, play_journaled
 from train.episodes import ChatTokenizer, EpisodeRequest, check_prompts_fit, episode_to_simulation, run_episodes
 from train.policy import load_tokenizer
 
@@ -185,22 +185,15 @@ def main(argv: list[str] | None = None) -> int:
                 "batch_size": EVAL_BATCH_SIZE, "model": [str(args.model), folder_fingerprint(args.model)],
                 "adapter": [args.adapter, folder_fingerprint(args.adapter)]}
     started = time.time()
-    with ResultsJournal(args.out, settings) as journal:
+    with ResultsJournal(args.out, settings) as journal, kept_on_interrupt(journal, "scored episodes"):
         try:
-            try:
-                model, tokenizer = load_policy_model(args.model, args.adapter)
-            except ValueError as err:  # transformers / peft refusing a folder's files
-                raise InputError(f"{args.adapter or args.model}: cannot be loaded ({err})") from None
-            simulations, hat = evaluate_model(model, tokenizer, args.game, n_tasks=args.tasks, seed=args.seed,
-                                              samples=args.samples, temperature=args.temperature,
-                                              game_overrides=overrides, max_episode_tokens=args.max_episode_tokens,
-                                              batch_size=EVAL_BATCH_SIZE, journal=journal)
-        except KeyboardInterrupt:
-            raise Interrupted(f"{len(journal.scored)} scored episodes are kept in {journal.path}: run the same "
-                              "command again to continue") from None
-        finally:
-            if not journal.scored and not journal.marks:  # nothing played: no journal left behind
-                journal.remove()
+            model, tokenizer = load_policy_model(args.model, args.adapter)
+        except ValueError as err:  # transformers / peft refusing a folder's files
+            raise InputError(f"{args.adapter or args.model}: cannot be loaded ({err})") from None
+        simulations, hat = evaluate_model(model, tokenizer, args.game, n_tasks=args.tasks, seed=args.seed,
+                                          samples=args.samples, temperature=args.temperature,
+                                          game_overrides=overrides, max_episode_tokens=args.max_episode_tokens,
+                                          batch_size=EVAL_BATCH_SIZE, journal=journal)
     info = {"game": args.game, "model": str(args.model), "adapter": args.adapter, "num_tasks": args.tasks,
             "samples": args.samples, "seed": args.seed, "temperature": args.temperature, "config": overrides,
             "seconds": round(time.time() - started, 1),
