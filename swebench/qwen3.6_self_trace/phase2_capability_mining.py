@@ -35,7 +35,8 @@ from _common import DEFAULT_RUN_DIR, HERE, REPO_ROOT, Missing, server_problem
 from common.cli import cli_entry, exit_code
 from common.io import load_json
 from common.run_folder import check_output_dir
-from common.validation import InputError, check_int, check_number
+from common.validation import InputError, check_int
+from pipeline.aggregate_capabilities import AggregationConfig
 
 BUNDLED = REPO_ROOT / "tests" / "fixtures" / "real" / "mini-swe-agent-swebench-verified"
 
@@ -74,8 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.k is not None:
         check_int(args.k, "--k", 1, args.runs)
     check_int(args.max_chars, "--max-chars", 1)
-    check_number(args.rho, "--rho", 0.0, 1.0)
-    check_number(args.delta, "--delta", -1.0, 1.0)
+    AggregationConfig(rho=args.rho, delta=args.delta)  # the aggregation's own checks, NaN included
     if args.candidates is not None:
         load_json(args.candidates)  # missing or broken: named
     if args.reports is not None and not args.reports.exists():

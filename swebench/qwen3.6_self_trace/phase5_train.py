@@ -104,13 +104,14 @@ def main(argv: list[str] | None = None) -> int:
         print("WARNING: --allow-cpu: no GPU check; only a tiny model trains in reasonable time on CPU", file=sys.stderr)
     else:
         missing.add(gpu_problem(args.nproc))
-    if not scenarios.is_file():
-        missing.add(f"scenarios: {scenarios} does not exist (run phases 3 and 4, or pass --scenarios)")
-    else:
-        try:
-            load_scenarios(scenarios)
-        except ValueError as err:
-            missing.add(f"scenarios: {err}")
+    if args.scenarios is None:  # the default, phases 3 and 4's output (a named --scenarios was read at the door)
+        if not scenarios.is_file():
+            missing.add(f"scenarios: {scenarios} does not exist (run phases 3 and 4, or pass --scenarios)")
+        else:
+            try:
+                load_scenarios(scenarios)
+            except ValueError as err:
+                missing.add(f"scenarios: {err}")
     for url in [u.strip() for u in os.environ.get("VLLM_BASE_URLS", "").split(",") if u.strip()]:
         missing.add(server_problem(url.rstrip("/") + "/v1"))
     missing.stop_if_any()
