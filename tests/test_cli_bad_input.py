@@ -1087,7 +1087,7 @@ def _more_entry_points(tmp_path, tiny_model_dir, one_scenario, summary):
     nope = "nope_not_a_name"
     bench = {name: _script(f"bench/{name}.py", f"{name}_generic") for name in (
         "aggregate", "game_success", "grpo_step", "rollout_backends", "scenario_selftest", "grpo_learning",
-        "env_step")}
+        "env_step", "copy_probe")}
     phase = {n: _script(f"swebench/qwen3.6_self_trace/{f}.py", f"{f}_generic") for n, f in (
         (1, "phase1_baseline"), (2, "phase2_capability_mining"), (5, "phase5_train"), (6, "phase6_final_eval"))}
     run_dir = tmp_path / "demo_run"
@@ -1103,6 +1103,7 @@ def _more_entry_points(tmp_path, tiny_model_dir, one_scenario, summary):
     baseline = tmp_path / "phase1_summary.json"
     baseline.write_text("{}")
     gs = ["--model", str(tiny_model_dir), "--episodes", "1", "--out", str(out)]
+    cp = ["--model", str(tiny_model_dir), "--demonstrations", "1", "--out", str(out)]
     gp = ["--model-dir", str(tiny_model_dir), "--iterations", "1", "--groups", "1", "--group-size", "2",
           "--micro-batch", "2", "--max-episode-tokens", "4096"]
     gl = ["--run_dir", str(run_dir), "--out", str(tmp_path / "learning")]
@@ -1117,6 +1118,9 @@ def _more_entry_points(tmp_path, tiny_model_dir, one_scenario, summary):
         "bench/game_success": (bench["game_success"].main, {
             "missing": [*gs, "--config", str(m)], "output": [*gs[:-1], str(folder)],
             "nan": [*gs, "--temperatures", "nan"], "ok": gs}, (policy, "load_base_model")),
+        "bench/copy_probe": (bench["copy_probe"].main, {
+            "missing": [*cp, "--config", str(m)], "output": [*cp[:-1], str(folder)], "ok": cp},
+            (policy, "load_base_model")),
         "bench/grpo_step": (bench["grpo_step"].main, {
             "missing": ["--model-dir", str(m), *gp[2:]], "nan": [*gp, "--learning-rate", "nan"],
             "unknown": [*gp, "--game", nope], "ok": gp}, (bench["grpo_step"], "run_both")),
@@ -1196,6 +1200,7 @@ SWEEP = {
     "tau2_run": ("benchmarks/tau2_run.py", "output nan"),  # an unknown agent or domain: tests/test_tau2_run.py
     "bench/aggregate": ("bench/aggregate.py", ""),  # counts only: tests/test_cli_numeric_flags.py
     "bench/game_success": ("bench/game_success.py", "missing output nan"),
+    "bench/copy_probe": ("bench/copy_probe.py", "missing output"),  # counts only: test_cli_numeric_flags.py
     "bench/grpo_step": ("bench/grpo_step.py", "missing nan"),
     "bench/rollout_backends": ("bench/rollout_backends.py", "missing nan"),
     "bench/scenario_selftest": ("bench/scenario_selftest.py", "nan"),
