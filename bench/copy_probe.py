@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
 from common.cli import cli_entry, exit_code
-from common.io import atomic_write_json, check_output_path
+from common.io import atomic_write_json, check_model_folder, check_output_path
 from common.paths import REPO_ROOT
 from common.validation import InputError, check_int
 
@@ -56,22 +56,17 @@ def _rendered_prefixes(tokenizer: Any, record: dict[str, Any]) -> list[str]:
     return texts
 
 
-def _earlier_values(messages: Sequence[dict[str, Any]]) -> tuple[str, set[str]]:
-    """(the earlier user and tool messages' text, the item names their order look-ups listed)."""
-    text, names = [], set()
-    for message in messages:
-        if message["role"] not in ("user", "tool"):
-            continue
-        content = message.get("content") or ""
-        text.append(content)
-        if message["role"] == "tool" and content.startswith("{"):
-            try:
-                shown = json.loads(content)
-            except json.JSONDecodeError:  # a tool's plain-text answer that happens to start with "{"
-                continue
-            if isinstance(shown, dict):
-                names.update(item["name"] for item in shown.get("items") or [] if isinstance(item, dict))
-    return "\n".join(text), names
+def _order_item_names(tool_content: str) -> set[str]:
+    """The item names an order look-up's answer lists (none for any other tool answer)."""
+    if not tool_content.startswith("{"):
+        return set()
+    try:
+        shown = json.loads(tool_content)
+    except json.JSONDecodeError:  # a tool's plain-text answer that happens to start with "{"
+        return set()
+    if not isinstance(shown, dict):
+        return set()
+    return {item["name"] for item in shown.get("items") or [] if isinstance(item, dict)}
 
 
 def copy_slots(tokenizer: Any, record: dict[str, Any]) -> tuple[list[int], list[CopySlot]]:
@@ -85,11 +80,18 @@ def copy_slots(tokenizer: Any, record: dict[str, Any]) -> tuple[list[int], list[
     def positions(start: int, end: int) -> tuple[int, ...]:  # tokens overlapping the value's characters
         return tuple(t for t, (s, e) in enumerate(offsets) if s < end and e > start and t > 0)
 
+    seen: list[str] = []  # the user and tool messages so far
+    item_names: set[str] = set()  # the item names order look-ups listed so far
     for i, message in enumerate(record["messages"]):
+        if message["role"] in ("user", "tool"):
+            seen.append(message.get("content") or "")
+            if message["role"] == "tool":
+                item_names |= _order_item_names(seen[-1])
+            continue
         if message["role"] != "assistant":
             continue
         region_start, region_end = len(texts[i]), len(texts[i + 1])
-        earlier, item_names = _earlier_values(record["messages"][:i])
+        earlier = "\n".join(seen)
         cursor = region_start
         for call in message.get("tool_calls") or []:
             for argument, value in (call.get("arguments") or {}).items():
@@ -166,9 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     check_int(args.demonstrations, "--demonstrations", 1)
     check_int(args.seed, "--seed", 0)
     check_output_path(args.out, "--out", [("--model", args.model), ("--config", args.config)])
-    if not (Path(args.model) / "config.json").is_file():
-        raise InputError(f"--model {args.model}: no config.json there (the shipped base agent is "
-                         f"assets/demo_base_agent)")
+    check_model_folder(args.model, "--model")
     from demo.config import load_demo_config
     config = load_demo_config(args.config)
     storefront = config.storefront_config(REPO_ROOT)
