@@ -106,7 +106,9 @@ def install_shipped(manifest: dict[str, Any], model_dir: Path, shipped_dir: Path
     for name in manifest["files"]:
         shutil.copyfile(shipped_dir / name, model_dir / name)
     sft_info = load_json(model_dir / "sft_info.json")
-    return {**manifest["figures"], "log": sft_info.get("log", []), "openings": sft_info.get("openings"),
+    # the SFT stages' figures with their loss curves (the manifest's have none)
+    stages = {stage: sft_info[stage] for stage in ("selection", "refresh") if stage in sft_info}
+    return {**manifest["figures"], "log": sft_info.get("log", []), "openings": sft_info.get("openings"), **stages,
             "shipped": {"weights_sha256": manifest["weights_sha256"], "built": manifest["built"],
                         "rebuild": manifest["rebuild"]}}
 
@@ -172,7 +174,9 @@ def ship(run_dir: Path, shipped_dir: Path = SHIPPED_DIR) -> dict[str, Any]:
             "date": datetime.fromtimestamp(record_path.stat().st_mtime, timezone.utc).strftime("%Y-%m-%d"),
             "commit": _git_commit(run_dir), "machine": _cpu_name(), "python": platform.python_version(),
             "torch": torch.__version__}), "device": record.get("device", "cpu"), "seconds": record.get("seconds")},
-        "figures": {k: v for k, v in figures.items() if k not in ("log", "openings", "built")},
+        # The SFT stages' figures without their loss curves (those stay in sft_info.json)
+        "figures": {k: {f: x for f, x in v.items() if f != "log"} if isinstance(v, dict) and "log" in v else v
+                    for k, v in figures.items() if k not in ("log", "built")},
         "rebuild": REBUILD_COMMAND}
     atomic_write_json(staging / MANIFEST, manifest)
     if shipped_dir.exists():

@@ -68,6 +68,15 @@ class BaseAgentSettings:
     warmup_steps: int = 50
     batch_tokens: int = 8192
     seed: int = 0
+    # After the whole demonstrations, two more stages (0 skips each): `selection` return/exchange demonstrations
+    # cut through their write (selecting an order's items by content and copying their ids), then `refresh` fresh
+    # whole demonstrations (the turns after the write, which the selection stage does not show). Both from their own
+    # seed streams, with the same planted flaws, at late_lr with late_warmup_steps, late_epochs passes each.
+    selection: int = 0
+    refresh: int = 0
+    late_epochs: float = 1.0
+    late_lr: float = 1e-3
+    late_warmup_steps: int = 20
 
     def __post_init__(self) -> None:
         owner = "base"
@@ -83,6 +92,13 @@ class BaseAgentSettings:
         if isinstance(self.openings, bool) or not isinstance(self.openings, int) or self.openings < 0:
             raise InputError(f"base.openings must be an int >= 0 (0 skips the openings curriculum), "
                              f"got {self.openings!r}")
+        for name, zero in (("selection", " (0 skips that stage)"), ("refresh", " (0 skips that stage)"),
+                           ("late_warmup_steps", "")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(f"base.{name} must be an int >= 0{zero}, got {value!r}")
+        _number(owner, "late_epochs", self.late_epochs, 1e-6)
+        _number(owner, "late_lr", self.late_lr, 1e-9, 1.0)
 
 
 @dataclass
@@ -313,8 +329,16 @@ def load_demo_config(path: str | Path) -> DemoConfig:
         raise InputError(f"{path}: {err}") from None
 
 
+# The late stages' keys: left out of the base agent's settings when neither stage runs, so that the fingerprints
+# of agents built (and shipped) before the stages existed stay theirs.
+LATE_STAGE_KEYS = ("selection", "refresh", "late_epochs", "late_lr", "late_warmup_steps")
+
+
 def base_settings(config: Any, storefront: Any) -> dict[str, Any]:
     """The base agent's recipe: the config's `base` section and the storefront config its demonstrations come from
     (the demonstrations are played on the target's own config, its max_steps, not evaluate.max_steps)."""
     settings = {**dataclasses.asdict(config.base), "storefront": dataclasses.asdict(storefront)}
+    if not settings["selection"] and not settings["refresh"]:  # no late stages: the recipe of agents built before them
+        for name in LATE_STAGE_KEYS:
+            settings.pop(name)
     return json.loads(json.dumps(settings, default=str))  # as step.json stores it (lists, not tuples)

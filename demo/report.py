@@ -95,6 +95,12 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
             lines[-1:] = [f"Before it, a curriculum stage on {openings['chats']:,} expert openings (cut after the "
                           f"first order look-up): {openings['steps']} steps in {openings['seconds'] / 60:.1f} min, "
                           f"final loss {openings['final_loss']:.3f}.", ""]
+        late = [f"{what} ({base[stage]['chats']:,} chats: {base[stage]['steps']} steps in "
+                f"{base[stage]['seconds'] / 60:.1f} min, final loss {base[stage]['final_loss']:.3f})"
+                for stage, what in (("selection", "return and exchange demonstrations cut through their write"),
+                                    ("refresh", "fresh whole demonstrations")) if base.get(stage)]
+        if late:
+            lines[-1:] = [f"After it, at lr {s.late_lr:g}: {'; then '.join(late)}.", ""]
         shipped = base.get("shipped")
         if shipped:  # the SFT figures above are the build's, not this run's
             built = shipped["built"]

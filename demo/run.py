@@ -206,13 +206,14 @@ class Demo:
         return self.build_base(folder)
 
     def build_base(self, folder: Path) -> dict[str, Any]:
-        """Demonstrations -> tokenizer + tiny model -> openings curriculum -> SFT; the model in folder/model."""
+        """Demonstrations -> tokenizer + tiny model -> SFT on openings, whole demonstrations, item selections and a
+        refresh (each stage skipped at 0; base section of the config); the model in folder/model."""
         import torch
 
         from demo.base_agent import build_environment
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from benchmarks.storefront.demos import make_demonstrations, make_openings
+        from benchmarks.storefront.demos import make_demonstrations, make_item_selections, make_openings
         from train.sft import SFTConfig, tokenize_chats, train_sft
         from train.tiny import build_tiny_model
         from train.tracking import open_trackers
@@ -250,13 +251,27 @@ class Demo:
         chats = tokenize_chats(tokenizer, demos)
         log: list[dict[str, Any]] = []
         figures = sft_run(chats, sft, log, "sft")
+        late = dataclasses.replace(sft, epochs=s.late_epochs, lr=s.late_lr, warmup_steps=s.late_warmup_steps)
+        late_figures: dict[str, Any] = {}
+        # The late stages, each from its own seed stream (openings use demo_seed + 1) and saved beside the rest.
+        for stage, n, offset, make in (("selection", s.selection, 2, make_item_selections),
+                                       ("refresh", s.refresh, 3, make_demonstrations)):
+            if not n:
+                continue
+            records = make(n, s.demo_seed + offset, self.storefront, s.planted)
+            atomic_write_jsonl(folder / f"{stage}.jsonl", records)
+            stage_log: list[dict[str, Any]] = []
+            late_figures[stage] = {**sft_run(tokenize_chats(tokenizer, records), late, stage_log, f"sft_{stage}"),
+                                   "chats": len(records), "log": stage_log}
         model.save_pretrained(folder / "model")
         tokenizer.save_pretrained(folder / "model")
         follow_umask(folder / "model")  # safetensors writes 0600 files
         atomic_write_json(folder / "model" / "sft_info.json", {"config": dataclasses.asdict(sft), **figures,
-                                                               "log": log, "openings": openings_figures})
+                                                               "log": log, "openings": openings_figures,
+                                                               **late_figures})
         shown = sum(r["reward"] < 1 for r in demos)
-        return {**figures, "openings": openings_figures, "parameters": sum(p.numel() for p in model.parameters()),
+        return {**figures, "openings": openings_figures, **late_figures,
+                "parameters": sum(p.numel() for p in model.parameters()),
                 "built": build_environment(self.run_dir),
                 "demonstrations": len(demos), "demonstrations_failing_by_plant": shown,
                 "mean_tokens": sum(len(c.input_ids) for c in chats) / len(chats), "log": log}

@@ -112,6 +112,57 @@ def test_openings_end_at_the_first_order_look_up_and_plant_nothing(demo_config):
     assert opening(no_look_up) == no_look_up
 
 
+def test_item_selections_end_at_the_first_write_of_a_return_or_exchange_and_keep_the_plants(demo_config):
+    import dataclasses
+
+    from benchmarks.storefront.demos import make_demonstrations, make_item_selections, through_first_write
+    from benchmarks.storefront.tools import StorefrontTools
+
+    planted = {"wrong_refund_method": 1.0}
+    cuts = make_item_selections(60, 5, demo_config, planted, progress=False)
+    # the same episodes played whole: the storefront restricted to the kinds that name items
+    item_kinds = {k: w for k, w in demo_config.kind_weights.items() if k in ("return", "exchange") and w > 0}
+    whole = make_demonstrations(60, 5, dataclasses.replace(demo_config, kind_weights=item_kinds), planted,
+                                progress=False)
+    by_seed = {r["task_seed"]: r for r in whole}
+    writes = StorefrontTools.write_tools()
+    assert 30 <= len(cuts) < 60  # episodes without a write (refused: the order's status forbids it) are dropped
+    for cut in cuts:
+        record = by_seed[cut["task_seed"]]
+        assert cut["messages"] == record["messages"][: len(cut["messages"])] and cut["flaws"] == ["wrong_refund_method"]
+        assert set(cut["request_kinds"]) <= {"return", "exchange"}
+        names = [c["name"] for m in cut["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+        assert names[-1] in {"return_delivered_order_items", "exchange_delivered_order_items"}
+        assert not set(names[:-1]) & writes  # through the first write, not beyond
+        assert len(cut["messages"]) < len(record["messages"])  # the write's answer and the rest are cut
+    dropped = [r for r in whole if through_first_write(r, writes) is None]
+    assert len(dropped) == 60 - len(cuts)
+    assert all(not set(c["name"] for m in r["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or [])
+               & writes for r in dropped)
+    with pytest.raises(ValueError, match="give return and/or exchange a weight > 0"):
+        make_item_selections(5, 0, dataclasses.replace(demo_config, kind_weights={"cancel": 1.0}), {}, progress=False)
+
+
+def test_base_settings_leave_out_the_late_stages_when_neither_runs():
+    """Agents built before the late stages existed keep their fingerprint; running a stage changes it."""
+    import dataclasses
+
+    from demo.base_agent import settings_fingerprint
+    from demo.config import LATE_STAGE_KEYS, base_settings, load_demo_config
+
+    config = load_demo_config(REPO / "configs" / "demo_fast.yaml")
+    storefront = config.storefront_config(REPO)
+    off = dataclasses.replace(config, base=dataclasses.replace(config.base, selection=0, refresh=0))
+    assert not set(LATE_STAGE_KEYS) & set(base_settings(off, storefront))
+    fingerprints = {settings_fingerprint(base_settings(off, storefront))}
+    for change in ({"selection": 5}, {"refresh": 5}, {"selection": 5, "late_lr": 5e-4}):
+        on = dataclasses.replace(config, base=dataclasses.replace(off.base, **change))
+        settings = base_settings(on, storefront)
+        assert set(LATE_STAGE_KEYS) <= set(settings)
+        fingerprints.add(settings_fingerprint(settings))
+    assert len(fingerprints) == 4
+
+
 # ---- SFT ------------------------------------------------------------------------------------------------
 
 
@@ -325,6 +376,9 @@ def test_demo_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
              "colour: red\n": "unknown section", "loop: {capabilities: [flying]}\n": "candidate capabilities",
              "base: {planted: {skip_status_check: 2}}\n": r"share in \[0, 1\]",
              "base: {openings: -5}\n": "base.openings must be an int >= 0",
+             "base: {selection: -1}\n": r"base.selection must be an int >= 0 \(0 skips that stage\)",
+             "base: {refresh: 2.5}\n": "base.refresh must be an int >= 0",
+             "base: {late_lr: 0}\n": r"base.late_lr must be a number in \[1e-09, 1.0\]",
              "evaluate: {max_steps: 0}\n": "evaluate.max_steps must be an int >= 1",
              "own_game: {tasks: 0}\n": "own_game.tasks must be an int >= 1",
              "evaluate: {efficiency_fractions: [0.5, 1.0]}\n": r"efficiency_fractions must list fractions .* \[\] turns "
@@ -388,9 +442,9 @@ def test_demo_fast_runs_every_step_and_resumes(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     # --report-to: every training run the demo started has its own TensorBoard run holding its metrics file
     demo = tmp_path / "demo"
-    for run in ("base/sft_openings", "base/sft"):
+    for run in ("base/sft_openings", "base/sft", "base/sft_selection", "base/sft_refresh"):
         log = json.loads((demo / "base" / "step.json").read_text())["figures"]
-        log = log["openings"]["log"] if run.endswith("openings") else log["log"]
+        log = log["log"] if run == "base/sft" else log[run.removeprefix("base/sft_")]["log"]
         assert_same_series(tensorboard_scalars(demo / run / "tb"), expected_series(log, SFT_NAMES, "step"),
                            float32=True)
     grpo_runs = [p.parent.relative_to(demo) for p in sorted(demo.glob("*/*/metrics.jsonl"))]
@@ -408,6 +462,8 @@ def test_demo_fast_runs_every_step_and_resumes(tmp_path):
     assert set(results["steps"]) == {"base", "evaluate", "select", "environments", "train", "own_game", "gate",
                                      "baselines", "final", "efficiency"}
     assert (tmp_path / "demo" / "report.md").is_file() and (tmp_path / "demo" / "sft_curve.png").is_file()
+    assert "After it, at lr 0.001: return and exchange demonstrations cut through their write" in (
+        tmp_path / "demo" / "report.md").read_text()
     assert "TRACE" in results["evaluation"] and "direct GRPO" in results["evaluation"]
     # direct GRPO's second setting: a fixed pool of 2 tasks (demo_fast.yaml), 12 groups = 6 passes, evaluated beside
     # the fresh-task run

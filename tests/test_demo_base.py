@@ -37,9 +37,12 @@ def _fake_run(run_dir: Path, settings: dict, weights: bytes = b"weights") -> Non
     model.mkdir(parents=True)
     for name in MODEL_FILES:
         (model / name).write_bytes(weights if name == "model.safetensors" else b"{}")
-    (model / "sft_info.json").write_text(json.dumps({"log": [{"step": 1, "loss": 2.0}], "openings": None}))
+    selection = {"chats": 3, "steps": 2, "seconds": 1.0, "final_loss": 0.4, "log": [{"step": 1, "loss": 1.0}]}
+    (model / "sft_info.json").write_text(json.dumps({"log": [{"step": 1, "loss": 2.0}], "openings": None,
+                                                     "selection": selection}))
     figures = {"steps": 10, "final_loss": 0.5, "final_token_accuracy": 0.9, "tokens_per_s": 100.0, "parameters": 1,
                "demonstrations": 4, "demonstrations_failing_by_plant": 1, "log": [{"step": 1}], "openings": None,
+               "selection": selection,
                "built": {"date": "2026-12-01", "commit": "abc1234", "machine": "test CPU", "python": "3",
                          "torch": "x"}}
     (run_dir / "base" / "step.json").write_text(json.dumps(
@@ -69,6 +72,9 @@ def test_demo_uses_the_shipped_agent_when_its_manifest_matches(tmp_path, fast):
     assert not (tmp_path / "run" / "base" / "init").exists()  # nothing was built
     assert figures["shipped"]["weights_sha256"] == manifest["weights_sha256"]
     assert figures["log"] == [{"step": 1, "loss": 2.0}] and figures["final_loss"] == 0.5
+    # a late SFT stage: its figures shipped without its loss curve, which comes back from sft_info.json
+    assert manifest["figures"]["selection"] == {"chats": 3, "steps": 2, "seconds": 1.0, "final_loss": 0.4}
+    assert figures["selection"]["log"] == [{"step": 1, "loss": 1.0}] and "refresh" not in figures
     # the next run keeps the installed agent (same settings, same source): the step is up to date
     again = Demo(config, tmp_path / "run", fresh=False, profile="fast", shipped_dir=shipped)
     assert again.base_step_settings() == step_settings

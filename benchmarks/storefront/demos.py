@@ -17,6 +17,7 @@ what was planted ("flaws"), the task seed, request kinds and the reward the epis
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import random
 import sys
@@ -29,11 +30,13 @@ from benchmarks.storefront.config import StorefrontConfig
 from benchmarks.storefront.env import StorefrontGame
 from benchmarks.storefront.flaws import FLAWS, FlawedExpertAgent
 from benchmarks.storefront.run import load_config, play_episode
+from benchmarks.storefront.tools import StorefrontTools
 from common.cli import cli_entry, exit_code, seed_value
 from common.io import atomic_write_jsonl, check_output_path
 from common.validation import InputError
 
 TRIALS = 4  # customer wordings a demonstration draws from
+ITEM_KINDS = ("return", "exchange")  # the request kinds whose write names items of an order
 
 
 def demonstration_seed(seed: int, index: int) -> int:
@@ -108,6 +111,36 @@ def make_openings(n: int, seed: int, config: StorefrontConfig, progress: bool = 
     from the conversation into a call, and openings put several such copies in a few hundred tokens.
     Nothing is planted: the flaws act after the look-up."""
     return [opening(record) for record in make_demonstrations(n, seed, config, {}, progress=progress)]
+
+
+def through_first_write(record: dict[str, Any], write_tools: frozenset[str]) -> dict[str, Any] | None:
+    """The demonstration cut right after the assistant's first call of a write tool (the call included), or None
+    when it makes none (a refusal, an unknown order): the turns where the agent picks which of an order's items
+    the request is about and copies their ids into the write."""
+    messages = record["messages"]
+    for end, message in enumerate(messages):
+        calls = (message.get("tool_calls") or []) if message["role"] == "assistant" else []
+        if any(call["name"] in write_tools for call in calls):
+            return {**record, "messages": messages[: end + 1]}
+    return None
+
+
+def make_item_selections(n: int, seed: int, config: StorefrontConfig, planted: dict[str, float],
+                         progress: bool = True) -> list[dict[str, Any]]:
+    """Demonstrations of the requests that name items (returns and exchanges, at the config's own relative
+    weights), each cut through its first write (`through_first_write`); the ones without a write are dropped,
+    so fewer than `n` come back. A curriculum stage for selecting by content: after whole demonstrations a tiny
+    model copies values a fixed cue announces (a payment id) but writes the wrong item ids, and a stage where
+    that choice is most of every example teaches it (README, "What this base agent cannot copy").
+    `planted` as in make_demonstrations (a wrong refund method shows in the write)."""
+    weights = {kind: w for kind, w in config.kind_weights.items() if kind in ITEM_KINDS and w > 0}
+    if not weights:
+        raise InputError(f"item selections need returns or exchanges among the storefront's kind_weights, got "
+                         f"{config.kind_weights}; give return and/or exchange a weight > 0")
+    config = dataclasses.replace(config, kind_weights=weights)
+    writes = StorefrontTools.write_tools()
+    cut = (through_first_write(r, writes) for r in make_demonstrations(n, seed, config, planted, progress))
+    return [record for record in cut if record is not None]
 
 
 @cli_entry
