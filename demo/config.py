@@ -33,6 +33,12 @@ def _number(owner: str, name: str, value: Any, low: float, high: float = math.in
         raise InputError(f"{owner}.{name} must be a number in [{low}, {high}], got {value!r}")
 
 
+def _count(owner: str, name: str, value: Any, zero: str = "") -> None:
+    """An int >= 0; `zero` says what 0 means, in the message."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"{owner}.{name} must be an int >= 0{f' ({zero})' if zero else ''}, got {value!r}")
+
+
 def check_efficiency_fractions(value: Any) -> None:
     """evaluate.efficiency_fractions: a list of numbers strictly between 0 and 1, strictly increasing."""
     fix = ("evaluate.efficiency_fractions must list fractions of direct GRPO's budget strictly between 0 and 1, in "
@@ -89,14 +95,10 @@ class BaseAgentSettings:
         _number(owner, "epochs", self.epochs, 1e-6)
         _number(owner, "openings_epochs", self.openings_epochs, 1e-6)
         _number(owner, "lr", self.lr, 1e-9, 1.0)
-        if isinstance(self.openings, bool) or not isinstance(self.openings, int) or self.openings < 0:
-            raise InputError(f"base.openings must be an int >= 0 (0 skips the openings curriculum), "
-                             f"got {self.openings!r}")
-        for name, zero in (("selection", " (0 skips that stage)"), ("refresh", " (0 skips that stage)"),
-                           ("late_warmup_steps", "")):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InputError(f"base.{name} must be an int >= 0{zero}, got {value!r}")
+        _count(owner, "openings", self.openings, "0 skips the openings curriculum")
+        _count(owner, "selection", self.selection, "0 skips that stage")
+        _count(owner, "refresh", self.refresh, "0 skips that stage")
+        _count(owner, "late_warmup_steps", self.late_warmup_steps)
         _number(owner, "late_epochs", self.late_epochs, 1e-6)
         _number(owner, "late_lr", self.late_lr, 1e-9, 1.0)
 

@@ -93,16 +93,22 @@ def make_demonstrations(n: int, seed: int, config: StorefrontConfig, planted: di
     return records
 
 
+def through_first_call(record: dict[str, Any], tools: frozenset[str]) -> dict[str, Any] | None:
+    """The demonstration cut right after the assistant's first call of one of `tools` (the call included), or
+    None when it makes none."""
+    messages = record["messages"]
+    for end, message in enumerate(messages):
+        calls = (message.get("tool_calls") or []) if message["role"] == "assistant" else []
+        if any(call["name"] in tools for call in calls):
+            return {**record, "messages": messages[: end + 1]}
+    return None
+
+
 def opening(record: dict[str, Any]) -> dict[str, Any]:
     """The demonstration cut after the assistant's first order look-up (`get_order_details`): the request,
     the identification and the look-ups, the turns where values the customer gave are copied into calls.
     A demonstration with no look-up is kept whole."""
-    messages = record["messages"]
-    for end, message in enumerate(messages):
-        calls = (message.get("tool_calls") or []) if message["role"] == "assistant" else []
-        if any(call["name"] == "get_order_details" for call in calls):
-            return {**record, "messages": messages[: end + 1]}
-    return record
+    return through_first_call(record, frozenset({"get_order_details"})) or record
 
 
 def make_openings(n: int, seed: int, config: StorefrontConfig, progress: bool = True) -> list[dict[str, Any]]:
@@ -114,15 +120,10 @@ def make_openings(n: int, seed: int, config: StorefrontConfig, progress: bool = 
 
 
 def through_first_write(record: dict[str, Any], write_tools: frozenset[str]) -> dict[str, Any] | None:
-    """The demonstration cut right after the assistant's first call of a write tool (the call included), or None
-    when it makes none (a refusal, an unknown order): the turns where the agent picks which of an order's items
-    the request is about and copies their ids into the write."""
-    messages = record["messages"]
-    for end, message in enumerate(messages):
-        calls = (message.get("tool_calls") or []) if message["role"] == "assistant" else []
-        if any(call["name"] in write_tools for call in calls):
-            return {**record, "messages": messages[: end + 1]}
-    return None
+    """The demonstration cut right after the assistant's first write (the call included), or None when it makes
+    none (a refusal, an unknown order): the turns where the agent picks which of an order's items the request is
+    about and copies their ids into the write."""
+    return through_first_call(record, write_tools)
 
 
 def make_item_selections(n: int, seed: int, config: StorefrontConfig, planted: dict[str, float],
