@@ -107,7 +107,7 @@ def install_shipped(manifest: dict[str, Any], model_dir: Path, shipped_dir: Path
         shutil.copyfile(shipped_dir / name, model_dir / name)
     sft_info = load_json(model_dir / "sft_info.json")
     # the SFT stages' figures with their loss curves (the manifest's have none)
-    stages = {stage: sft_info[stage] for stage in ("selection", "refresh") if stage in sft_info}
+    stages = {stage: sft_info[stage] for stage in ("copy_drills", "selection", "refresh") if stage in sft_info}
     return {**manifest["figures"], "log": sft_info.get("log", []), "openings": sft_info.get("openings"), **stages,
             "shipped": {"weights_sha256": manifest["weights_sha256"], "built": manifest["built"],
                         "rebuild": manifest["rebuild"]}}

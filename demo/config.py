@@ -65,6 +65,9 @@ class BaseAgentSettings:
     num_layers: int = 4
     num_heads: int = 8
     tools_view: str = "compact"
+    # First of all, SFT on this many copy drills (train/copy_drill.py: repeat a random token string) from the
+    # untrained model, at lr / warmup_steps, one pass: an in-context copy circuit before any demonstration. 0 skips it.
+    copy_drills: int = 0
     # Curriculum: first SFT on expert openings (demonstrations cut after the first order look-up, where
     # values are copied into calls), then on the whole demonstrations. 0 skips it.
     openings: int = 0
@@ -96,6 +99,7 @@ class BaseAgentSettings:
         _number(owner, "openings_epochs", self.openings_epochs, 1e-6)
         _number(owner, "lr", self.lr, 1e-9, 1.0)
         _count(owner, "openings", self.openings, "0 skips the openings curriculum")
+        _count(owner, "copy_drills", self.copy_drills, "0 skips the copy drills")
         _count(owner, "selection", self.selection, "0 skips that stage")
         _count(owner, "refresh", self.refresh, "0 skips that stage")
         _count(owner, "late_warmup_steps", self.late_warmup_steps)
@@ -343,4 +347,6 @@ def base_settings(config: Any, storefront: Any) -> dict[str, Any]:
     if not settings["selection"] and not settings["refresh"]:  # no late stages: the recipe of agents built before them
         for name in LATE_STAGE_KEYS:
             settings.pop(name)
+    if not settings["copy_drills"]:  # likewise for agents built before the copy drills
+        settings.pop("copy_drills")
     return json.loads(json.dumps(settings, default=str))  # as step.json stores it (lists, not tuples)

@@ -95,6 +95,11 @@ def render_report(run_dir: Path, records: dict[str, dict[str, Any]], config: Any
             lines[-1:] = [f"Before it, a curriculum stage on {openings['chats']:,} expert openings (cut after the "
                           f"first order look-up): {openings['steps']} steps in {openings['seconds'] / 60:.1f} min, "
                           f"final loss {openings['final_loss']:.3f}.", ""]
+        drills = base.get("copy_drills")
+        if drills:
+            lines[-1:] = [f"First of all, {drills['chats']:,} copy drills (repeat a random token string; "
+                          f"`train/copy_drill.py`): {drills['steps']} steps in {drills['seconds'] / 60:.1f} min, final "
+                          f"loss {drills['final_loss']:.3f}, token accuracy {drills['final_token_accuracy']:.3f}.", ""]
         late = [f"{what} ({base[stage]['chats']:,} chats: {base[stage]['steps']} steps in "
                 f"{base[stage]['seconds'] / 60:.1f} min, final loss {base[stage]['final_loss']:.3f})"
                 for stage, what in (("selection", "return and exchange demonstrations cut through their write"),

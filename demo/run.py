@@ -206,14 +206,16 @@ class Demo:
         return self.build_base(folder)
 
     def build_base(self, folder: Path) -> dict[str, Any]:
-        """Demonstrations -> tokenizer + tiny model -> SFT on openings, whole demonstrations, item selections and a
-        refresh (each stage skipped at 0; base section of the config); the model in folder/model."""
+        """Demonstrations -> tokenizer + tiny model -> SFT on copy drills, openings, whole demonstrations, item
+        selections and a refresh (each stage but the whole demonstrations skipped at 0; base section of the config);
+        the model in folder/model."""
         import torch
 
         from demo.base_agent import build_environment
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from benchmarks.storefront.demos import make_demonstrations, make_item_selections, make_openings
+        from train.copy_drill import make_copy_drills
         from train.sft import SFTConfig, tokenize_chats, train_sft
         from train.tiny import build_tiny_model
         from train.tracking import open_trackers
@@ -230,6 +232,7 @@ class Demo:
                                                      dtype=torch.float32).to(_device())
         sft = SFTConfig(epochs=s.epochs, lr=s.lr, warmup_steps=s.warmup_steps, batch_tokens=s.batch_tokens,
                         seed=s.seed, report_to=self.config.report_to)
+        sft_once = dataclasses.replace(sft, epochs=1.0)
 
         def sft_run(chats: list[Any], config: SFTConfig, log: list[dict[str, Any]], run: str) -> dict[str, Any]:
             tracker = open_trackers(config.report_to, folder / run, kind="sft", first_step=0,
@@ -239,6 +242,13 @@ class Demo:
             finally:
                 tracker.close()
 
+        drill_figures = None
+        if s.copy_drills:  # an in-context copy circuit before anything else (train/copy_drill.py)
+            drills = make_copy_drills(s.copy_drills, s.demo_seed + 4, tokenizer)
+            atomic_write_jsonl(folder / "copy_drills.jsonl", drills)
+            drill_log: list[dict[str, Any]] = []
+            drill_figures = {**sft_run(tokenize_chats(tokenizer, drills), sft_once, drill_log, "sft_copy_drills"),
+                             "chats": len(drills), "log": drill_log}
         openings_figures = None
         if s.openings:  # the curriculum's first stage: copying values into calls (its own schedule)
             # Their own seed stream: other tasks than the demonstrations'.
@@ -268,9 +278,9 @@ class Demo:
         follow_umask(folder / "model")  # safetensors writes 0600 files
         atomic_write_json(folder / "model" / "sft_info.json", {"config": dataclasses.asdict(sft), **figures,
                                                                "log": log, "openings": openings_figures,
-                                                               **late_figures})
+                                                               "copy_drills": drill_figures, **late_figures})
         shown = sum(r["reward"] < 1 for r in demos)
-        return {**figures, "openings": openings_figures, **late_figures,
+        return {**figures, "copy_drills": drill_figures, "openings": openings_figures, **late_figures,
                 "parameters": sum(p.numel() for p in model.parameters()),
                 "built": build_environment(self.run_dir),
                 "demonstrations": len(demos), "demonstrations_failing_by_plant": shown,

@@ -163,6 +163,22 @@ def test_base_settings_leave_out_the_late_stages_when_neither_runs():
     assert len(fingerprints) == 4
 
 
+def test_base_settings_leave_out_the_copy_drills_when_off():
+    """The copy drills' key joins the base agent's settings (and changes its fingerprint) only when drills run."""
+    import dataclasses
+
+    from demo.base_agent import settings_fingerprint
+    from demo.config import base_settings, load_demo_config
+
+    config = load_demo_config(REPO / "configs" / "demo.yaml")
+    storefront = config.storefront_config(REPO)
+    off = base_settings(config, storefront)
+    assert config.base.copy_drills == 0 and "copy_drills" not in off
+    on = base_settings(dataclasses.replace(config, base=dataclasses.replace(config.base, copy_drills=10)), storefront)
+    assert on == {**off, "copy_drills": 10}
+    assert settings_fingerprint(on) != settings_fingerprint(off)
+
+
 # ---- SFT ------------------------------------------------------------------------------------------------
 
 
@@ -378,6 +394,7 @@ def test_demo_configs_load_and_bad_ones_say_what_to_fix(tmp_path):
              "base: {openings: -5}\n": "base.openings must be an int >= 0",
              "base: {selection: -1}\n": r"base.selection must be an int >= 0 \(0 skips that stage\)",
              "base: {refresh: 2.5}\n": "base.refresh must be an int >= 0",
+             "base: {copy_drills: -1}\n": r"base.copy_drills must be an int >= 0 \(0 skips the copy drills\)",
              "base: {late_lr: 0}\n": r"base.late_lr must be a number in \[1e-09, 1.0\]",
              "evaluate: {max_steps: 0}\n": "evaluate.max_steps must be an int >= 1",
              "own_game: {tasks: 0}\n": "own_game.tasks must be an int >= 1",
@@ -442,7 +459,7 @@ def test_demo_fast_runs_every_step_and_resumes(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     # --report-to: every training run the demo started has its own TensorBoard run holding its metrics file
     demo = tmp_path / "demo"
-    for run in ("base/sft_openings", "base/sft", "base/sft_selection", "base/sft_refresh"):
+    for run in ("base/sft_copy_drills", "base/sft_openings", "base/sft", "base/sft_selection", "base/sft_refresh"):
         log = json.loads((demo / "base" / "step.json").read_text())["figures"]
         log = log["log"] if run == "base/sft" else log[run.removeprefix("base/sft_")]["log"]
         assert_same_series(tensorboard_scalars(demo / run / "tb"), expected_series(log, SFT_NAMES, "step"),
@@ -462,8 +479,9 @@ def test_demo_fast_runs_every_step_and_resumes(tmp_path):
     assert set(results["steps"]) == {"base", "evaluate", "select", "environments", "train", "own_game", "gate",
                                      "baselines", "final", "efficiency"}
     assert (tmp_path / "demo" / "report.md").is_file() and (tmp_path / "demo" / "sft_curve.png").is_file()
-    assert "After it, at lr 0.001: return and exchange demonstrations cut through their write" in (
-        tmp_path / "demo" / "report.md").read_text()
+    report = (tmp_path / "demo" / "report.md").read_text()
+    assert "After it, at lr 0.001: return and exchange demonstrations cut through their write" in report
+    assert "First of all, 100 copy drills (repeat a random token string" in report
     assert "TRACE" in results["evaluation"] and "direct GRPO" in results["evaluation"]
     # direct GRPO's second setting: a fixed pool of 2 tasks (demo_fast.yaml), 12 groups = 6 passes, evaluated beside
     # the fresh-task run
