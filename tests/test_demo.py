@@ -172,9 +172,13 @@ def test_base_settings_leave_out_the_copy_drills_when_off():
 
     config = load_demo_config(REPO / "configs" / "demo.yaml")
     storefront = config.storefront_config(REPO)
-    off = base_settings(config, storefront)
-    assert config.base.copy_drills == 0 and "copy_drills" not in off
-    on = base_settings(dataclasses.replace(config, base=dataclasses.replace(config.base, copy_drills=10)), storefront)
+
+    def settings(drills: int) -> dict:
+        return base_settings(dataclasses.replace(config, base=dataclasses.replace(config.base, copy_drills=drills)),
+                             storefront)
+
+    off, on = settings(0), settings(10)
+    assert "copy_drills" not in off
     assert on == {**off, "copy_drills": 10}
     assert settings_fingerprint(on) != settings_fingerprint(off)
 
