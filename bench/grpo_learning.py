@@ -21,7 +21,8 @@ the game's held-out tasks (`train.evaluate`, seed --eval_seed, the demo's own_ga
 T=1, mean over training seeds, and each seed's gain), the same for the T=1 mean episode reward (which moves
 where pass^1 stays at 0), whether a seed collapsed (its T=1 mean reward at the end below half the base's), and
 the wall time; per decision class the T=1 success of the base agent and of each final adapter, the game's
-constant policies (its ablations) on the same tasks, and whether each seed's gain counts as learning
+constant policies (its ablations) on the same tasks (one whose skill matters on none of them plays the expert
+there: shown, not a bar), and whether each seed's gain counts as learning
 (`learning_verdict`: pass^1 up by 0.15 or more, no class below the base agent's, above the best constant
 policy); the share of constant-reward groups (dropped by the update) per iteration is in results.json.
 Writes `<out>/results.json` (every curve point) and `<out>/curves.png` (pass^1 and mean reward
@@ -96,23 +97,41 @@ def evaluate_point(model_dir: Path, adapter: Path | None, game: str, overrides: 
     return point
 
 
-def constant_policies(game: str, overrides: dict[str, Any], args: Any) -> dict[str, float]:
-    """{ablation: success rate} of the game's skill-less policies (always act, always refuse, the first method,
-    values as written, ...) on the own-game tasks the checkpoints play (`train.evaluate`'s task seeds for
-    --eval_seed and --tasks, one episode each)."""
+def constant_policies(game: str, overrides: dict[str, Any], args: Any) -> dict[str, dict[str, Any]]:
+    """{ablation: {"success": rate, "skill_matters": tasks, "tasks": n}} of the game's skill-less policies (always
+    act, always refuse, the first method, values as written, ...) on the own-game tasks the checkpoints play
+    (`train.evaluate`'s task seeds for --eval_seed and --tasks, one episode each). `skill_matters` counts the
+    tasks where the game says the ablated skill decides the episode (its summary's "skill_matters"): an ablation
+    whose skill matters on none of them is the expert there (`first_items` where every item of the order is
+    named), not a skill-less policy, and `learning_verdict` leaves it out."""
     from game_registry import get_game
     from pipeline.recalibrate import policy_collector
     from train.evaluate import evaluation_requests
 
     spec = get_game(game)
     seeds = [request.seed for request in evaluation_requests(spec, args.tasks, args.eval_seed, samples=1)]
+    matters_by_seed = []
+    for seed in seeds:
+        instance = spec.make(**overrides)
+        instance.reset(seed)
+        matters_by_seed.append(instance.get_summary().get("skill_matters", {}))
     out = {}
     for probe in spec.ablations:
         collect = policy_collector(lambda instance, rng, name=probe.name: instance.ablated_response(name),
                                    n_samples=1, task_seeds=seeds)
         simulations = collect(spec, overrides)
-        out[probe.name] = sum(s["reward_info"]["reward"] >= 1.0 for s in simulations) / len(simulations)
+        # A game that does not say where a skill matters: every task counts as one where it does.
+        matters = sum(bool(m.get(probe.name, True)) for m in matters_by_seed)
+        out[probe.name] = {"success": sum(s["reward_info"]["reward"] >= 1.0 for s in simulations) / len(simulations),
+                           "skill_matters": matters, "tasks": len(seeds)}
     return out
+
+
+def skill_less(constants: dict[str, Any]) -> dict[str, float]:
+    """{ablation: success} of the ablations that lack a skill these tasks need (skill_matters on one or more);
+    a bare rate (results.json before 2026-12-06) counts as one."""
+    return {name: (entry["success"] if isinstance(entry, dict) else float(entry)) for name, entry in constants.items()
+            if not isinstance(entry, dict) or entry.get("skill_matters", 1) > 0}
 
 
 def learning_verdict(base: dict[str, Any], final: dict[str, Any], constants: dict[str, float], mode: str = "t1",
@@ -120,12 +139,13 @@ def learning_verdict(base: dict[str, Any], final: dict[str, Any], constants: dic
     """Whether a final checkpoint's own-game gain over the base counts as learning (issue 41 point 6): pass^1 up
     by `min_gain` or more, no decision class's success below the base agent's (a one-decision game is "learned"
     by turning into a constant policy: always refusing wins every refuse episode and loses every act one), and
-    above the best skill-less policy on the same tasks. Returns (counts, why)."""
+    above the best skill-less policy on the same tasks (`skill_less`: an ablation whose skill matters on none of the
+    tasks plays the expert there and is no bar). Returns (counts, why)."""
     gain = final[f"pass1_{mode}"] - base[f"pass1_{mode}"]
     before, after = base.get(f"by_class_{mode}", {}), final.get(f"by_class_{mode}", {})
     fallen = [f"{name} {before[name]:.2f} -> {after.get(name, 0.0):.2f}" for name in before
               if after.get(name, 0.0) < before[name] - 1e-9]
-    best_name, best = max(constants.items(), key=lambda item: item[1], default=("none", 0.0))
+    best_name, best = max(skill_less(constants).items(), key=lambda item: item[1], default=("none", 0.0))
     reasons = []
     if gain < min_gain:
         reasons.append(f"gain {gain:+.3f} < {min_gain:+.2f}")
@@ -177,6 +197,17 @@ def train_run(game_spec: Any, model_dir: Path, folder: Path, overrides: dict[str
                              "frac_constant_groups": m.get("frac_constant_groups")} for m in metrics]}
 
 
+def constants_text(constants: dict[str, Any]) -> str:
+    """`always_act 0.490, first_items 1.000 (its skill matters on none of the 40 tasks: not a bar)`."""
+    parts = []
+    for name, entry in constants.items():
+        rate = entry["success"] if isinstance(entry, dict) else float(entry)
+        spare = (f" (its skill matters on none of the {entry['tasks']} tasks: not a bar)"
+                 if isinstance(entry, dict) and entry.get("skill_matters", 1) == 0 else "")
+        parts.append(f"{name} {rate:.3f}{spare}")
+    return ", ".join(parts)
+
+
 def summarize(results: dict[str, Any]) -> list[str]:
     """One line per game and setting: base -> final pass^1 (greedy, T=1), gains per seed, collapses."""
     lines = []
@@ -198,7 +229,7 @@ def summarize(results: dict[str, Any]) -> list[str]:
                                              for name, rate in run["curve"][-1].get("by_class_t1", {}).items())
                 for seed, run in runs.items())
             lines.append(f"{capability} {setting}: success per class at T=1 (base->final) {classes or '-'}; "
-                         f"constant policies {', '.join(f'{k} {v:.3f}' for k, v in constants.items()) or '-'}; "
+                         f"constant policies {constants_text(constants) or '-'}; "
                          f"learning counts on {sum(ok for ok, _ in verdicts)} of {len(verdicts)} seeds ("
                          + "; ".join(why for _, why in verdicts) + ")")
             lines.append(
@@ -303,9 +334,10 @@ def run(args: argparse.Namespace) -> int:
             if "base" not in game or "by_class_t1" not in game["base"]:
                 game["base"] = evaluate_point(model_dir, None, spec.name, overrides, args, loop.max_episode_tokens)
                 atomic_write_json(results_path, results)
-            if game.get("constant_policy_tasks") != "evaluation":  # before 2026-12-05 they played other seeds
+            # before 2026-12-05 they played other seeds; before 2026-12-06 they did not say where the skill matters
+            if game.get("constant_policy_tasks") != "evaluation+skill_matters":
                 game["constant_policies"] = constant_policies(spec.name, overrides, args)
-                game["constant_policy_tasks"] = "evaluation"
+                game["constant_policy_tasks"] = "evaluation+skill_matters"
                 atomic_write_json(results_path, results)
             for name, epochs, minibatches, learning_rate in settings:
                 runs = game["settings"].setdefault(name, {})
