@@ -7,11 +7,12 @@
 It needs a demo run folder (`make demo`, or `python -m demo` until its `environments` step has run):
 the base agent (`<run_dir>/base/model`) and the game overrides calibration chose for each capability
 (`<run_dir>/environments/step.json`), so every game is played as the demo's Step 3 plays it. Each GRPO run is
-the demo's (`demo.loop.grpo_config`: configs/grpo_tiny.yaml with the loop's budget from --config),
-with only `ppo_epochs`, `minibatches_per_iteration` and the learning rate changed per setting:
+the demo's (`demo.loop.grpo_config`: configs/grpo_tiny.yaml with the loop's budget, learning rate and
+optimizer steps per iteration from --config), with only `ppo_epochs`, `minibatches_per_iteration` and the
+learning rate changed per setting:
 
-    one_step=1x1   one optimizer step per iteration (the old default)
-    default        configs/grpo_tiny.yaml as it is
+    one_step=1x1   one optimizer step per iteration
+    default        the --config's loop as it is (its loop.ppo_epochs x loop.minibatches_per_iteration)
     NAME=ExM       E passes (ppo_epochs) x M mini-batches (minibatches_per_iteration)
     NAME=ExM@LR    the same at learning rate LR (else the demo's loop.learning_rate)
 

@@ -198,6 +198,11 @@ class LoopSettings:
     groups_per_iteration: int = 8
     group_size: int = 8
     learning_rate: float = 1e-3
+    # Optimizer steps per GRPO iteration of every LoRA run (adapters, direct GRPO, single-adapter GRPO; not the
+    # gate): `ppo_epochs` passes over the iteration's episodes, each split into `minibatches_per_iteration`
+    # mini-batches (train.config.GRPOConfig). 1 x 1 is one on-policy step per iteration.
+    ppo_epochs: int = 1
+    minibatches_per_iteration: int = 1
     # Share of each capability GRPO group sampled with the game's hint prompt. 0: measured on the shipped base
     # agent (bench/game_success.py --hint, 64 episodes at T=1, the games' defaults on the demo's surface) the
     # hint takes success from 0.344 to 0.000 on precondition and 0.250 to 0.000 on tool-calling precision: a
@@ -218,8 +223,13 @@ class LoopSettings:
 
     def __post_init__(self) -> None:
         for name in ("validate_seeds", "calibration_tasks", "calibration_samples", "max_rounds", "iterations",
-                     "groups_per_iteration", "group_size", "max_episode_tokens"):
+                     "groups_per_iteration", "group_size", "max_episode_tokens", "ppo_epochs",
+                     "minibatches_per_iteration"):
             _positive_int("loop", name, getattr(self, name))
+        if self.minibatches_per_iteration > self.groups_per_iteration:
+            raise InputError(f"loop.minibatches_per_iteration ({self.minibatches_per_iteration}) must be at most "
+                             f"loop.groups_per_iteration ({self.groups_per_iteration}): each optimizer step needs at "
+                             "least one group; lower it or raise groups_per_iteration")
         for name in ("fuzz_actions", "gate_sft_epochs", "gate_iterations", "direct_task_pool"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -113,7 +113,8 @@ def calibrate_capability(capability: str, model: Any, tokenizer: Any, game_overr
 def grpo_config(game: str, model_dir: Path, output_dir: Path, game_overrides: dict[str, Any], settings: Any,
                 iterations: int, report_to: list[str] | None = None, checkpoints_at: Sequence[int] = (),
                 task_pool: int = 0, seed: int = 0) -> Any:
-    """The GRPO config of one demo run: configs/grpo_tiny.yaml with the demo's budget (and trackers). It saves a
+    """The GRPO config of one demo run: configs/grpo_tiny.yaml with the demo's budget, learning rate and optimizer
+    steps per iteration (and trackers). It saves a
     checkpoint at the last iteration and, with `checkpoints_at`, at every multiple of their greatest common divisor
     (the trainer saves every `save_every` iterations), so at each of them. `task_pool`: the run's tasks (0: a fresh
     one per group; N: a fixed pool of N, `GRPOConfig.task_pool`). `seed`: the run's training seed (torch, the
@@ -124,7 +125,8 @@ def grpo_config(game: str, model_dir: Path, output_dir: Path, game_overrides: di
                        game_overrides=dict(game_overrides), iterations=iterations,
                        groups_per_iteration=settings.groups_per_iteration, group_size=settings.group_size,
                        learning_rate=settings.learning_rate, max_episode_tokens=settings.max_episode_tokens,
-                       hint_fraction=settings.hint_fraction,
+                       hint_fraction=settings.hint_fraction, ppo_epochs=settings.ppo_epochs,
+                       minibatches_per_iteration=settings.minibatches_per_iteration,
                        save_every=math.gcd(*checkpoints_at) if checkpoints_at else max(1, iterations),
                        micro_batch_size=8, report_to=list(report_to or []), task_pool=task_pool, seed=seed)
 

@@ -145,3 +145,21 @@ def test_the_report_sets_both_settings_side_by_side_with_a_paired_difference(tmp
     row = episode_accounting(records, DemoConfig())["models"]["direct GRPO (task pool)"]
     assert (row["training"], row["all"], row["target"]) == (128, 128, 128)
     assert row["budget"].startswith("TRACE's Steps 3-4 training episodes (128)")
+
+
+def test_every_lora_run_of_the_demo_takes_the_loops_optimizer_steps_per_iteration():
+    """loop.ppo_epochs x loop.minibatches_per_iteration reach the GRPO config of every LoRA run (adapters and both
+    GRPO baselines build theirs with demo.loop.grpo_config); a mini-batch count above the groups is refused."""
+    from common.validation import InputError
+    from demo.config import LoopSettings
+    from demo.loop import grpo_config
+
+    settings = LoopSettings(ppo_epochs=4, minibatches_per_iteration=4, groups_per_iteration=8)
+    config = grpo_config("storefront", Path("."), Path("."), {}, settings, 2)
+    assert (config.ppo_epochs, config.minibatches_per_iteration, config.steps_per_iteration) == (4, 4, 16)
+    one = grpo_config("storefront", Path("."), Path("."), {}, LoopSettings(), 2)
+    assert (one.ppo_epochs, one.minibatches_per_iteration) == (1, 1)
+    with pytest.raises(InputError, match="minibatches_per_iteration"):
+        LoopSettings(minibatches_per_iteration=9, groups_per_iteration=8)
+    with pytest.raises(InputError, match="ppo_epochs"):
+        LoopSettings(ppo_epochs=0)
