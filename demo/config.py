@@ -15,6 +15,9 @@ from typing import Any
 from benchmarks.storefront.demos import check_planted
 from common.io import load_yaml_mapping
 from common.validation import InputError
+
+# moe_gate.model_builder.MODES (not imported here: it loads torch); tests/test_direct_task_pool.py checks they agree.
+GATE_MODES = ("token", "trajectory", "global")
 from demo.trainable import TRAIN_BAND
 from train.chat_template import TOOLS_VIEWS
 from train.tracking import check_report_to
@@ -195,6 +198,9 @@ class LoopSettings:
     iterations: int = 10  # GRPO iterations per capability adapter
     gate_sft_epochs: int = 2
     gate_iterations: int = 4  # GRPO iterations on the gate (0: router SFT only)
+    # How the gate routes (moe_gate: "token", the paper's token-level top-1 in every layer; "trajectory", one slot
+    # per conversation from its prompt; "global", one learned slot for everything).
+    gate_mode: str = "token"
     groups_per_iteration: int = 8
     group_size: int = 8
     learning_rate: float = 1e-3
@@ -239,6 +245,8 @@ class LoopSettings:
         if (not isinstance(self.band, list) or len(self.band) != 2
                 or not all(isinstance(b, (int, float)) for b in self.band) or not 0 <= self.band[0] <= self.band[1] <= 1):
             raise InputError(f"loop.band must be [low, high] with 0 <= low <= high <= 1, got {self.band!r}")
+        if self.gate_mode not in GATE_MODES:
+            raise InputError(f"loop.gate_mode must be one of {', '.join(GATE_MODES)}, got {self.gate_mode!r}")
         _number("loop", "learning_rate", self.learning_rate, 1e-9, 1.0)
         _number("loop", "hint_fraction", self.hint_fraction, 0.0, 1.0)
         if not isinstance(self.baselines, bool):

@@ -284,7 +284,7 @@ def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[
     # Two or more games: gate GRPO on their mix, overrides per game; one game: it is grpo.game itself.
     mix = len(overrides) > 1
     config = {
-        "model": str(model_dir), "adapters": adapters, "mode": "token", "include_base_slot": True,
+        "model": str(model_dir), "adapters": adapters, "mode": settings.gate_mode, "include_base_slot": True,
         "output_dir": str(folder / "gate_sft"), "init_gate": "", "dtype": "float32", "seed": seed,
         "report_to": list(report_to or []),
         "sft": {"data": data, "min_reward": 1.0, "epochs": settings.gate_sft_epochs, "learning_rate": 1e-3,

@@ -739,7 +739,7 @@ def _loop_steps(demo: Demo, config: Any, sections: dict[str, Any], storefront: d
     demo.step("own_game", {**sections["own_game"], **seed, "temperature": config.evaluate.temperature,
                            "max_episode_tokens": config.loop.max_episode_tokens}, ("environments", "train"),
               demo.own_game)
-    demo.step("gate", loop, ("train",), demo.gate)
+    demo.step("gate", {**loop, **own["gate"]}, ("train",), demo.gate)
     # Without efficiency fractions the baselines' settings are what they were before the step existed.
     demo.step("baselines", {**loop, **storefront, **({"efficiency_fractions": fractions} if fractions else {}),
                             **({"direct_task_pool": pool} if pool else {}), **own["baselines"]},
@@ -768,8 +768,11 @@ def _run_steps(demo: Demo, config: Any, config_path: Path, run_dir: Path, profil
     pool = sections["loop"].pop("direct_task_pool")
     direct_fresh = sections["loop"].pop("direct_fresh")
     each_adapter = sections["evaluate"].pop("each_adapter")
+    # How the gate routes is the gate step's setting alone (the steps after it read its fingerprint).
+    gate_mode = sections["loop"].pop("gate_mode")
     own = {"baselines": {} if direct_fresh else {"direct_fresh": False},
-           "final": {} if each_adapter else {"each_adapter": False}}
+           "final": {} if each_adapter else {"each_adapter": False},
+           "gate": {} if gate_mode == "token" else {"gate_mode": gate_mode}}
     storefront = {"storefront": demo.storefront_fields()}
     demo.step("base", demo.base_step_settings(), (), demo.base, force=demo.rebuild_base)
     demo.step("evaluate", {**sections["evaluate"], **storefront}, ("base",), demo.evaluate)

@@ -163,3 +163,14 @@ def test_every_lora_run_of_the_demo_takes_the_loops_optimizer_steps_per_iteratio
         LoopSettings(minibatches_per_iteration=9, groups_per_iteration=8)
     with pytest.raises(InputError, match="ppo_epochs"):
         LoopSettings(ppo_epochs=0)
+
+
+def test_the_gate_mode_is_checked_before_any_step_and_names_moe_gates_modes():
+    from common.validation import InputError
+    from demo.config import GATE_MODES, LoopSettings
+    from moe_gate.model_builder import MODES
+
+    assert GATE_MODES == MODES and LoopSettings().gate_mode == "token"  # the paper's token-level routing
+    assert LoopSettings(gate_mode="trajectory").gate_mode == "trajectory"
+    with pytest.raises(InputError, match="gate_mode must be one of token, trajectory, global"):
+        LoopSettings(gate_mode="sequence")

@@ -62,20 +62,21 @@ def _demo_run(tmp_path: Path, tiny_model_dir: Path) -> tuple[Path, dict[str, str
     return run / "gate", {CAP: str(adapter)}
 
 
-def test_the_base_agents_successful_target_rollouts_reach_router_sft_labeled_base(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("gate_mode", ["token", "trajectory"])
+def test_the_base_agents_successful_target_rollouts_reach_router_sft_labeled_base(tiny_model_dir, tmp_path, gate_mode):
     from demo.loop import train_gate
     from train.policy import load_tokenizer
 
     folder, adapters = _demo_run(tmp_path, tiny_model_dir)
     settings = SimpleNamespace(gate_sft_epochs=1, max_episode_tokens=4096, learning_rate=1e-3, gate_iterations=0,
-                               groups_per_iteration=1, group_size=2)
+                               groups_per_iteration=1, group_size=2, gate_mode=gate_mode)
     figures = train_gate(tiny_model_dir, adapters, {CAP: {}}, folder, settings)
     # Counted for the budget: 2 of the 3 target rollouts succeeded; 2 unhinted capability successes.
     assert figures["sft_data"] == {CAP: 2, "base": 2}
     assert figures["sft_hinted_left_out"] == {CAP: 1, "base": 0}
     assert figures["sft_balance_labels"] is True and figures["gate"] == str(folder / "gate_sft")
     config = yaml.safe_load((folder / "moe_gate.yaml").read_text())
-    assert config["sft"]["balance_labels"] is True
+    assert config["sft"]["balance_labels"] is True and config["mode"] == gate_mode  # loop.gate_mode reaches the gate
     base_entries = [d for d in config["sft"]["data"] if d["label"] == "base"]
     assert [Path(d["path"]).name for d in base_entries] == ["analysis_seed500_sampled.json"]
     # The sequences router SFT trained on: the target's successes with every assistant token labeled slot 0.
