@@ -199,7 +199,8 @@ class LoopSettings:
     gate_sft_epochs: int = 2
     gate_iterations: int = 4  # GRPO iterations on the gate (0: router SFT only)
     # How the gate routes (moe_gate: "token", the paper's token-level top-1 in every layer; "trajectory", one slot
-    # per conversation from its prompt; "global", one learned slot for everything).
+    # per conversation from its prompt; "global", one learned slot for everything; the last two by router SFT
+    # alone, gate_iterations 0).
     gate_mode: str = "token"
     groups_per_iteration: int = 8
     group_size: int = 8
@@ -247,6 +248,10 @@ class LoopSettings:
             raise InputError(f"loop.band must be [low, high] with 0 <= low <= high <= 1, got {self.band!r}")
         if self.gate_mode not in GATE_MODES:
             raise InputError(f"loop.gate_mode must be one of {', '.join(GATE_MODES)}, got {self.gate_mode!r}")
+        if self.gate_mode != "token" and self.gate_iterations:
+            raise InputError(f"loop.gate_mode {self.gate_mode!r} needs loop.gate_iterations: 0 (gate GRPO, "
+                             "train.grpo_gater, trains token routing only; a trajectory or global router is trained "
+                             "by router SFT alone)")
         _number("loop", "learning_rate", self.learning_rate, 1e-9, 1.0)
         _number("loop", "hint_fraction", self.hint_fraction, 0.0, 1.0)
         if not isinstance(self.baselines, bool):

@@ -171,6 +171,8 @@ def test_the_gate_mode_is_checked_before_any_step_and_names_moe_gates_modes():
     from moe_gate.model_builder import MODES
 
     assert GATE_MODES == MODES and LoopSettings().gate_mode == "token"  # the paper's token-level routing
-    assert LoopSettings(gate_mode="trajectory").gate_mode == "trajectory"
+    assert LoopSettings(gate_mode="trajectory", gate_iterations=0).gate_mode == "trajectory"
+    with pytest.raises(InputError, match="gate_iterations: 0"):  # gate GRPO trains token routing only
+        LoopSettings(gate_mode="trajectory", gate_iterations=4)
     with pytest.raises(InputError, match="gate_mode must be one of token, trajectory, global"):
         LoopSettings(gate_mode="sequence")
