@@ -128,11 +128,17 @@ def constant_policies(game: str, overrides: dict[str, Any], args: Any) -> dict[s
     return out
 
 
+def constant_entry(entry: Any) -> tuple[float, bool]:
+    """(success, is a bar) of one `constant_policies` entry: a bar unless its skill matters on none of the tasks;
+    a bare rate (results.json before 2026-12-06) is a bar."""
+    if isinstance(entry, dict):
+        return entry["success"], entry.get("skill_matters", 1) > 0
+    return float(entry), True
+
+
 def skill_less(constants: dict[str, Any]) -> dict[str, float]:
-    """{ablation: success} of the ablations that lack a skill these tasks need (skill_matters on one or more);
-    a bare rate (results.json before 2026-12-06) counts as one."""
-    return {name: (entry["success"] if isinstance(entry, dict) else float(entry)) for name, entry in constants.items()
-            if not isinstance(entry, dict) or entry.get("skill_matters", 1) > 0}
+    """{ablation: success} of the ablations that lack a skill these tasks need (skill_matters on one or more)."""
+    return {name: rate for name, (rate, bar) in ((n, constant_entry(e)) for n, e in constants.items()) if bar}
 
 
 def learning_verdict(base: dict[str, Any], final: dict[str, Any], constants: dict[str, float], mode: str = "t1",
@@ -202,10 +208,9 @@ def constants_text(constants: dict[str, Any]) -> str:
     """`always_act 0.490, first_items 1.000 (its skill matters on none of the 40 tasks: not a bar)`."""
     parts = []
     for name, entry in constants.items():
-        rate = entry["success"] if isinstance(entry, dict) else float(entry)
-        spare = (f" (its skill matters on none of the {entry['tasks']} tasks: not a bar)"
-                 if isinstance(entry, dict) and entry.get("skill_matters", 1) == 0 else "")
-        parts.append(f"{name} {rate:.3f}{spare}")
+        rate, bar = constant_entry(entry)
+        parts.append(f"{name} {rate:.3f}" + ("" if bar else f" (its skill matters on none of the {entry['tasks']} "
+                                                              "tasks: not a bar)"))
     return ", ".join(parts)
 
 

@@ -15,12 +15,12 @@ from typing import Any
 from benchmarks.storefront.demos import check_planted
 from common.io import load_yaml_mapping
 from common.validation import InputError
-
-# moe_gate.model_builder.MODES (not imported here: it loads torch); tests/test_direct_task_pool.py checks they agree.
-GATE_MODES = ("token", "trajectory", "global")
 from demo.trainable import TRAIN_BAND
 from train.chat_template import TOOLS_VIEWS
 from train.tracking import check_report_to
+
+# moe_gate.model_builder.MODES (not imported here: it loads torch); tests/test_direct_task_pool.py checks they agree.
+GATE_MODES = ("token", "trajectory", "global")
 
 # `python -m demo --profile NAME` (and `make demo` / `make demo-full` / `make demo-fast`): the config each reads
 PROFILES = {"default": "configs/demo.yaml", "full": "configs/demo_full.yaml", "fast": "configs/demo_fast.yaml"}
