@@ -21,6 +21,10 @@ from train.tracking import check_report_to
 
 # moe_gate.model_builder.MODES (not imported here: it loads torch); tests/test_direct_task_pool.py checks they agree.
 GATE_MODES = ("token", "trajectory", "global")
+# What router SFT learns the slots from (loop.gate_labels): "game", each capability's GRPO rollouts labeled with it and
+# the base agent's Step-1 target rollouts labeled "base"; "reward", routing targets (train/routing_targets.py): each
+# adapter alone plays Step 1's analysis tasks, and each slot is labeled on the tasks where its mean reward is the best.
+GATE_LABELS = ("game", "reward")
 
 # `python -m demo --profile NAME` (and `make demo` / `make demo-full` / `make demo-fast`): the config each reads
 PROFILES = {"default": "configs/demo.yaml", "full": "configs/demo_full.yaml", "fast": "configs/demo_fast.yaml"}
@@ -202,6 +206,10 @@ class LoopSettings:
     # per conversation from its prompt; "global", one learned slot for everything; the last two by router SFT
     # alone, gate_iterations 0).
     gate_mode: str = "token"
+    # Router SFT's labels (GATE_LABELS). "reward" plays select.tasks x select.samples new target episodes per
+    # adapter (counted in TRACE's training episodes, so in the baselines' budget); the efficiency step's TRACE at a
+    # share of its budget plays that share of the tasks.
+    gate_labels: str = "game"
     groups_per_iteration: int = 8
     group_size: int = 8
     learning_rate: float = 1e-3
@@ -248,6 +256,8 @@ class LoopSettings:
             raise InputError(f"loop.band must be [low, high] with 0 <= low <= high <= 1, got {self.band!r}")
         if self.gate_mode not in GATE_MODES:
             raise InputError(f"loop.gate_mode must be one of {', '.join(GATE_MODES)}, got {self.gate_mode!r}")
+        if self.gate_labels not in GATE_LABELS:
+            raise InputError(f"loop.gate_labels must be one of {', '.join(GATE_LABELS)}, got {self.gate_labels!r}")
         if self.gate_mode != "token" and self.gate_iterations:
             raise InputError(f"loop.gate_mode {self.gate_mode!r} needs loop.gate_iterations: 0 (gate GRPO, "
                              "train.grpo_gater, trains token routing only; a trajectory or global router is trained "

@@ -284,11 +284,24 @@ def routing_section(run_dir: Path, records: dict[str, dict[str, Any]], results: 
         out["sft_hinted_left_out"] = gate.get("sft_hinted_left_out", {})
         counts = ", ".join(f"{label} {n}" for label, n in gate["sft_data"].items())
         hinted = sum(gate.get("sft_hinted_left_out", {}).values())
-        lines += [f"Router SFT data, successful rollouts per label: {counts}. \"base\": the base agent's own "
-                  "successful conversations on the target from Step 1's analysis tasks (not the evaluation's); each "
-                  "capability: its GRPO run's. "
+        targets = gate.get("routing_targets")
+        if targets:
+            out["routing_targets"] = targets
+            source = ("Reward targets (train/routing_targets.py, `sft.objective: reward`): the base agent and each "
+                      f"adapter alone played Step 1's first {targets['tasks']} analysis tasks (not the evaluation's), "
+                      "and each slot's gate logit is fitted to that slot's mean reward on the task, on every assistant "
+                      "token of every conversation played there. Per slot, mean reward and the tasks where it is "
+                      "best (alone): " + ", ".join(
+                          f"{slot} {v['mean_reward']:.3f}, {v['best_tasks']} ({v['best_alone']})"
+                          for slot, v in targets["slots"].items())
+                      + f"; no slot solved {targets['unsolved']}. ")
+        else:
+            source = ("\"base\": the base agent's own successful conversations on the target from Step 1's analysis "
+                      "tasks (not the evaluation's); each capability: its GRPO run's. ")
+        lines += [(f"Router SFT data, conversations per slot: {counts}. " if targets else
+                   f"Router SFT data, successful rollouts per label: {counts}. ") + source
                   + ("Labels weighted equally (class-weighted cross-entropy)" if gate.get("sft_balance_labels")
-                     else "Labels weighted by their token counts (no balancing)")
+                     else "No label balancing" if targets else "Labels weighted by their token counts (no balancing)")
                   + (f"; {hinted} successful hinted rollouts left out (their system prompt holds the game's hint, a "
                      "cue the target never shows)." if hinted else "."), ""]
     if measure is not None and "by_kind" not in routing and gate.get("gate") and "TRACE" in final.get("models", {}):

@@ -48,8 +48,9 @@ def episode_accounting(records: dict[str, dict[str, Any]], config: Any) -> dict[
     adapters = {c: run["episodes"] for c, run in trained.items()}
     gate = records.get("gate", {}).get("figures", {})
     baselines = records.get("baselines", {}).get("figures", {})
-    trace_training = sum(adapters.values()) + gate.get("episodes", 0)
-    trace_parts = {"step1_analysis": analysis, "calibration": calibration_total, "router_sft_new": 0,
+    routing = gate.get("routing_episodes", 0)  # routing targets: each adapter alone on Step 1's tasks
+    trace_training = sum(adapters.values()) + gate.get("episodes", 0) + routing
+    trace_parts = {"step1_analysis": analysis, "calibration": calibration_total, "router_sft_new": routing,
                    **{f"adapter:{c}": n for c, n in adapters.items()}, "gate_grpo": gate.get("episodes", 0)}
     trace_all = sum(trace_parts.values())
     models: dict[str, dict[str, Any]] = {"base": {"training": 0, "all": 0, "target": 0, "parts": {},
@@ -60,7 +61,7 @@ def episode_accounting(records: dict[str, dict[str, Any]], config: Any) -> dict[
         models[f"lora:{c}"] = {"training": n, "all": sum(parts.values()), "target": analysis, "parts": parts,
                                "budget": "its own Step 3 run"}
     if gate.get("gate"):
-        models["TRACE"] = {"training": trace_training, "all": trace_all, "target": analysis, "parts": trace_parts,
+        models["TRACE"] = {"training": trace_training, "all": trace_all, "target": analysis + routing, "parts": trace_parts,
                            "budget": "its own: Steps 3-4"}
     given = (f"TRACE's Steps 3-4 training episodes ({baselines.get('budget_episodes', trace_training):,}), not its "
              f"all-episodes total ({trace_all:,})")
@@ -90,8 +91,10 @@ def episode_accounting(records: dict[str, dict[str, Any]], config: Any) -> dict[
                       "calibration": {"episodes": calibration_total, "per_probe": loop["calibration_tasks"]
                                       * loop["calibration_samples"], "per_capability": calibration,
                                       "game": "each capability's game"},
-                      "router_sft": {"new_episodes": 0, "data": gate.get("sft_data"),
-                                     "note": "successful rollouts of Step 1 and Step 3, already counted there"},
+                      "router_sft": {"new_episodes": routing, "data": gate.get("sft_data"),
+                                     "note": "routing targets: each adapter alone on Step 1's analysis tasks (new "
+                                             "episodes), beside the base agent's Step-1 rollouts" if routing else
+                                             "successful rollouts of Step 1 and Step 3, already counted there"},
                       "adapters": adapters, "gate_grpo": gate.get("episodes", 0),
                       "baselines": {name: baselines[name]["episodes"] for name in BASELINE_LABELS
                                     if baselines.get(name)},
@@ -107,11 +110,12 @@ def trace_checkpoint_row(checkpoint: dict[str, Any], analysis: int, calibration:
     them). Its method is TRACE's own: Step 1's `analysis` and all `calibration` episodes (played in full whatever
     the training budget) plus its own training, {"adapter:<c>": n} and "gate_grpo"."""
     gate = checkpoint["gate_iterations"]
-    parts = {"step1_analysis": analysis, "calibration": calibration, "router_sft_new": 0,
+    routing = checkpoint.get("routing_episodes", 0)
+    parts = {"step1_analysis": analysis, "calibration": calibration, "router_sft_new": routing,
              **{f"adapter:{c}": n for c, n in checkpoint["adapter_episodes"].items()},
              "gate_grpo": checkpoint["gate_episodes"]}
     return {"training": checkpoint["episodes"], "all": analysis + calibration + checkpoint["episodes"],
-            "target": analysis, "parts": parts,
+            "target": analysis + routing, "parts": parts,
             "budget": f"TRACE's adapters at iteration {checkpoint['iteration']} of {checkpoint['iterations']} and a "
                       f"gate of {gate} GRPO iteration{'' if gate == 1 else 's'}"}
 
@@ -133,8 +137,13 @@ def accounting_section(accounting: dict[str, Any], shown: list[str]) -> list[str
              f"episodes ({parts['calibration']['per_probe']} per probed value: "
              + (", ".join(f"{c} {v['probes']} × {parts['calibration']['per_probe']}"
                           for c, v in parts["calibration"]["per_capability"].items()) or "none")
-             + "), on the capability games. Router SFT plays no new episode (its data are successful rollouts of "
-             "Step 1 and Step 3, counted there). A LoRA's method is Step 1, its own calibration and its run; TRACE's "
+             + "), on the capability games. "
+             + (f"Router SFT's routing targets: {parts['router_sft']['new_episodes']:,} new episodes on the target "
+                "(each adapter alone on Step 1's analysis tasks; the base agent's are Step 1's own), part of TRACE's "
+                "training. " if parts["router_sft"]["new_episodes"] else
+                "Router SFT plays no new episode (its data are successful rollouts of Step 1 and Step 3, counted "
+                "there). ")
+             + "A LoRA's method is Step 1, its own calibration and its run; TRACE's "
              "and the single-adapter baseline's include every calibration (they train what calibration found "
              "trainable). "
              f"Not counted: {accounting['not_counted']}.", "",

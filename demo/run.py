@@ -434,11 +434,58 @@ class Demo:
             return {}
         return train_gate(self.run_dir / "base" / "model", adapters, self.trainable(), folder, self.config.loop,
                           report_to=self.config.report_to, seed=self.training_seed,
-                          target_rollouts=target_rollouts_of(self.run_dir / "gate"))  # Step 1's, shared
+                          target_rollouts=target_rollouts_of(self.run_dir / "gate"),  # Step 1's, shared
+                          routing=self.routing_targets(folder, adapters, self.config.select.tasks))
+
+    def routing_targets(self, folder: Path, adapters: dict[str, str], n_tasks: int) -> dict[str, Any] | None:
+        """loop.gate_labels "reward": each adapter alone plays the first `n_tasks` of Step 1's analysis tasks (same
+        seed, samples and temperature as the base agent played them there, whose Step-1 conversations stand for the
+        base slot); returns {"data": router SFT's sft.data (one results file per slot), "summary"
+        (`train.routing_targets.summarize`), "episodes": the new ones} for `train_gate`, or None with game labels.
+        These tasks are Step 1's: other tasks than the evaluation's (`check_routing_is_held_out`)."""
+        from benchmarks.results import load_results, write_results
+        from demo.loop import TARGET_GAME, target_rollouts_of
+        from train.routing_targets import reward_targets, summarize
+
+        if self.config.loop.gate_labels != "reward":
+            return None
+        s = self.config.select
+        self.check_routing_is_held_out(n_tasks)
+        files: dict[str, Path] = {}
+        for capability, adapter in adapters.items():
+            print(f"  routing targets: {capability} alone on {n_tasks} of Step 1's analysis tasks", flush=True)
+            runs = self._evaluate(self.run_dir / "base" / "model", Path(adapter), folder / "routing", [s.seed],
+                                  n_tasks, s.samples, f"routing_{capability}", greedy=False)
+            files[capability] = self.run_dir / runs[f"{s.seed}/sampled"]["path"]
+        simulations = {c: load_results(path)["simulations"] for c, path in files.items()}
+        played = {sim["task_id"] for sims in simulations.values() for sim in sims}
+        base = [sim for path in target_rollouts_of(self.run_dir / "gate")
+                for sim in load_results(path)["simulations"] if sim["task_id"] in played]
+        files = {"base": write_results(folder / "routing" / "base_step1.json", base), **files}
+        slots = list(files)
+        summary = summarize(reward_targets({"base": base, **simulations}, slots), slots)
+        print("  routing targets, per slot: mean reward, tasks where it is best (alone): " + ", ".join(
+            f"{slot} {v['mean_reward']:.3f}, {v['best_tasks']} ({v['best_alone']})" for slot, v in summary["slots"].items())
+              + f"; no slot solved {summary['unsolved']} of {summary['tasks']}", flush=True)
+        return {"data": [{"path": str(path), "label": slot, "game": TARGET_GAME} for slot, path in files.items()],
+                "summary": summary, "episodes": n_tasks * s.samples * len(adapters)}
+
+    def check_routing_is_held_out(self, n_tasks: int) -> None:
+        """Routing targets' tasks (Step 1's first `n_tasks`) hold no evaluation task: raise InputError otherwise."""
+        from benchmarks.storefront.run import task_seed
+
+        e, s = self.config.evaluate, self.config.select
+        evaluated = {task_seed(seed, i) for seed in e.seeds for i in range(e.tasks)}
+        shared = sorted(evaluated & {task_seed(s.seed, i) for i in range(n_tasks)})
+        if shared:
+            raise InputError(f"loop.gate_labels reward: Step 1's analysis tasks (select.seed {s.seed}) include "
+                             f"evaluation tasks {shared[:5]}; use a select.seed other than evaluate.seeds")
 
     def trace_episodes(self) -> int:
         adapters = self.records["train"]["figures"]["adapters"]
-        return sum(run["episodes"] for run in adapters.values()) + self.records["gate"]["figures"].get("episodes", 0)
+        gate = self.records["gate"]["figures"]
+        return (sum(run["episodes"] for run in adapters.values()) + gate.get("episodes", 0)
+                + gate.get("routing_episodes", 0))
 
     def baselines(self, folder: Path) -> dict[str, Any]:
         from game_registry import get_game
@@ -604,22 +651,29 @@ class Demo:
             gate_iterations = math.floor(point["fraction"] * loop.gate_iterations + 1e-9)
             print(f"  TRACE at iteration {i} of {loop.iterations}: a gate of {gate_iterations} GRPO iteration(s) on "
                   "the adapters' checkpoints", flush=True)
-            gate = train_gate(self.run_dir / "base" / "model", {c: k["adapter"] for c, k in at.items()},
-                              self.trainable(), folder / f"trace_iter{i:06d}",
+            checkpoint_adapters = {c: k["adapter"] for c, k in at.items()}
+            gate_folder = folder / f"trace_iter{i:06d}"
+            # Routing targets on the same share of Step 1's tasks as of the gate's GRPO iterations.
+            routing = self.routing_targets(gate_folder, checkpoint_adapters,
+                                           max(1, math.floor(point["fraction"] * self.config.select.tasks + 1e-9)))
+            gate = train_gate(self.run_dir / "base" / "model", checkpoint_adapters,
+                              self.trainable(), gate_folder,
                               dataclasses.replace(loop, gate_iterations=gate_iterations),
                               report_to=self.config.report_to, seed=self.training_seed,
                               target_rollouts=target_rollouts_of(self.run_dir / "gate"),  # Step 1's, as Step 4
-                              runs={c: run["adapter"] for c, run in adapters.items()}, through=i)
+                              runs={c: run["adapter"] for c, run in adapters.items()}, through=i, routing=routing)
             if not gate.get("gate"):
                 whys.append(f"iteration {i}: no gate (no router SFT data and 0 gate GRPO iterations)")
                 continue
-            episodes = sum(k["episodes"] for k in at.values()) + gate["episodes"]
+            routing_episodes = gate.get("routing_episodes", 0)
+            episodes = sum(k["episodes"] for k in at.values()) + gate["episodes"] + routing_episodes
             share = Fraction(episodes, full)
             label = f"TRACE @{share.numerator}/{share.denominator}"
             out["trace_checkpoints"][label] = {
                 "fraction": float(share), "asked": point["asked"], "iteration": i, "iterations": loop.iterations,
                 "adapter_episodes": {c: k["episodes"] for c, k in at.items()}, "gate_iterations": gate_iterations,
-                "gate_episodes": gate["episodes"], "episodes": episodes, "gate": gate["gate"],
+                "gate_episodes": gate["episodes"], "routing_episodes": routing_episodes, "episodes": episodes,
+                "gate": gate["gate"],
                 "sft_data": gate["sft_data"]}
             print(f"  {label}: {episodes} of TRACE's {full} training episodes", flush=True)
             out["models"][label] = self._evaluate(self.run_dir / "base" / "model", Path(gate["gate"]), folder,
@@ -770,10 +824,14 @@ def _run_steps(demo: Demo, config: Any, config_path: Path, run_dir: Path, profil
     each_adapter = sections["evaluate"].pop("each_adapter")
     # How the gate routes is the gate step's setting alone (the steps after it read its fingerprint).
     gate_mode = sections["loop"].pop("gate_mode")
+    gate_labels = sections["loop"].pop("gate_labels")
     own = {"baselines": {} if direct_fresh else {"direct_fresh": False},
            "final": {} if each_adapter else {"each_adapter": False},
-           "gate": {} if gate_mode == "token" else {"gate_mode": gate_mode}}
+           "gate": {**({} if gate_mode == "token" else {"gate_mode": gate_mode}),
+                    **({} if gate_labels == "game" else {"gate_labels": gate_labels})}}
     storefront = {"storefront": demo.storefront_fields()}
+    if config.loop.gate_labels == "reward":  # before any step: the routing targets' tasks are Step 1's
+        demo.check_routing_is_held_out(config.select.tasks)
     demo.step("base", demo.base_step_settings(), (), demo.base, force=demo.rebuild_base)
     demo.step("evaluate", {**sections["evaluate"], **storefront}, ("base",), demo.evaluate)
     demo.step("select", {**sections["select"], **storefront, "evaluate": sections["evaluate"]}, ("base",),

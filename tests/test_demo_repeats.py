@@ -95,12 +95,18 @@ def test_every_training_run_of_a_repeat_takes_its_seed(tmp_path, monkeypatch):
 
     gates: list = []
 
-    def train_gate(model_dir, adapters, games, folder, settings, report_to=None, target_rollouts=None, seed=0):
-        gates.append({"folder": folder, "seed": seed, "target_rollouts": target_rollouts})
+    def train_gate(model_dir, adapters, games, folder, settings, report_to=None, target_rollouts=None, seed=0,
+                   routing=None):
+        gates.append({"folder": folder, "seed": seed, "target_rollouts": target_rollouts, "routing": routing})
         return {"gate": str(folder / "gate"), "episodes": 256}
+
+    from demo.run import Demo
 
     monkeypatch.setattr(demo_loop, "train_lora", train_lora)
     monkeypatch.setattr(demo_loop, "train_gate", train_gate)
+    # demo_full.yaml's reward targets: the adapters alone on Step 1's tasks, played in the repeat's own gate folder
+    monkeypatch.setattr(Demo, "routing_targets", lambda self, folder, adapters, n_tasks: {"folder": folder,
+                                                                                          "tasks": n_tasks})
     (tmp_path / "select").mkdir()
     (tmp_path / "select" / "analysis_seed500_sampled.json").write_text("{}")
     demo = demo_with(tmp_path, 2, "demo_full.yaml")  # every training run, direct GRPO's two settings included
@@ -117,6 +123,7 @@ def test_every_training_run_of_a_repeat_takes_its_seed(tmp_path, monkeypatch):
     (gate,) = gates
     assert gate["folder"] == tmp_path / "repeats" / "seed1" / "gate" and gate["seed"] == 1
     assert gate["target_rollouts"] == [tmp_path / "select" / "analysis_seed500_sampled.json"]
+    assert gate["routing"] == {"folder": gate["folder"], "tasks": demo.config.select.tasks}
     calls.clear()
     demo.records["train"] = {"figures": demo.train(demo.step_dir("train"))}
     assert calls == [(c, 0) for c in capabilities]  # the first run: seed 0, as before repeats existed

@@ -42,12 +42,14 @@ def test_the_efficiency_step_composes_trace_from_the_adapters_checkpoints(tmp_pa
 
     monkeypatch.setattr(demo_loop, "train_lora", fake_train_lora([]))
     demo = demo_with(tmp_path)
+    demo.config.loop = dataclasses.replace(demo.config.loop, gate_labels="game")  # reward targets: the test below
     _with_adapter_checkpoints(demo, tmp_path)
     demo.records["baselines"] = {"figures": demo.baselines(tmp_path / "baselines")}
     gates: list = []
 
     def train_gate(model_dir, adapters, games, folder, settings, report_to=None, target_rollouts=None, seed=0,
-                   runs=None, through=None):
+                   runs=None, through=None, routing=None):
+        assert routing is None
         gates.append({"adapters": adapters, "games": set(games), "folder": folder.name,
                       "gate_iterations": settings.gate_iterations, "runs": runs, "through": through,
                       "target_rollouts": target_rollouts, "seed": seed})
@@ -79,7 +81,8 @@ def test_the_efficiency_step_composes_trace_from_the_adapters_checkpoints(tmp_pa
     assert trace["TRACE @1/4"] == {
         "fraction": 0.25, "asked": 0.25, "iteration": 2, "iterations": 8,
         "adapter_episodes": {c: 128 for c in CAPABILITIES}, "gate_iterations": 1, "gate_episodes": 64,
-        "episodes": 320, "gate": str(tmp_path / "efficiency" / "trace_iter000002" / "gate"), "sft_data": {"base": 3}}
+        "routing_episodes": 0, "episodes": 320, "gate": str(tmp_path / "efficiency" / "trace_iter000002" / "gate"),
+        "sft_data": {"base": 3}}
     assert trace["TRACE @1/2"]["episodes"] == 640 and trace["TRACE @1/2"]["fraction"] == 0.5
     # evaluated like direct GRPO's checkpoints: the final step's tasks and seeds, the gate as the adapter
     e = demo.config.evaluate
@@ -100,6 +103,7 @@ def test_the_efficiency_step_says_why_trace_has_no_checkpoints(tmp_path, monkeyp
     monkeypatch.setattr(demo_loop, "train_gate", lambda *a, **k: {"gate": None, "episodes": 0,
                                                                             "sft_data": {}})
     demo = demo_with(tmp_path)
+    monkeypatch.setattr(demo, "routing_targets", lambda *a: None)
     demo.records["baselines"] = {"figures": demo.baselines(tmp_path / "baselines")}
     monkeypatch.setattr(demo, "_evaluate", lambda *a, **k: {})
     # a train step without checkpoints (the adapters ran too few iterations)
@@ -114,6 +118,42 @@ def test_the_efficiency_step_says_why_trace_has_no_checkpoints(tmp_path, monkeyp
     # no TRACE model at all
     demo.records["gate"] = {"figures": {}}
     assert "no TRACE model" in demo.efficiency(tmp_path / "e3")["trace_why"]
+
+
+def test_trace_at_a_share_plays_that_share_of_the_routing_tasks_and_counts_them(tmp_path, monkeypatch):
+    """loop.gate_labels reward (configs/demo_full.yaml): TRACE @1/4's gate fits reward targets on a quarter of Step 1's
+    100 tasks (2 adapters x 25 tasks x 2 samples = 100 new episodes), and they count in its share of TRACE's
+    training, as Step 4's 400 routing episodes count in the full 1,280 + 400."""
+    from demo import loop as demo_loop
+
+    monkeypatch.setattr(demo_loop, "train_lora", fake_train_lora([]))
+    demo = demo_with(tmp_path, fractions=(0.25,))
+    assert demo.config.loop.gate_labels == "reward" and demo.config.select.tasks == 100
+    _with_adapter_checkpoints(demo, tmp_path)
+    demo.records["gate"]["figures"]["routing_episodes"] = 400
+    assert demo.trace_episodes() == 1680
+    routed: list = []
+
+    def routing_targets(folder, adapters, n_tasks):
+        routed.append((folder.name, sorted(adapters), n_tasks))
+        return {"data": [], "summary": {}, "episodes": n_tasks * 2 * len(adapters)}
+
+    def train_gate(model_dir, adapters, games, folder, settings, report_to=None, target_rollouts=None, seed=0,
+                   runs=None, through=None, routing=None):
+        episodes = settings.gate_iterations * settings.groups_per_iteration * settings.group_size
+        return {"gate": str(folder / "gate"), "episodes": episodes, "sft_data": {},
+                "routing_episodes": routing["episodes"]}
+
+    monkeypatch.setattr(demo, "routing_targets", routing_targets)
+    monkeypatch.setattr(demo_loop, "train_gate", train_gate)
+    monkeypatch.setattr(demo, "_evaluate", lambda *a, **k: {})
+    out = {"trace_checkpoints": {}, "models": {}}
+    assert demo.trace_checkpoints(tmp_path / "efficiency", out) is None
+    assert routed == [("trace_iter000002", sorted(CAPABILITIES), 25), ("trace_iter000004", sorted(CAPABILITIES), 50)]
+    # 2 x 128 adapter + 64 gate GRPO + 100 routing = 420 of 1,680; 2 x 256 + 128 + 200 = 840
+    rows = out["trace_checkpoints"]
+    assert list(rows) == ["TRACE @1/4", "TRACE @1/2"]
+    assert [(r["episodes"], r["routing_episodes"]) for r in rows.values()] == [(420, 100), (840, 200)]
 
 
 def test_router_sft_data_for_a_checkpoint_reads_only_the_rollouts_played_up_to_it(tmp_path):

@@ -37,6 +37,9 @@ class SFTData:
         need(bool(self.label), f"sft.data entry {self.path}: give a label (an adapter name or 'base')")
 
 
+SFT_OBJECTIVES = ("label", "reward")
+
+
 @dataclass
 class SFTConfig:
     """Router SFT (`train.train_router_sft`).
@@ -61,6 +64,11 @@ class SFTConfig:
     max_tokens: int = 4096  # longer conversations are cut (the labels of the cut part are lost)
     validation_fraction: float = 0.1  # held-out sequences for the routing accuracy reported per epoch
     balance_labels: bool = False  # weight the cross-entropy so that every label counts the same (see above)
+    # "label": cross-entropy against each data entry's label (its rollouts with reward >= min_reward). "reward": each
+    # entry's label is the slot that played its results; per task, every slot's mean reward is the target of that
+    # slot's gate logit (binary cross-entropy) on every conversation played there, successful or not
+    # (train/routing_targets.py says why); every slot, the base included, must have played the same tasks.
+    objective: str = "label"
 
     def __post_init__(self) -> None:
         self.data = [d if isinstance(d, SFTData) else SFTData(**d) for d in self.data]
@@ -75,6 +83,11 @@ class SFTConfig:
               f"sft.validation_fraction must be in [0, 1), got {self.validation_fraction}")
         need(isinstance(self.balance_labels, bool),
               f"sft.balance_labels must be true or false (a YAML boolean, unquoted), got {self.balance_labels!r}")
+        need(self.objective in SFT_OBJECTIVES, f"sft.objective must be one of {list(SFT_OBJECTIVES)}, got "
+                                               f"{self.objective!r}")
+        need(not (self.objective == "reward" and self.balance_labels),
+             "sft.balance_labels weights labels, and sft.objective reward has none (each slot's reward is a target "
+             "of its own): set balance_labels: false")
 
 
 @dataclass

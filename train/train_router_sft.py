@@ -13,7 +13,12 @@ is a cue no target conversation shows, and the gate would learn to route on it. 
 label per token and layer; trajectory/global routing learns one label per conversation from its prompt
 (the tokens before the first assistant token, which is what the router sees at inference).
 
-Loss per layer, averaged over layers: cross-entropy of the gate logits against the labels
+With `sft.objective: reward` each entry's label is instead the slot that played its results, every slot (the base
+too) has played the same tasks, and each slot's logit is fitted to that slot's mean reward on the conversation's
+task (binary cross-entropy) on every assistant token of every unhinted conversation, successful or not: the gate
+learns which slot succeeds, its top-1 the slot predicted best (train/routing_targets.py says why).
+
+Loss per layer, averaged over layers: cross-entropy of the gate logits against the labels (or the reward targets)
 + `sft.load_balance_weight` x Switch load balance. The cross-entropy is computed on the gate logits as
 the gate produced them, with their gradient (a detached cross-entropy would leave only the balance term
 to train the gate). With `sft.balance_labels` the cross-entropy is class-weighted so that every label present
@@ -22,8 +27,9 @@ The backbone and adapters stay frozen; the gate reads detached hidden states.
 
 Writes to `output_dir`: gate.safetensors + gate_config.json (loadable by `moe_gate.build_capability_model`
 or `load_capability_model`), moe_gate.yaml (the resolved config) and sft_metrics.jsonl (per epoch: loss,
-cross-entropy, balance, train and held-out routing accuracy), whose lines also go to the trackers of the
-config's `report_to` (train/tracking.py) under the names of TRACKED_SCALARS, at step = epoch (and to the console).
+cross-entropy, balance, training accuracy as the epoch went and held-out routing accuracy after it), whose lines
+also go to the trackers of the config's `report_to` (train/tracking.py) under the names of TRACKED_SCALARS, at
+step = epoch (and to the console).
 The four files are written together when training ends, so a folder always holds one run's gate beside that
 run's metrics: Ctrl-C (exit 130) or a crash leaves the previous run's files as they were. Router SFT does not
 resume (it takes minutes); run the command again.
@@ -60,6 +66,9 @@ TRACKED_SCALARS = {"loss": "loss", "router/cross_entropy": "cross_entropy", "rou
 class LabeledSequence:
     token_ids: list[int]
     labels: list[int]  # slot index per token, IGNORE where the token is not labeled
+    # sft.objective reward: each slot's mean reward on the sequence's task [S], the target of every labeled token
+    # (whose label is then only a marker); None with label cross-entropy
+    rewards: list[float] | None = None
 
     def prompt_only(self) -> "LabeledSequence":
         """The tokens before the first labeled one, labeled with the sequence's majority label (trajectory)."""
@@ -67,13 +76,14 @@ class LabeledSequence:
         first = next(i for i, l in enumerate(self.labels) if l != IGNORE)
         label = Counter(labeled).most_common(1)[0][0]
         cut = max(first, 1)
-        return LabeledSequence(self.token_ids[:cut], [IGNORE] * (cut - 1) + [label])
+        return LabeledSequence(self.token_ids[:cut], [IGNORE] * (cut - 1) + [label], self.rewards)
 
 
 class RouterBatch(NamedTuple):
     input_ids: torch.Tensor  # [B, T]
     attention_mask: torch.Tensor  # [B, T]
     labels: torch.Tensor  # [B, T], IGNORE on padding and unlabeled tokens
+    rewards: torch.Tensor | None = None  # [B, S]: each slot's reward target (sft.objective reward)
 
 
 def collate(sequences: list[LabeledSequence], pad_token_id: int, device: torch.device) -> RouterBatch:
@@ -86,7 +96,9 @@ def collate(sequences: list[LabeledSequence], pad_token_id: int, device: torch.d
         input_ids[row, :n] = torch.tensor(seq.token_ids)
         attention_mask[row, :n] = 1
         labels[row, :n] = torch.tensor(seq.labels)
-    return RouterBatch(input_ids.to(device), attention_mask.to(device), labels.to(device))
+    rewards = (torch.tensor([seq.rewards for seq in sequences], dtype=torch.float32, device=device)  # [B, S]
+               if sequences[0].rewards is not None else None)
+    return RouterBatch(input_ids.to(device), attention_mask.to(device), labels.to(device), rewards)
 
 
 def label_weights(sequences: list[LabeledSequence], n_slots: int) -> torch.Tensor:
@@ -111,7 +123,12 @@ def router_loss(model: CapabilityModel, batch: RouterBatch, load_balance_weight:
     """Cross-entropy of the gate logits (+ lambda x load balance), averaged over the layers that decided.
 
     `class_weights` [S] (`label_weights`): a weighted cross-entropy, sum_i w[y_i] CE_i / sum_i w[y_i] per layer
-    (torch's weighted mean), so each label counts by its weight rather than its number of tokens."""
+    (torch's weighted mean), so each label counts by its weight rather than its number of tokens.
+
+    With reward targets (`batch.rewards`, sft.objective reward) the "cross_entropy" is the binary cross-entropy of
+    each slot's logit against its reward target, mean over decisions and slots, and "accuracy" the share of
+    decisions whose top-1 slot has the task's highest target, over the tasks some slot solved ("tokens" counts
+    those)."""
     positions = (batch.attention_mask.cumsum(-1) - 1).clamp(min=0)  # [B, T]
     with model.record_routing(keep_logits=True) as record:
         model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=positions,
@@ -120,9 +137,13 @@ def router_loss(model: CapabilityModel, batch: RouterBatch, load_balance_weight:
     if model.mode == "token":
         keep = batch.labels != IGNORE  # [B, T]
         targets = batch.labels[keep]  # [n]
+        rows = keep.nonzero()[:, 0]  # [n]: the sequence of each decision
     else:  # one label per sequence: the label of its (single) labeled token
         keep = (batch.labels != IGNORE).any(dim=1)  # [B]
         targets = batch.labels.max(dim=1).values[keep]  # [n]
+        rows = keep.nonzero()[:, 0]  # [n]
+    if batch.rewards is not None:
+        return _reward_loss(events, keep, batch.rewards[rows], load_balance_weight)
     ce_total = torch.zeros((), device=batch.input_ids.device)
     balance_total = torch.zeros((), device=batch.input_ids.device)
     correct = 0.0
@@ -137,6 +158,27 @@ def router_loss(model: CapabilityModel, batch: RouterBatch, load_balance_weight:
     loss = ce + load_balance_weight * balance
     return loss, {"loss": float(loss.detach()), "cross_entropy": float(ce.detach()), "balance": float(balance.detach()), "accuracy": correct / n,
                   "tokens": float(targets.numel())}
+
+
+def _reward_loss(events: list[Any], keep: torch.Tensor, rewards: torch.Tensor, load_balance_weight: float
+                 ) -> tuple[torch.Tensor, dict[str, float]]:
+    """`router_loss` with reward targets: `rewards` [n, S], each decision's slot targets."""
+    solved = rewards.max(dim=-1).values > 0  # [n]
+    ce_total = torch.zeros((), device=rewards.device)
+    balance_total = torch.zeros((), device=rewards.device)
+    correct = 0.0
+    for event in events:
+        chosen = event.logits[keep].float()  # [n, S]
+        ce_total = ce_total + F.binary_cross_entropy_with_logits(chosen, rewards)
+        balance_total = balance_total + load_balance_loss(event.logits, keep)
+        picked = rewards.gather(1, chosen.argmax(-1, keepdim=True)).squeeze(1)  # [n]: the top-1 slot's target
+        best = picked >= rewards.max(dim=-1).values  # [n]
+        correct += float(best[solved].float().mean()) if bool(solved.any()) else 0.0
+    n = max(len(events), 1)
+    ce, balance = ce_total / n, balance_total / n
+    loss = ce + load_balance_weight * balance
+    return loss, {"loss": float(loss.detach()), "cross_entropy": float(ce.detach()), "balance": float(balance.detach()),
+                  "accuracy": correct / n, "tokens": float(solved.sum())}
 
 
 @torch.no_grad()
@@ -187,8 +229,13 @@ def train_router(model: CapabilityModel, train: list[LabeledSequence], sft: SFTC
             steps += 1
             for key in ("loss", "cross_entropy", "balance"):
                 sums[key] = sums.get(key, 0.0) + stats[key]
+            # Training accuracy as the epoch went (each batch before its step): a second pass over the training set
+            # would double router SFT's time.
+            sums["correct"] = sums.get("correct", 0.0) + stats["accuracy"] * stats["tokens"]
+            sums["decisions"] = sums.get("decisions", 0.0) + stats["tokens"]
+        correct, decisions = sums.pop("correct"), sums.pop("decisions")
         metrics = {"epoch": epoch, **{k: v / steps for k, v in sums.items()},
-                   "train_accuracy": routing_accuracy(model, train, pad_token_id, sft.batch_size)}
+                   "train_accuracy": correct / max(decisions, 1.0)}
         if validation:
             metrics["validation_accuracy"] = routing_accuracy(model, validation, pad_token_id, sft.batch_size)
         history.append(metrics)
@@ -265,12 +312,42 @@ def sequences_from_results(path: str | Path, label: int, tokenizer: Any, *, tool
     return labeled_sequences(kept, label, tokenizer, tools=tools, max_tokens=max_tokens)
 
 
+def reward_sequences(config: MoEGateConfig, tokenizer: Any) -> list[LabeledSequence]:
+    """sft.objective reward: every unhinted conversation of every `sft.data` entry (its label: the slot that played
+    it), its assistant tokens marked, with its task's reward targets (`train.routing_targets.reward_targets`, in
+    slot order)."""
+    from benchmarks.results import load_results
+    from train.routing_targets import reward_targets
+
+    played: dict[str, list[tuple[dict[str, Any], str]]] = {}
+    for entry in config.sft.data:
+        sims = [sim for sim in load_results(entry.path)["simulations"] if not is_hinted(sim)]
+        played.setdefault(entry.label, []).extend((sim, entry.game) for sim in sims)
+    slots = config.slot_names
+    targets = reward_targets({slot: [sim for sim, _ in pairs] for slot, pairs in played.items()}, slots)
+    sequences = []
+    for slot, pairs in played.items():
+        found = 0
+        for sim, game in pairs:
+            ids, assistant = encode_conversation(tokenizer, sim["messages"], _tool_schemas(game), config.sft.max_tokens)
+            if any(assistant):
+                sequences.append(LabeledSequence(ids, [0 if flag else IGNORE for flag in assistant],
+                                                 targets[str(sim["task_id"])]))
+                found += 1
+        print(f"router SFT (reward targets): {found} conversations played by {slot!r}")
+    print(f"router SFT (reward targets): {len(targets)} tasks; mean reward per slot "
+          + ", ".join(f"{slot} {sum(t[i] for t in targets.values()) / max(len(targets), 1):.3f}"
+                      for i, slot in enumerate(slots)))
+    return sequences
+
+
 def load_sft_sequences(config: MoEGateConfig, tokenizer: Any) -> tuple[list[LabeledSequence], list[LabeledSequence]]:
-    """(train, validation) sequences from `sft.data`, split by `validation_fraction` with the config's seed."""
+    """(train, validation) sequences from `sft.data`, split by `validation_fraction` with the config's seed; with
+    sft.objective reward, `reward_sequences`."""
     from benchmarks.results import load_results
 
-    sequences = []
-    for entry in config.sft.data:
+    sequences = reward_sequences(config, tokenizer) if config.sft.objective == "reward" else []
+    for entry in config.sft.data if config.sft.objective == "label" else []:
         kept, hinted = usable_simulations(load_results(entry.path)["simulations"], config.sft.min_reward)
         found = labeled_sequences(kept, config.slot_names.index(entry.label), tokenizer,
                                   tools=_tool_schemas(entry.game), max_tokens=config.sft.max_tokens)
