@@ -864,7 +864,7 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
     from pipeline import aggregate_capabilities, label_trajectories, labels_to_run, summarize
     from demo import tau2 as demo_tau2
     from swebench import scenario as swe_scenario
-    from train import grpo_gater, sft, train_router_sft
+    from train import grpo_gater, routing_targets, sft, train_router_sft
     from swebench import calibrate as swe_calibrate
     from swebench import generate as swe_generate
     from swebench import selftest as swe_selftest
@@ -940,6 +940,8 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
         "train.grpo_gater": (grpo_gater.main, {"missing": ["--config", str(m)]}, (grpo_gater, "load_base_model")),
         "train.train_router_sft": (train_router_sft.main, {"missing": ["--config", str(m)]},
                                    (train_router_sft, "build_capability_model")),
+        "train.routing_targets": (routing_targets.main, {"missing": ["--slot", f"2={m}"]},  # slot "2"
+                                  (routing_targets, "reward_targets")),
         "storefront.demos": (storefront_demos.main, {
             "missing": [*dm, "--config", str(m)], "output": [*dm[:-1], str(folder)],
             "over_input": [*dm[:-1], str(config), "--config", str(config)]}, (storefront_demos, "make_demonstrations")),
@@ -1171,6 +1173,7 @@ SWEEP = {
     "train.sft": ("train/sft.py", "missing output nan over_input"),
     "train.grpo_gater": ("train/grpo_gater.py", "missing"),
     "train.train_router_sft": ("train/train_router_sft.py", "missing"),
+    "train.routing_targets": ("train/routing_targets.py", "missing"),
     "storefront.demos": ("benchmarks/storefront/demos.py", "missing output over_input"),
     "swebench.scenario": ("swebench/scenario.py", "missing output"),
     "swebench.selftest": ("swebench/selftest.py", "missing output over_input nan"),
