@@ -1034,6 +1034,7 @@ def _entry_points(tmp_path, tiny_model_dir, monkeypatch):
         "train.grpo_gater": ["--config", str(REPO / "configs/moe_gate.yaml"), "--model", str(tiny_model_dir),
                              "--output_dir", str(tmp_path / "gate")],
         "train.train_router_sft": ["--config", str(REPO / "configs/moe_gate.yaml")],
+        "train.routing_targets": ["--slot", f"base={rollouts}"],
         "storefront.demos": dm,
         "swebench.scenario": ["import-reference", str(scenarios), "--capability", "semantic_logic_precision",
                               "--out", str(out)],
