@@ -15,9 +15,9 @@
   demo's efficiency step.
 - `train_gate`: Step 4: router SFT warm start on the capability runs' successful rollouts (labeled with their
   capability, hinted ones left out) and the base agent's successful Step-1 rollouts on the target (labeled
-  "base"), labels balanced, or (loop.gate_labels "reward") on routing targets: each slot's successes on the target
-  tasks where it measured best (`train.routing_targets`); then GRPO over the gates only, on the mix of the
-  selected games (`train.train_router_sft`, `train.grpo_gater`).
+  "base"), labels balanced, or (loop.gate_labels "reward") on reward targets: each slot's gate logit fitted to
+  its measured mean reward per target task (`train.routing_targets`); then GRPO over the gates only, on the mix of
+  the selected games (`train.train_router_sft`, `train.grpo_gater`).
 - `routing_by_kind`: how often the gate picks each slot on the target, per request kind, from a sample of
   TRACE's saved evaluation conversations (`plot_routing` draws one conversation).
 """
@@ -262,19 +262,6 @@ def sft_data_counts(data: list[dict[str, str]], min_reward: float) -> tuple[dict
     return used, hinted
 
 
-def reward_data_counts(data: list[dict[str, str]]) -> tuple[dict[str, int], dict[str, int]]:
-    """`sft_data_counts` for reward targets: every unhinted conversation counts (failures are targets too)."""
-    from train.train_router_sft import is_hinted
-
-    used: dict[str, int] = {}
-    hinted: dict[str, int] = {}
-    for entry in data:
-        sims = load_results(entry["path"])["simulations"]
-        used[entry["label"]] = used.get(entry["label"], 0) + sum(1 for sim in sims if not is_hinted(sim))
-        hinted[entry["label"]] = hinted.get(entry["label"], 0) + sum(1 for sim in sims if is_hinted(sim))
-    return used, hinted
-
-
 def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[str, Any]], folder: Path,
                settings: Any, report_to: list[str] | None = None,
                target_rollouts: list[Path] | None = None, seed: int = 0, runs: dict[str, str] | None = None,
@@ -327,8 +314,8 @@ def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text("# Written by demo/run.py (Step 4 of the CPU demo).\n"
                     + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    used, hinted = (sft_data_counts(data, config["sft"]["min_reward"]) if routing is None
-                    else reward_data_counts(data))
+    # Reward targets train on every scored, unhinted conversation, failures too (min reward 0).
+    used, hinted = sft_data_counts(data, 0.0 if routing else config["sft"]["min_reward"])
     figures: dict[str, Any] = {"config": str(path), "sft_data": used, "sft_hinted_left_out": hinted,
                                "sft_balance_labels": config["sft"]["balance_labels"],
                                "sft_target_rollouts": [str(p) for p in target_rollouts] if routing is None else [],

@@ -142,43 +142,29 @@ def router_loss(model: CapabilityModel, batch: RouterBatch, load_balance_weight:
         keep = (batch.labels != IGNORE).any(dim=1)  # [B]
         targets = batch.labels.max(dim=1).values[keep]  # [n]
         rows = keep.nonzero()[:, 0]  # [n]
-    if batch.rewards is not None:
-        return _reward_loss(events, keep, batch.rewards[rows], load_balance_weight)
+    rewards = batch.rewards[rows] if batch.rewards is not None else None  # [n, S]
+    solved = rewards.max(dim=-1).values > 0 if rewards is not None else None  # [n]
     ce_total = torch.zeros((), device=batch.input_ids.device)
     balance_total = torch.zeros((), device=batch.input_ids.device)
     correct = 0.0
     weight = None if class_weights is None else class_weights.to(batch.input_ids.device)  # [S]
     for event in events:
         chosen = event.logits[keep].float()  # [n, S]
-        ce_total = ce_total + F.cross_entropy(chosen, targets, weight=weight)
+        if rewards is None:
+            ce_total = ce_total + F.cross_entropy(chosen, targets, weight=weight)
+            correct += float((chosen.argmax(-1) == targets).float().mean())
+        else:
+            ce_total = ce_total + F.binary_cross_entropy_with_logits(chosen, rewards)
+            picked = rewards.gather(1, chosen.argmax(-1, keepdim=True)).squeeze(1)  # [n]: the top-1 slot's target
+            best = picked >= rewards.max(dim=-1).values  # [n]
+            correct += float(best[solved].float().mean()) if bool(solved.any()) else 0.0
         balance_total = balance_total + load_balance_loss(event.logits, keep)
-        correct += float((chosen.argmax(-1) == targets).float().mean())
     n = max(len(events), 1)
     ce, balance = ce_total / n, balance_total / n
     loss = ce + load_balance_weight * balance
-    return loss, {"loss": float(loss.detach()), "cross_entropy": float(ce.detach()), "balance": float(balance.detach()), "accuracy": correct / n,
-                  "tokens": float(targets.numel())}
-
-
-def _reward_loss(events: list[Any], keep: torch.Tensor, rewards: torch.Tensor, load_balance_weight: float
-                 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """`router_loss` with reward targets: `rewards` [n, S], each decision's slot targets."""
-    solved = rewards.max(dim=-1).values > 0  # [n]
-    ce_total = torch.zeros((), device=rewards.device)
-    balance_total = torch.zeros((), device=rewards.device)
-    correct = 0.0
-    for event in events:
-        chosen = event.logits[keep].float()  # [n, S]
-        ce_total = ce_total + F.binary_cross_entropy_with_logits(chosen, rewards)
-        balance_total = balance_total + load_balance_loss(event.logits, keep)
-        picked = rewards.gather(1, chosen.argmax(-1, keepdim=True)).squeeze(1)  # [n]: the top-1 slot's target
-        best = picked >= rewards.max(dim=-1).values  # [n]
-        correct += float(best[solved].float().mean()) if bool(solved.any()) else 0.0
-    n = max(len(events), 1)
-    ce, balance = ce_total / n, balance_total / n
-    loss = ce + load_balance_weight * balance
+    decisions = targets.numel() if solved is None else solved.sum()
     return loss, {"loss": float(loss.detach()), "cross_entropy": float(ce.detach()), "balance": float(balance.detach()),
-                  "accuracy": correct / n, "tokens": float(solved.sum())}
+                  "accuracy": correct / n, "tokens": float(decisions)}
 
 
 @torch.no_grad()
@@ -321,7 +307,7 @@ def reward_sequences(config: MoEGateConfig, tokenizer: Any) -> list[LabeledSeque
 
     played: dict[str, list[tuple[dict[str, Any], str]]] = {}
     for entry in config.sft.data:
-        sims = [sim for sim in load_results(entry.path)["simulations"] if not is_hinted(sim)]
+        sims, _ = usable_simulations(load_results(entry.path)["simulations"], 0.0)  # every scored, unhinted one
         played.setdefault(entry.label, []).extend((sim, entry.game) for sim in sims)
     slots = config.slot_names
     targets = reward_targets({slot: [sim for sim, _ in pairs] for slot, pairs in played.items()}, slots)
