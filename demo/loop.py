@@ -356,21 +356,24 @@ def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[
 
 
 def plot_routing(base_dir: Path, gate_dir: Path, messages: list[dict[str, Any]], path: Path) -> str:
-    """Which slot handled each assistant token of one conversation, per layer (PNG); returns a caption."""
+    """Which slot decided each assistant token of one conversation, per layer (PNG); returns a caption.
+
+    The conversation is rendered with the target's tools, as it was played; a token's slot is the one chosen at
+    the position before it, whose forward pass produced it (`train.train_router_sft.decided_labels`)."""
     import torch
     from matplotlib.patches import Patch
 
     from moe_gate import load_capability_model
+    from train.train_router_sft import deciding_positions, encode_conversation
     plt = pyplot()
 
     model, tokenizer = load_capability_model(gate_dir, base_model=str(base_dir))
-    encoded = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
-    ids = torch.tensor([encoded["input_ids"]])  # [1, T]
-    assistant = torch.tensor(encoded["assistant_masks"], dtype=torch.bool)  # [T]
+    ids, assistant = encode_conversation(tokenizer, messages, get_game(TARGET_GAME).make().get_tool_schemas())
+    deciding = torch.tensor(deciding_positions(assistant), dtype=torch.bool)  # [T]
     with torch.no_grad(), model.record_routing() as record:
-        model(input_ids=ids)
+        model(input_ids=torch.tensor([ids]), use_cache=False, logits_to_keep=1)  # only the routing matters
     slots = record.slots()  # {layer: [1, T]}
-    grid = torch.stack([slots[layer][0] for layer in sorted(slots)])[:, assistant]  # [L, A]
+    grid = torch.stack([slots[layer][0] for layer in sorted(slots)])[:, deciding]  # [L, A]
     names = list(model.slot_names)
     figure, axis = plt.subplots(figsize=(9, 2.2 + 0.25 * len(slots)))
     cmap = plt.get_cmap("tab10", len(names))
@@ -393,13 +396,14 @@ def routing_counts(model: Any, tokenizer: Any, messages: list[dict[str, Any]], t
 
     One full forward pass of the conversation as the chat template renders it with `tools` (as the episode was
     played and as router SFT reads it), with `record_routing()` as in `plot_routing`: with token routing a
-    token's slot depends only on the tokens before it, so this is the slot it had when it was generated."""
+    position's slot depends only on the tokens up to it, so this is the slot it had when it was generated. A
+    decision is counted at the position that produced an assistant token (the one before it: `deciding_positions`)."""
     import torch
 
-    from train.train_router_sft import encode_conversation
+    from train.train_router_sft import deciding_positions, encode_conversation
 
     ids, assistant = encode_conversation(tokenizer, messages, tools)
-    mask = torch.tensor(assistant, dtype=torch.bool)  # [T]
+    mask = torch.tensor(deciding_positions(assistant), dtype=torch.bool)  # [T]
     with torch.no_grad(), model.record_routing() as record:
         model(input_ids=torch.tensor([ids]), use_cache=False, logits_to_keep=1)  # only the routing matters
     slots = record.slots()  # {layer: [1, T]}

@@ -42,7 +42,9 @@ def test_the_efficiency_step_composes_trace_from_the_adapters_checkpoints(tmp_pa
 
     monkeypatch.setattr(demo_loop, "train_lora", fake_train_lora([]))
     demo = demo_with(tmp_path)
-    demo.config.loop = dataclasses.replace(demo.config.loop, gate_labels="game")  # reward targets: the test below
+    # reward targets: the test below; 4 gate GRPO iterations (the demo's configs train router SFT alone), so each
+    # checkpoint's gate has its share of them
+    demo.config.loop = dataclasses.replace(demo.config.loop, gate_labels="game", gate_iterations=4)
     _with_adapter_checkpoints(demo, tmp_path)
     demo.records["baselines"] = {"figures": demo.baselines(tmp_path / "baselines")}
     gates: list = []
@@ -129,6 +131,7 @@ def test_trace_at_a_share_plays_that_share_of_the_routing_tasks_and_counts_them(
     monkeypatch.setattr(demo_loop, "train_lora", fake_train_lora([]))
     demo = demo_with(tmp_path, fractions=(0.25,))
     assert demo.config.loop.gate_labels == "reward" and demo.config.select.tasks == 100
+    demo.config.loop = dataclasses.replace(demo.config.loop, gate_iterations=4)  # with gate GRPO, as Step 4's 256
     _with_adapter_checkpoints(demo, tmp_path)
     demo.records["gate"]["figures"]["routing_episodes"] = 400
     assert demo.trace_episodes() == 1680

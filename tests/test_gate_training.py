@@ -37,12 +37,13 @@ def adapters(tmp_path_factory) -> dict[str, Path]:
 
 
 def _synthetic(n: int, seed: int) -> list[LabeledSequence]:
-    """Sequences whose every token is labeled with the slot its token range belongs to (labels mixed per token)."""
+    """Sequences whose every token after the first is labeled with the slot the token before it belongs to by its
+    range (labels mixed per token): router SFT trains a token's label at the position before it, which decides it."""
     rng = random.Random(seed)
     out = []
     for _ in range(n):
-        labels = [rng.randrange(3) for _ in range(rng.randint(10, 20))]
-        out.append(LabeledSequence([rng.randrange(*RANGES[label]) for label in labels], labels))
+        slots = [rng.randrange(3) for _ in range(rng.randint(10, 20))]
+        out.append(LabeledSequence([rng.randrange(*RANGES[slot]) for slot in slots], [-100] + slots[:-1]))
     return out
 
 
