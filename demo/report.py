@@ -289,8 +289,9 @@ def routing_section(run_dir: Path, records: dict[str, dict[str, Any]], results: 
             out["routing_targets"] = targets
             source = ("Reward targets (train/routing_targets.py, `sft.objective: reward`): the base agent and each "
                       f"adapter alone played Step 1's first {targets['tasks']} analysis tasks (not the evaluation's), "
-                      "and each slot's gate logit is fitted to that slot's mean reward on the task, on every assistant "
-                      "token of every conversation played there. Per slot, mean reward and the tasks where it is "
+                      "and each slot's gate logit is fitted to that slot's mean reward on the task, at every position "
+                      "that decides an assistant token (the one before it) of every conversation played there. Per "
+                      "slot, mean reward and the tasks where it is "
                       "best (alone): " + ", ".join(
                           f"{slot} {v['mean_reward']:.3f}, {v['best_tasks']} ({v['best_alone']})"
                           for slot, v in targets["slots"].items())
@@ -311,7 +312,8 @@ def routing_section(run_dir: Path, records: dict[str, dict[str, Any]], results: 
     if by_kind:
         out["by_kind"] = by_kind
         slots = by_kind["slots"]
-        lines += [f"Routing on the target per request kind: share of assistant tokens × layers sent to each slot, "
+        lines += [f"Routing on the target per request kind: share of assistant tokens × layers sent to each slot (a "
+                  "token's slot: the one chosen at the position before it, whose pass produced it), "
                   f"over up to {by_kind['per_kind']} conversations per kind drawn from TRACE's "
                   f"{len(by_kind['sources'])} evaluation results files (greedy and sampled, every evaluation seed), "
                   "each re-scored in one forward pass. A share is not a pass rate: set it beside the per-kind pass "

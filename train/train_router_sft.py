@@ -17,8 +17,9 @@ assistant header's last token); trajectory/global routing learns one label per c
 
 With `sft.objective: reward` each entry's label is instead the slot that played its results, every slot (the base
 too) has played the same tasks, and each slot's logit is fitted to that slot's mean reward on the conversation's
-task (binary cross-entropy) on every assistant token of every unhinted conversation, successful or not: the gate
-learns which slot succeeds, its top-1 the slot predicted best (train/routing_targets.py says why).
+task (binary cross-entropy) at the deciding position of every assistant token of every unhinted conversation,
+successful or not: the gate learns which slot succeeds, its top-1 the slot predicted best (train/routing_targets.py
+says why).
 
 Loss per layer, averaged over layers: cross-entropy of the gate logits against the labels (or the reward targets)
 + `sft.load_balance_weight` x Switch load balance. The cross-entropy is computed on the gate logits as
