@@ -360,22 +360,15 @@ def plot_routing(base_dir: Path, gate_dir: Path, messages: list[dict[str, Any]],
 
     The conversation is rendered with the target's tools, as it was played; a token's slot is the one chosen at
     the position before it, whose forward pass produced it (`train.train_router_sft.decided_labels`)."""
-    import torch
     from matplotlib.patches import Patch
 
     from moe_gate import load_capability_model
-    from train.train_router_sft import deciding_positions, encode_conversation
     plt = pyplot()
 
     model, tokenizer = load_capability_model(gate_dir, base_model=str(base_dir))
-    ids, assistant = encode_conversation(tokenizer, messages, get_game(TARGET_GAME).make().get_tool_schemas())
-    deciding = torch.tensor(deciding_positions(assistant), dtype=torch.bool)  # [T]
-    with torch.no_grad(), model.record_routing() as record:
-        model(input_ids=torch.tensor([ids]), use_cache=False, logits_to_keep=1)  # only the routing matters
-    slots = record.slots()  # {layer: [1, T]}
-    grid = torch.stack([slots[layer][0] for layer in sorted(slots)])[:, deciding]  # [L, A]
+    grid = deciding_slots(model, tokenizer, messages, get_game(TARGET_GAME).make().get_tool_schemas())  # [L, A]
     names = list(model.slot_names)
-    figure, axis = plt.subplots(figsize=(9, 2.2 + 0.25 * len(slots)))
+    figure, axis = plt.subplots(figsize=(9, 2.2 + 0.25 * grid.shape[0]))
     cmap = plt.get_cmap("tab10", len(names))
     axis.imshow(grid.numpy(), aspect="auto", interpolation="nearest", cmap=cmap, vmin=-0.5, vmax=len(names) - 0.5)
     axis.set_xlabel("assistant tokens of one held-out storefront episode (in order)")
@@ -390,14 +383,14 @@ def plot_routing(base_dir: Path, gate_dir: Path, messages: list[dict[str, Any]],
             + ", ".join(f"{name} {share:.0%}" for name, share in shares.items()) + ".")
 
 
-def routing_counts(model: Any, tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+def deciding_slots(model: Any, tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
                    ) -> Any:
-    """Routing decisions per slot over one conversation's assistant tokens and every layer: a tensor of counts [S].
+    """The slot each layer chose for each assistant token of one conversation: a tensor [L, A].
 
     One full forward pass of the conversation as the chat template renders it with `tools` (as the episode was
-    played and as router SFT reads it), with `record_routing()` as in `plot_routing`: with token routing a
-    position's slot depends only on the tokens up to it, so this is the slot it had when it was generated. A
-    decision is counted at the position that produced an assistant token (the one before it: `deciding_positions`)."""
+    played and as router SFT reads it), with `record_routing()`: with token routing a position's slot depends only
+    on the tokens up to it, so this is the slot it had when it was generated. A token's slot is the one chosen at
+    the position that produced it (the one before it: `train.train_router_sft.deciding_positions`)."""
     import torch
 
     from train.train_router_sft import deciding_positions, encode_conversation
@@ -407,8 +400,16 @@ def routing_counts(model: Any, tokenizer: Any, messages: list[dict[str, Any]], t
     with torch.no_grad(), model.record_routing() as record:
         model(input_ids=torch.tensor([ids]), use_cache=False, logits_to_keep=1)  # only the routing matters
     slots = record.slots()  # {layer: [1, T]}
-    chosen = torch.stack([slots[layer][0] for layer in sorted(slots)])[:, mask]  # [L, A]
-    return torch.bincount(chosen.flatten(), minlength=model.n_slots)  # [S]
+    return torch.stack([slots[layer][0] for layer in sorted(slots)])[:, mask]  # [L, A]
+
+
+def routing_counts(model: Any, tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+                   ) -> Any:
+    """Routing decisions per slot over one conversation's assistant tokens and every layer (`deciding_slots`): a
+    tensor of counts [S]."""
+    import torch
+
+    return torch.bincount(deciding_slots(model, tokenizer, messages, tools).flatten(), minlength=model.n_slots)
 
 
 def shares_by_kind(conversations: list[tuple[list[str], Any]], slot_names: list[str]) -> dict[str, Any]:
