@@ -17,14 +17,17 @@ the same prompts:
                new tokens per row, no stop token.
 Sides: padded_nocache (HFBackend(kv_layout="padded", prefix_cache=False): every call prefills every prompt),
 padded (today's path before the shared-prefix layout: left-padded static caches, keys/values kept across turns
-and copied into each call's cache, and the chat template rendered whole each turn), shared_prefix (the default:
-train/shared_prefix.py, with the incremental chat template) and, with --vllm-url, vllm (VLLMBackend against
+and copied into each call's cache, and the chat template rendered whole each turn), shared_prefix_rowwise (the
+shared-prefix layout with torch's attention kernel called per row, `decode_kernel=False`), shared_prefix (the
+default: train/shared_prefix.py with its compiled decoding kernel, train/decode_attention.py, and the incremental
+chat template) and, with --vllm-url, vllm (VLLMBackend against
 that server, which must serve --model). The HF sides share one seed and one sampling rule, so they sample the
 same tokens: the bench checks it (identical_samples=1). With --lora the model is first wrapped in a LoRA shaped
 like configs/grpo_tiny.yaml's (r 8 on every linear layer, non-zero weights), as GRPO samples it; a side
 shared_prefix_unmerged (merge_lora=False) runs the LoRA layers at every step (`lora_merge_speedup=`).
 Printed per side and workload: tokens/s (episodes/s for evaluation), seconds, prefill tokens (rows x columns run
-before decoding) and the share of the seconds spent inside attention; then
+before decoding) and the share of the seconds spent inside attention; `decode_kernel_speedup=` (multi_turn
+shared_prefix over shared_prefix_rowwise tokens/s); then
 `tokens_per_s_speedup=` (multi_turn shared_prefix over padded tokens/s) and `episodes_per_s_speedup=` (evaluation
 episodes/s, same ratio), each on a line of its own, and as the last line the headline: `tokens_per_s_speedup=`
 again, or with --vllm-url `hf_vs_vllm=` (multi_turn shared_prefix tokens/s over vllm's).
@@ -180,6 +183,7 @@ def run(args: argparse.Namespace, model_dir: Path) -> int:
     sides: dict[str, tuple[RolloutBackend, bool]] = {  # name -> (backend, incremental chat template)
         "padded_nocache": (HFBackend(model, pad, seed=args.seed, prefix_cache=False, kv_layout="padded"), False),
         "padded": (HFBackend(model, pad, seed=args.seed, kv_layout="padded"), False),
+        "shared_prefix_rowwise": (HFBackend(model, pad, seed=args.seed, decode_kernel=False), True),
         "shared_prefix": (HFBackend(model, pad, seed=args.seed), True),
     }
     if args.lora:
@@ -252,6 +256,7 @@ def run(args: argparse.Namespace, model_dir: Path) -> int:
     print(f"identical_samples={int(identical)}")
     rate = {w: {name: tokens / seconds for name, (seconds, tokens, _) in figures[w].items()} for w in workloads}
     print(f"multi_turn_prefix_cache_speedup={rate['multi_turn']['padded'] / rate['multi_turn']['padded_nocache']:.3f}")
+    print(f"decode_kernel_speedup={rate['multi_turn']['shared_prefix'] / rate['multi_turn']['shared_prefix_rowwise']:.3f}")
     if "shared_prefix_unmerged" in rate["multi_turn"]:
         print(f"lora_merge_speedup={rate['multi_turn']['shared_prefix'] / rate['multi_turn']['shared_prefix_unmerged']:.3f}")
     tokens_speedup = rate["multi_turn"]["shared_prefix"] / rate["multi_turn"]["padded"]

@@ -13,6 +13,7 @@ from train import shared_prefix
 from train.backends import HFBackend, SamplingParams
 from train.episodes import ChatTokenizer, EpisodeRequest, run_episodes
 from train.policy import load_base_model
+from train.decode_attention import decode_attention, kernel_available
 from train.shared_prefix import (SharedPrefixStep, SharedPrefixStore, _attend, _attend_reference,
                                  supports_shared_prefix)
 
@@ -60,22 +61,62 @@ def _plain_attention(store: SharedPrefixStore, slot: int, columns: int, query: t
     return (scores.softmax(-1) @ all_values).transpose(0, 1)  # [n, Hq, D]
 
 
+@pytest.mark.parametrize("path", ["kernel", "runs"])  # the compiled kernel; torch's kernel per run of rows
 @pytest.mark.parametrize("prefix_len", [0, 23])
 @pytest.mark.parametrize("groups", [1, 3])  # 3: grouped-query attention (3 query heads per key/value head)
-def test_decoding_step_equals_plain_attention(prefix_len, groups):
-    n_kv, head_dim, scale = 2, 8, 0.3
+def test_decoding_step_equals_plain_attention(prefix_len, groups, path):
+    n_kv, head_dim, scale = 2, 32, 0.3
     lengths = [5, 9, 30, 31, 2, 400, 7]  # rows in consecutive slots join calls; 400 reads alone
     store, generator = _store(n_kv, head_dim, prefix_len, lengths)
     starts = [n - 1 for n in lengths]  # each row's new token is its last column
-    step = SharedPrefixStep(store, list(range(len(lengths))), starts, [1] * len(lengths), torch.device("cpu"))
-    assert len(step._runs) < len(lengths)  # some rows share a call (the padding rule)
+    slots = [3, 0, 1, 2, 4, 5, 6]  # one row out of slot order
+    step = SharedPrefixStep(store, slots, starts, [1] * len(lengths), torch.device("cpu"),
+                            use_kernel=path == "kernel")
+    if path == "runs":
+        assert len(step._plan_runs()) < len(lengths)  # some rows share a call (the padding rule)
+    else:
+        _require_kernel()
     query = torch.randn((len(lengths), n_kv * groups, 1, head_dim), generator=generator)  # [A, Hq, 1, D]
     got = step.attend(0, query, scale)  # [A, 1, Hq, D]
     for row, length in enumerate(lengths):
-        expected = _plain_attention(store, row, length, query[row], length - 1, scale)
+        expected = _plain_attention(store, slots[row], length, query[row], length - 1, scale)
         torch.testing.assert_close(got[row], expected, atol=2e-6, rtol=1e-5)
     if prefix_len:  # the prefix's share is really merged in: leaving it out changes the output
         assert not torch.allclose(step.attend(0, query, scale, use_prefix=False), got, atol=1e-3)
+
+
+def _require_kernel() -> None:
+    """The kernel's tests fail, not skip, where it was not built: the sampler would silently be slower."""
+    if not kernel_available():
+        pytest.fail("the decode-attention kernel (train/decode_attention.py) is not available on this machine: "
+                    "see the warning logged when it was built (a C++ compiler and ninja are needed), or set "
+                    "TRACE_DECODE_KERNEL=0 to run without it")
+
+
+@pytest.mark.parametrize("head_dim", [32, 64, 128])
+def test_kernel_equals_reference_attention(head_dim):
+    """The kernel on a pool with garbage past each row's length and a prefix: plain softmax attention over the
+    prefix's columns then the row's own, per query head (GQA: 2 query heads per key/value head)."""
+    _require_kernel()
+    generator = torch.Generator().manual_seed(head_dim)
+    slots_n, n_kv, columns, prefix_len = 5, 3, 64, 11
+    keys = torch.randn((slots_n, n_kv, columns, head_dim), generator=generator)  # [S, Hkv, C, D]
+    values = torch.randn((slots_n, n_kv, columns, head_dim), generator=generator)
+    prefix_keys = torch.randn((n_kv, prefix_len, head_dim), generator=generator)  # [Hkv, P, D]
+    prefix_values = torch.randn((n_kv, prefix_len, head_dim), generator=generator)
+    slots, lengths = torch.tensor([4, 0, 2]), torch.tensor([1, 64, 17])
+    query = torch.randn((3, 2 * n_kv, head_dim), generator=generator)  # [A, Hq, D]
+    out, lse = decode_attention(query, keys, values, slots, lengths, prefix_keys, prefix_values, 0.2)
+    for row, (slot, length) in enumerate(zip(slots.tolist(), lengths.tolist())):
+        all_keys = torch.cat([prefix_keys, keys[slot, :, :length]], 1).repeat_interleave(2, 0)  # [Hq, P+L, D]
+        all_values = torch.cat([prefix_values, values[slot, :, :length]], 1).repeat_interleave(2, 0)
+        scores = (all_keys @ query[row][:, :, None])[..., 0] * 0.2  # [Hq, P+L]
+        torch.testing.assert_close(out[row], (scores.softmax(-1)[:, None, :] @ all_values)[:, 0], atol=2e-6,
+                                   rtol=1e-5)
+        torch.testing.assert_close(lse[row], scores.logsumexp(-1), atol=2e-6, rtol=1e-5)
+    empty = prefix_keys[:, :0]
+    no_prefix, _ = decode_attention(query, keys, values, slots, lengths, empty, empty, 0.2)
+    assert not torch.allclose(no_prefix, out, atol=1e-3)  # the prefix's share is in the output
 
 
 @pytest.mark.parametrize("prefix_len", [0, 17])

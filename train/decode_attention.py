@@ -1,0 +1,99 @@
+"""The shared-prefix sampler's decoding attention on the CPU: one call per layer for all rows of a step.
+
+A decoding step gives every row one new token, which attends to the columns its slot holds (the row's own
+suffix; the shared prefix is attended separately and merged by log-sum-exp, train/shared_prefix.py). Rows hold
+different numbers of columns, and torch has no ragged attention on the CPU: its fused kernel
+(`aten._scaled_dot_product_flash_attention_for_cpu`) takes dense batches, so the sampler called it once per row
+(or per run of neighbouring rows of similar length): ~10 calls per layer per step on GRPO's 64-row storefront
+rollouts, each at a third of the memory bandwidth with one query token, plus Python and thread-pool overhead per
+call. `csrc/decode_attention.cpp` does all rows in one call (one task per row and head, keys then values read
+once, exact softmax in float32), so it is our own code: nothing in torch, transformers or a CPU wheel of an
+inference engine does ragged decoding attention over a slot pool.
+
+The kernel is compiled on first use with torch's JIT extension builder (ninja and the C++ compiler the machine
+has; `-march=native`, so the build is keyed by this machine's CPU flags as well as the source) into torch's
+extension cache (`TORCH_EXTENSIONS_DIR`, default ~/.cache/torch_extensions), ~25 s once per machine. Where it
+cannot be built (no compiler, no ninja) the sampler keeps torch's per-row kernel and says so once: same results,
+slower. `TRACE_DECODE_KERNEL=0` turns it off (the bench's comparison; `kernel_available` reads it at each call).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+SOURCE = Path(__file__).resolve().parent / "csrc" / "decode_attention.cpp"
+# -ffast-math lets the compiler vectorise the exponentials and the sums; -fno-finite-math-only keeps inf/NaN
+# arithmetic honest (a poisoned score must show, not be optimised away).
+# -fopenmp: at::parallel_for is OpenMP inlined from torch's headers (serial without it); the library it links,
+# libgomp.so.1, resolves to the one torch has loaded already (same soname), so there is one thread pool.
+CFLAGS = ("-O3", "-march=native", "-ffast-math", "-fno-finite-math-only", "-fopenmp")
+LDFLAGS = ("-fopenmp",)
+ENV_SWITCH = "TRACE_DECODE_KERNEL"
+HEAD_DIMS = (32, 64, 128)
+
+log = logging.getLogger(__name__)
+
+
+def _machine_key() -> str:
+    """What a build depends on beyond torch's own checks: the source, the flags, the CPU (-march=native)."""
+    cpu_flags = ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        cpu_flags = next((line for line in cpuinfo.read_text().splitlines() if line.startswith(("flags", "Features"))),
+                         "")
+    digest = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), " ".join(CFLAGS + LDFLAGS).encode(), platform.machine().encode(), cpu_flags.encode(),
+                 torch.__version__.encode(), sys.version.encode()):
+        digest.update(part)
+    return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def _extension() -> ModuleType | None:
+    from torch.utils import cpp_extension
+
+    try:
+        return cpp_extension.load(name=f"trace_decode_attention_{_machine_key()}", sources=[str(SOURCE)],
+                                  extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
+                                  verbose=False)
+    except (RuntimeError, OSError, ImportError, subprocess.CalledProcessError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        log.warning("decode-attention kernel not built (%s): sampling attends row by row with torch's kernel "
+                    "(same results, slower)", first_line)
+        return None
+
+
+def kernel_available() -> bool:
+    """The compiled kernel is loaded (built now if needed) and not switched off by TRACE_DECODE_KERNEL=0."""
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        return False
+    return _extension() is not None
+
+
+def kernel_applies(query: torch.Tensor, keys: torch.Tensor) -> bool:
+    """The kernel handles these tensors (CPU, float32, a head size it is compiled for) and is available."""
+    return (query.device.type == "cpu" and query.dtype == torch.float32 and keys.dtype == torch.float32
+            and query.shape[-1] in HEAD_DIMS and keys.is_contiguous() and kernel_available())
+
+
+def decode_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, slots: torch.Tensor,
+                     lengths: torch.Tensor, prefix_keys: torch.Tensor, prefix_values: torch.Tensor, scale: float
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row a's query [Hq, D] over the prefix's columns and columns [0, lengths[a]) of slot slots[a], the two
+    partial attentions merged by their log-sum-exps: query [A, Hq, D], keys/values [S, Hkv, C, D], prefix
+    keys/values [Hkv, P, D] (P = 0: no prefix) -> (out [A, Hq, D], lse [A, Hq]), float32. Call only where
+    `kernel_applies`."""
+    extension = _extension()
+    if extension is None:
+        raise RuntimeError("the decode-attention kernel is not built; check kernel_applies() before calling")
+    return tuple(extension.decode_attention(query.contiguous(), keys, values, slots, lengths,
+                                            prefix_keys.contiguous(), prefix_values.contiguous(), float(scale)))
