@@ -2,6 +2,9 @@
 sequence, and the sampler built on it gives the padded layout's episodes on the demo's base agent."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -214,3 +217,25 @@ def test_other_architectures_with_grouped_query_attention_sample_the_same(family
         assert a.token_ids == b.token_ids
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
     assert model.config._attn_implementation != shared_prefix.ATTENTION_NAME  # switched back after each pass
+
+
+def test_a_machine_that_cannot_build_the_kernel_samples_without_it(tmp_path):
+    """No working compiler: one warning naming why, kernel_available() False, and a decoding step attends by
+    torch's kernel with the same result (run in a fresh interpreter: the build is cached per process)."""
+    script = (
+        "import logging, torch; logging.basicConfig()\n"
+        "from train import decode_attention\n"
+        "from train.shared_prefix import SharedPrefixStep, SharedPrefixStore\n"
+        "print('available', decode_attention.kernel_available())\n"
+        "store = SharedPrefixStore(); store.reserve(1, torch.empty((1, 2, 1, 32)), 2, 16)\n"
+        "store.pool[0][0].normal_(); store.pool[0][1].normal_()\n"
+        "step = SharedPrefixStep(store, [0, 1], [3, 9], [1, 1], torch.device('cpu'))\n"
+        "query = torch.randn((2, 2, 1, 32))\n"
+        "print('same', torch.allclose(step.attend(0, query, 0.2), step.attend(0, query, 0.2, use_kernel=False)))\n")
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "CXX": "/bin/false", "TRACE_DECODE_KERNEL": "1"}
+    result = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "available False" in result.stdout and "same True" in result.stdout
+    assert result.stderr.count("decode-attention kernel not built") == 1

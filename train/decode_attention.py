@@ -10,11 +10,13 @@ call. `csrc/decode_attention.cpp` does all rows in one call (one task per row an
 once, exact softmax in float32), so it is our own code: nothing in torch, transformers or a CPU wheel of an
 inference engine does ragged decoding attention over a slot pool.
 
-The kernel is compiled on first use with torch's JIT extension builder (ninja and the C++ compiler the machine
-has; `-march=native`, so the build is keyed by this machine's CPU flags as well as the source) into torch's
-extension cache (`TORCH_EXTENSIONS_DIR`, default ~/.cache/torch_extensions), ~25 s once per machine. Where it
-cannot be built (no compiler, no ninja) the sampler keeps torch's per-row kernel and says so once: same results,
-slower. `TRACE_DECODE_KERNEL=0` turns it off (the bench's comparison; `kernel_available` reads it at each call).
+The kernel is compiled on first use (`make` sets up .venv with a first use) with torch's JIT extension builder
+(ninja and the machine's C++ compiler; `-march=native`, so the build is keyed by this machine's CPU flags as well
+as the source, the flags and the Python/torch versions) into torch's extension cache (`TORCH_EXTENSIONS_DIR`,
+default ~/.cache/torch_extensions), from a copy of the source under ~/.cache/trace (so clones at other paths
+share the build): ~30 s once per machine and source. Where it cannot be built (no compiler, no ninja) the sampler
+keeps torch's per-row kernel and says so once: same results, slower. `TRACE_DECODE_KERNEL=0` turns it off
+(`kernel_available` reads it at each call; `HFBackend(decode_kernel=False)` for one backend).
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
+
+from common.io import atomic_write_text
 
 SOURCE = Path(__file__).resolve().parent / "csrc" / "decode_attention.cpp"
 # -ffast-math lets the compiler vectorise the exponentials and the sums; -fno-finite-math-only keeps inf/NaN
@@ -51,20 +55,32 @@ def _machine_key() -> str:
         cpu_flags = next((line for line in cpuinfo.read_text().splitlines() if line.startswith(("flags", "Features"))),
                          "")
     digest = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), " ".join(CFLAGS + LDFLAGS).encode(), platform.machine().encode(), cpu_flags.encode(),
-                 torch.__version__.encode(), sys.version.encode()):
+    for part in (SOURCE.read_bytes(), " ".join(CFLAGS + LDFLAGS).encode(), platform.machine().encode(),
+                 cpu_flags.encode(), torch.__version__.encode(), sys.version.encode()):
         digest.update(part)
     return digest.hexdigest()[:16]
+
+
+def _source_copy(key: str) -> Path:
+    """The kernel's source, copied to a folder named by its key. torch's builder writes the source's path into
+    its build file, so compiling each clone's own file would rebuild the machine's one cache entry whenever a
+    clone at another path loads it (~30 s each time); one path per key keeps one build per machine."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    target = cache / "trace" / "decode_attention" / key / SOURCE.name
+    source = SOURCE.read_text()
+    if not target.exists() or target.read_text() != source:
+        atomic_write_text(target, source)
+    return target
 
 
 @functools.lru_cache(maxsize=1)
 def _extension() -> ModuleType | None:
     from torch.utils import cpp_extension
 
+    key = _machine_key()
     try:
-        return cpp_extension.load(name=f"trace_decode_attention_{_machine_key()}", sources=[str(SOURCE)],
-                                  extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
-                                  verbose=False)
+        return cpp_extension.load(name=f"trace_decode_attention_{key}", sources=[str(_source_copy(key))],
+                                  extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS), verbose=False)
     except (RuntimeError, OSError, ImportError, subprocess.CalledProcessError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         log.warning("decode-attention kernel not built (%s): sampling attends row by row with torch's kernel "
