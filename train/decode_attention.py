@@ -1,14 +1,14 @@
 """The shared-prefix sampler's decoding attention on the CPU: one call per layer for all rows of a step.
 
-A decoding step gives every row one new token, which attends to the columns its slot holds (the row's own
-suffix; the shared prefix is attended separately and merged by log-sum-exp, train/shared_prefix.py). Rows hold
-different numbers of columns, and torch has no ragged attention on the CPU: its fused kernel
-(`aten._scaled_dot_product_flash_attention_for_cpu`) takes dense batches, so the sampler called it once per row
-(or per run of neighbouring rows of similar length): ~10 calls per layer per step on GRPO's 64-row storefront
-rollouts, each at a third of the memory bandwidth with one query token, plus Python and thread-pool overhead per
-call. `csrc/decode_attention.cpp` does all rows in one call (one task per row and head, keys then values read
-once, exact softmax in float32), so it is our own code: nothing in torch, transformers or a CPU wheel of an
-inference engine does ragged decoding attention over a slot pool.
+A decoding step gives every row one new token, which attends to the shared prefix and to the columns its own slot
+holds (train/shared_prefix.py). Rows hold different numbers of columns, and torch has no ragged attention on the
+CPU: its fused kernel (`aten._scaled_dot_product_flash_attention_for_cpu`) takes dense batches, so the sampler
+called it once per row (or per run of neighbouring rows of similar length): ~11 calls per layer per step on GRPO's
+64-row storefront rollouts, which in the running sampler read keys and values at ~10 GB/s, plus Python and
+thread-pool overhead per call. `csrc/decode_attention.cpp` does all rows in one call: one task per row and query
+head reads the prefix (from cache: it is the same for every row) and the row's own columns once each, an exact
+float32 softmax over each part, the two merged by their log-sum-exps. It is our own code because nothing in
+torch, transformers or a CPU wheel of an inference engine does ragged decoding attention over a slot pool.
 
 The kernel is compiled on first use (`make` sets up .venv with a first use) with torch's JIT extension builder
 (ninja and the machine's C++ compiler; `-march=native`, so the build is keyed by this machine's CPU flags as well
