@@ -96,19 +96,21 @@ def _require_kernel() -> None:
                     "TRACE_DECODE_KERNEL=0 to run without it")
 
 
-@pytest.mark.parametrize("head_dim", [32, 64, 128])
-def test_kernel_equals_reference_attention(head_dim):
+@pytest.mark.parametrize("head_dim,query_scale", [(32, 1.0), (64, 1.0), (128, 1.0), (32, 30.0)])
+def test_kernel_equals_reference_attention(head_dim, query_scale):
     """The kernel on a pool with garbage past each row's length and a prefix: plain softmax attention over the
-    prefix's columns then the row's own, per query head (GQA: 2 query heads per key/value head)."""
+    prefix's columns then the row's own, per query head (GQA: 2 query heads per key/value head). Lengths cover
+    whole blocks of eight columns and tails; query_scale 30 spreads the scores over hundreds, so most weights
+    underflow (the kernel's own exponential below -87)."""
     _require_kernel()
-    generator = torch.Generator().manual_seed(head_dim)
+    generator = torch.Generator().manual_seed(head_dim + int(query_scale))
     slots_n, n_kv, columns, prefix_len = 5, 3, 64, 11
     keys = torch.randn((slots_n, n_kv, columns, head_dim), generator=generator)  # [S, Hkv, C, D]
     values = torch.randn((slots_n, n_kv, columns, head_dim), generator=generator)
     prefix_keys = torch.randn((n_kv, prefix_len, head_dim), generator=generator)  # [Hkv, P, D]
     prefix_values = torch.randn((n_kv, prefix_len, head_dim), generator=generator)
     slots, lengths = torch.tensor([4, 0, 2]), torch.tensor([1, 64, 17])
-    query = torch.randn((3, 2 * n_kv, head_dim), generator=generator)  # [A, Hq, D]
+    query = torch.randn((3, 2 * n_kv, head_dim), generator=generator) * query_scale  # [A, Hq, D]
     out, lse = decode_attention(query, keys, values, slots, lengths, prefix_keys, prefix_values, 0.2)
     for row, (slot, length) in enumerate(zip(slots.tolist(), lengths.tolist())):
         all_keys = torch.cat([prefix_keys, keys[slot, :, :length]], 1).repeat_interleave(2, 0)  # [Hq, P+L, D]
@@ -116,10 +118,13 @@ def test_kernel_equals_reference_attention(head_dim):
         scores = (all_keys @ query[row][:, :, None])[..., 0] * 0.2  # [Hq, P+L]
         torch.testing.assert_close(out[row], (scores.softmax(-1)[:, None, :] @ all_values)[:, 0], atol=2e-6,
                                    rtol=1e-5)
-        torch.testing.assert_close(lse[row], scores.logsumexp(-1), atol=2e-6, rtol=1e-5)
+        torch.testing.assert_close(lse[row], scores.logsumexp(-1), atol=2e-6 * query_scale, rtol=1e-5)
     empty = prefix_keys[:, :0]
     no_prefix, _ = decode_attention(query, keys, values, slots, lengths, empty, empty, 0.2)
     assert not torch.allclose(no_prefix, out, atol=1e-3)  # the prefix's share is in the output
+    keys[0, 0, 40] = float("nan")  # a poisoned key in row 1's columns shows in its output, not in the others'
+    poisoned, _ = decode_attention(query, keys, values, slots, lengths, prefix_keys, prefix_values, 0.2)
+    assert poisoned[1, :2].isnan().all() and not poisoned[[0, 2]].isnan().any() and not poisoned[1, 2:].isnan().any()
 
 
 @pytest.mark.parametrize("prefix_len", [0, 17])

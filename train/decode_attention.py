@@ -35,8 +35,8 @@ import torch
 from common.io import atomic_write_text
 
 SOURCE = Path(__file__).resolve().parent / "csrc" / "decode_attention.cpp"
-# -ffast-math lets the compiler vectorise the exponentials and the sums; -fno-finite-math-only keeps inf/NaN
-# arithmetic honest (a poisoned score must show, not be optimised away).
+# -ffast-math lets the compiler reorder and fuse the sums; -fno-finite-math-only keeps inf/NaN arithmetic honest
+# (a poisoned score must show, not be optimised away). The exponentials are vectorised in the source itself.
 # -fopenmp: at::parallel_for is OpenMP inlined from torch's headers (serial without it); the library it links,
 # libgomp.so.1, resolves to the one torch has loaded already (same soname), so there is one thread pool.
 CFLAGS = ("-O3", "-march=native", "-ffast-math", "-fno-finite-math-only", "-fopenmp")
