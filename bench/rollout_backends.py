@@ -18,16 +18,18 @@ the same prompts:
 Sides: padded_nocache (HFBackend(kv_layout="padded", prefix_cache=False): every call prefills every prompt),
 padded (today's path before the shared-prefix layout: left-padded static caches, keys/values kept across turns
 and copied into each call's cache, and the chat template rendered whole each turn), shared_prefix_rowwise (the
-shared-prefix layout with torch's attention kernel called per row, `decode_kernel=False`), shared_prefix (the
-default: train/shared_prefix.py with its compiled decoding kernel, train/decode_attention.py, and the incremental
-chat template) and, with --vllm-url, vllm (VLLMBackend against
+shared-prefix layout with torch's attention kernel called per row and transformers' forward, `decode_kernel=False,
+lean_forward=False`), shared_prefix_transformers (its compiled decoding kernel, train/decode_attention.py, still
+transformers' forward), shared_prefix (the default: the kernel, the model as plain tensor calls,
+train/lean_forward.py, and the incremental chat template) and, with --vllm-url, vllm (VLLMBackend against
 that server, which must serve --model). The HF sides share one seed and one sampling rule, so they sample the
 same tokens: the bench checks it (identical_samples=1). With --lora the model is first wrapped in a LoRA shaped
 like configs/grpo_tiny.yaml's (r 8 on every linear layer, non-zero weights), as GRPO samples it; a side
 shared_prefix_unmerged (merge_lora=False) runs the LoRA layers at every step (`lora_merge_speedup=`).
 Printed per side and workload: tokens/s (episodes/s for evaluation), seconds, prefill tokens (rows x columns run
 before decoding) and the share of the seconds spent inside attention; `decode_kernel_speedup=` (multi_turn
-shared_prefix over shared_prefix_rowwise tokens/s); then
+shared_prefix_transformers over shared_prefix_rowwise tokens/s), `lean_forward_speedup=` (shared_prefix over
+shared_prefix_transformers); then
 `tokens_per_s_speedup=` (multi_turn shared_prefix over padded tokens/s) and `episodes_per_s_speedup=` (evaluation
 episodes/s, same ratio), each on a line of its own, and as the last line the headline: `tokens_per_s_speedup=`
 again, or with --vllm-url `hf_vs_vllm=` (multi_turn shared_prefix tokens/s over vllm's).
@@ -53,7 +55,7 @@ from common.validation import InputError, check_number
 from game_registry import get_game
 from train.backends import HFBackend, RolloutBackend, SamplingParams
 from train.episodes import ChatTokenizer, EpisodeRequest, run_episodes, start_episode
-from train.shared_prefix import ATTENTION_NAME
+from train.shared_prefix import SharedPrefixStep
 
 GAME = "storefront"
 GAME_CONFIG = REPO_ROOT / "configs/storefront/cpu_demo.yaml"
@@ -120,17 +122,19 @@ def served_model(url: str) -> str:
 
 
 class AttentionClock:
-    """Seconds spent inside the attention functions (sdpa: the padded layout; ATTENTION_NAME: the shared-prefix
-    layout), by wrapping their entries in transformers' AttentionInterface for the bench's lifetime."""
+    """Seconds spent inside attention: transformers' sdpa entry (the padded layout) and SharedPrefixStep.attend (the
+    shared-prefix layout, reached through its attention entry or from train/lean_forward.py), both wrapped for the
+    bench's lifetime."""
 
     def __init__(self) -> None:
         from transformers import AttentionInterface
 
         self.seconds = 0.0
         self._mapping = AttentionInterface._global_mapping
-        self._originals = {name: self._mapping[name] for name in ("sdpa", ATTENTION_NAME)}
-        for name, function in self._originals.items():
-            self._mapping[name] = self._timed(function)
+        self._originals = {"sdpa": self._mapping["sdpa"]}
+        self._mapping["sdpa"] = self._timed(self._originals["sdpa"])
+        self._attend = SharedPrefixStep.attend
+        SharedPrefixStep.attend = self._timed(self._attend)
 
     def _timed(self, function):
         def timed(*args, **kwargs):
@@ -143,6 +147,7 @@ class AttentionClock:
 
     def close(self) -> None:
         self._mapping.update(self._originals)
+        SharedPrefixStep.attend = self._attend
 
 
 def play(backend: RolloutBackend, spec, chat, requests, overrides, budget: int, temperature: float
@@ -183,7 +188,9 @@ def run(args: argparse.Namespace, model_dir: Path) -> int:
     sides: dict[str, tuple[RolloutBackend, bool]] = {  # name -> (backend, incremental chat template)
         "padded_nocache": (HFBackend(model, pad, seed=args.seed, prefix_cache=False, kv_layout="padded"), False),
         "padded": (HFBackend(model, pad, seed=args.seed, kv_layout="padded"), False),
-        "shared_prefix_rowwise": (HFBackend(model, pad, seed=args.seed, decode_kernel=False), True),
+        "shared_prefix_rowwise": (HFBackend(model, pad, seed=args.seed, decode_kernel=False, lean_forward=False),
+                                  True),
+        "shared_prefix_transformers": (HFBackend(model, pad, seed=args.seed, lean_forward=False), True),
         "shared_prefix": (HFBackend(model, pad, seed=args.seed), True),
     }
     if args.lora:
@@ -256,7 +263,8 @@ def run(args: argparse.Namespace, model_dir: Path) -> int:
     print(f"identical_samples={int(identical)}")
     rate = {w: {name: tokens / seconds for name, (seconds, tokens, _) in figures[w].items()} for w in workloads}
     print(f"multi_turn_prefix_cache_speedup={rate['multi_turn']['padded'] / rate['multi_turn']['padded_nocache']:.3f}")
-    print(f"decode_kernel_speedup={rate['multi_turn']['shared_prefix'] / rate['multi_turn']['shared_prefix_rowwise']:.3f}")
+    print(f"decode_kernel_speedup={rate['multi_turn']['shared_prefix_transformers'] / rate['multi_turn']['shared_prefix_rowwise']:.3f}")
+    print(f"lean_forward_speedup={rate['multi_turn']['shared_prefix'] / rate['multi_turn']['shared_prefix_transformers']:.3f}")
     if "shared_prefix_unmerged" in rate["multi_turn"]:
         print(f"lora_merge_speedup={rate['multi_turn']['shared_prefix'] / rate['multi_turn']['shared_prefix_unmerged']:.3f}")
     tokens_speedup = rate["multi_turn"]["shared_prefix"] / rate["multi_turn"]["padded"]

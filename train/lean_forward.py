@@ -1,0 +1,122 @@
+"""The shared-prefix sampler's forward pass for Llama-family models, as plain tensor calls.
+
+Why: a decoding step of the CPU demo's agent (4 layers, 192 wide) costs less in arithmetic than in transformers'
+per-module Python: each layer runs ~15 module calls (projections, two RMSNorm modules plus Qwen3's per-head ones,
+rotary helpers, the attention interface's dispatch) through hooks, kwargs checks and output records, ~40,000
+module calls and ~10,000 RMSNorm modules of 4-5 tensor ops each in one 64-episode GRPO batch. Here a step is the
+same computation as transformers' `LlamaForCausalLM` / `Qwen2ForCausalLM` / `Qwen3ForCausalLM` /
+`MistralForCausalLM` forward in inference, written against the modules' own weights (read at each call, so an
+optimizer step or a re-merged LoRA copy is seen), with one fused `torch.rms_norm` per norm and the rotary
+embedding applied to queries and keys together. Keys/values and attention go through the step as before
+(`SharedPrefixStep.update` / `attend`), so the layout, the kernel and the merge are shared with the transformers
+path. Equal to it up to float rounding: tests compare logits and sampled episodes on every family above.
+
+Used only where that equality is what the code checks: float32 weights, a model of one of those types (exactly,
+not a subclass) with plain `nn.Linear` projections (no LoRA layer: a PEFT policy is sampled through its merged
+copy), SiLU MLPs and no sliding window. Anything else (a gated capability model, an unmerged adapter, bf16) runs
+transformers' forward.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from train.shared_prefix import SharedPrefixStep
+
+# model_type -> whether its attention normalises each head's queries and keys (Qwen3's q_norm / k_norm)
+FAMILIES = {"llama": False, "mistral": False, "qwen2": False, "qwen3": True}
+
+
+@dataclass(frozen=True)
+class _Layer:
+    attention: torch.nn.Module  # its q/k/v/o projections, q_norm/k_norm (Qwen3) and `scaling`
+    mlp: torch.nn.Module  # gate/up/down projections
+    input_norm: torch.nn.Module
+    post_attention_norm: torch.nn.Module
+
+
+class LeanForward:
+    """`forward(step, input_ids, position_ids, keep)` -> logits of the kept positions, for a model `of(model)`
+    accepted. Holds the modules, never copies of their weights."""
+
+    def __init__(self, model: torch.nn.Module):
+        body = model.model
+        self.model, self.body = model, body
+        self.head_norms = FAMILIES[model.config.model_type]
+        self.layers = [_Layer(layer.self_attn, layer.mlp, layer.input_layernorm, layer.post_attention_layernorm)
+                       for layer in body.layers]
+        self.head_dim = self.layers[0].attention.head_dim
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> "LeanForward | None":
+        """A lean forward for `model`, or None where it does not apply (see the module docstring)."""
+        config = getattr(model, "config", None)
+        if config is None or getattr(config, "model_type", None) not in FAMILIES:
+            return None
+        if type(model).__name__ != f"{_class_prefix(config.model_type)}ForCausalLM" or type(model).__module__ != (
+                f"transformers.models.{config.model_type}.modeling_{config.model_type}"):
+            return None
+        if getattr(config, "hidden_act", None) != "silu":  # (full attention only: the sampler checks that)
+            return None
+        if next(model.parameters()).dtype != torch.float32:
+            return None
+        linears = [model.lm_head] + [getattr(layer.self_attn, name) for layer in model.model.layers
+                                     for name in ("q_proj", "k_proj", "v_proj", "o_proj")]
+        linears += [getattr(layer.mlp, name) for layer in model.model.layers
+                    for name in ("gate_proj", "up_proj", "down_proj")]
+        if any(type(linear) is not torch.nn.Linear for linear in linears):
+            return None
+        return cls(model)
+
+    @staticmethod
+    def _norm(module: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+        """transformers' RMSNorm modules (weight * x / rms(x)), as one op."""
+        return torch.rms_norm(hidden, (hidden.shape[-1],), module.weight, module.variance_epsilon)
+
+    @staticmethod
+    def _rotate(states: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Rotary embedding (rotate-half convention): states [Bq, Lq, H, D], cos/sin [Bq, Lq, 1, D]."""
+        first, second = states.chunk(2, dim=-1)
+        return states * cos + torch.cat((-second, first), dim=-1) * sin
+
+    def forward(self, step: "SharedPrefixStep", input_ids: torch.Tensor, position_ids: torch.Tensor,
+                keep: int | torch.Tensor) -> torch.Tensor:
+        """Logits [Bq, K, V] of input_ids [Bq, Lq] at position_ids [Bq, Lq]; `keep` as transformers'
+        `logits_to_keep` (an int: the last so many positions; a tensor: those positions)."""
+        hidden = self.body.embed_tokens(input_ids)  # [Bq, Lq, E]
+        cos, sin = self.body.rotary_emb(hidden, position_ids)  # [Bq, Lq, D] each
+        cos, sin = cos[:, :, None, :], sin[:, :, None, :]  # [Bq, Lq, 1, D]
+        batch, width = input_ids.shape
+        for index, layer in enumerate(self.layers):
+            attention = layer.attention
+            normed = self._norm(layer.input_norm, hidden)  # [Bq, Lq, E]
+            query = F.linear(normed, attention.q_proj.weight, attention.q_proj.bias).view(batch, width, -1,
+                                                                                         self.head_dim)
+            key = F.linear(normed, attention.k_proj.weight, attention.k_proj.bias).view(batch, width, -1,
+                                                                                       self.head_dim)
+            value = F.linear(normed, attention.v_proj.weight, attention.v_proj.bias).view(batch, width, -1,
+                                                                                         self.head_dim)
+            if self.head_norms:
+                query, key = self._norm(attention.q_norm, query), self._norm(attention.k_norm, key)
+            n_heads = query.shape[2]
+            rotated = self._rotate(torch.cat((query, key), dim=2), cos, sin)  # [Bq, Lq, Hq+Hkv, D]
+            query, key = rotated[:, :, :n_heads], rotated[:, :, n_heads:]
+            step.update(key.transpose(1, 2), value.transpose(1, 2), index)  # [Bq, Hkv, Lq, D]
+            attended = step.attend(index, query.transpose(1, 2), attention.scaling)  # [Bq, Lq, Hq, D]
+            hidden = hidden + F.linear(attended.reshape(batch, width, -1), attention.o_proj.weight,
+                                       attention.o_proj.bias)
+            normed = self._norm(layer.post_attention_norm, hidden)
+            mlp = layer.mlp
+            gated = F.silu(F.linear(normed, mlp.gate_proj.weight, mlp.gate_proj.bias)) * F.linear(
+                normed, mlp.up_proj.weight, mlp.up_proj.bias)
+            hidden = hidden + F.linear(gated, mlp.down_proj.weight, mlp.down_proj.bias)
+        kept = hidden[:, -keep:] if isinstance(keep, int) else hidden[:, keep]  # [Bq, K, E]
+        return self.model.lm_head(self._norm(self.body.norm, kept))  # [Bq, K, V]
+
+
+def _class_prefix(model_type: str) -> str:
+    return {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3"}[model_type]
