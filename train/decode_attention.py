@@ -12,9 +12,9 @@ torch, transformers or a CPU wheel of an inference engine does ragged decoding a
 
 The kernel is compiled on first use (`make` sets up .venv with a first use) with torch's JIT extension builder
 (ninja and the machine's C++ compiler; `-march=native`, so the build is keyed by this machine's CPU flags as well
-as the source, the flags and the Python/torch versions) into torch's extension cache (`TORCH_EXTENSIONS_DIR`,
-default ~/.cache/torch_extensions), from a copy of the source under ~/.cache/trace (so clones at other paths
-share the build): ~30 s once per machine and source. Where it cannot be built (no compiler, no ninja) the sampler
+as the source, the flags, the Python/torch versions and torch's folder) into torch's extension cache
+(`TORCH_EXTENSIONS_DIR`, default ~/.cache/torch_extensions), from a copy of the source under ~/.cache/trace (so
+clones at other paths using one .venv share the build): ~30 s once per environment and source. Where it cannot be built (no compiler, no ninja) the sampler
 keeps torch's per-row kernel and says so once: same results, slower. `TRACE_DECODE_KERNEL=0` turns it off
 (`kernel_available` reads it at each call; `HFBackend(decode_kernel=False)` for one backend).
 """
@@ -48,7 +48,9 @@ log = logging.getLogger(__name__)
 
 
 def _machine_key() -> str:
-    """What a build depends on beyond torch's own checks: the source, the flags, the CPU (-march=native)."""
+    """What a build depends on beyond torch's own checks: the source, the flags, the CPU (-march=native), and
+    where torch is installed: its build file names torch's include folders, so two virtual environments sharing
+    one build (a clone with a copied .venv) rebuilt it (~30 s) each time the other had used it."""
     cpu_flags = ""
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
@@ -56,7 +58,8 @@ def _machine_key() -> str:
                          "")
     digest = hashlib.sha256()
     for part in (SOURCE.read_bytes(), " ".join(CFLAGS + LDFLAGS).encode(), platform.machine().encode(),
-                 cpu_flags.encode(), torch.__version__.encode(), sys.version.encode()):
+                 cpu_flags.encode(), torch.__version__.encode(), sys.version.encode(),
+                 str(Path(torch.__file__).resolve().parent).encode()):
         digest.update(part)
     return digest.hexdigest()[:16]
 
@@ -64,7 +67,7 @@ def _machine_key() -> str:
 def _source_copy(key: str) -> Path:
     """The kernel's source, copied to a folder named by its key. torch's builder writes the source's path into
     its build file, so compiling each clone's own file would rebuild the machine's one cache entry whenever a
-    clone at another path loads it (~30 s each time); one path per key keeps one build per machine."""
+    clone at another path loads it (~30 s each time); one path per key keeps one build per environment."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     target = cache / "trace" / "decode_attention" / key / SOURCE.name
     source = SOURCE.read_text()
