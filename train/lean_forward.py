@@ -19,13 +19,21 @@ transformers' forward.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 
-if TYPE_CHECKING:
-    from train.shared_prefix import SharedPrefixStep
+
+class AttentionStep(Protocol):
+    """Where a pass's keys/values go and how its queries attend (train/shared_prefix.py's SharedPrefixStep)."""
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store key/value states [Bq, Hkv, Lq, D] of layer `layer_idx`."""
+
+    def attend(self, layer_idx: int, query: torch.Tensor, scale: float) -> torch.Tensor:
+        """Attention output [Bq, Lq, Hq, D] of query [Bq, Hq, Lq, D] over what the layer holds."""
 
 # model_type -> whether its attention normalises each head's queries and keys (Qwen3's q_norm / k_norm)
 FAMILIES = {"llama": False, "mistral": False, "qwen2": False, "qwen3": True}
@@ -83,7 +91,7 @@ class LeanForward:
         first, second = states.chunk(2, dim=-1)
         return states * cos + torch.cat((-second, first), dim=-1) * sin
 
-    def forward(self, step: "SharedPrefixStep", input_ids: torch.Tensor, position_ids: torch.Tensor,
+    def forward(self, step: AttentionStep, input_ids: torch.Tensor, position_ids: torch.Tensor,
                 keep: int | torch.Tensor) -> torch.Tensor:
         """Logits [Bq, K, V] of input_ids [Bq, Lq] at position_ids [Bq, Lq]; `keep` as transformers'
         `logits_to_keep` (an int: the last so many positions; a tensor: those positions)."""
