@@ -131,8 +131,8 @@ class AttentionClock:
 
         self.seconds = 0.0
         self._mapping = AttentionInterface._global_mapping
-        self._originals = {"sdpa": self._mapping["sdpa"]}
-        self._mapping["sdpa"] = self._timed(self._originals["sdpa"])
+        self._sdpa = self._mapping["sdpa"]
+        self._mapping["sdpa"] = self._timed(self._sdpa)
         self._attend = SharedPrefixStep.attend
         SharedPrefixStep.attend = self._timed(self._attend)
 
@@ -146,7 +146,7 @@ class AttentionClock:
         return timed
 
     def close(self) -> None:
-        self._mapping.update(self._originals)
+        self._mapping["sdpa"] = self._sdpa
         SharedPrefixStep.attend = self._attend
 
 

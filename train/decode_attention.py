@@ -14,8 +14,8 @@ The kernel is compiled on first use (`make` sets up .venv with a first use) with
 (ninja and the machine's C++ compiler; `-march=native`, so the build is keyed by this machine's CPU flags as well
 as the source, the flags, the Python/torch versions and torch's folder) into torch's extension cache
 (`TORCH_EXTENSIONS_DIR`, default ~/.cache/torch_extensions), from a copy of the source under ~/.cache/trace (so
-clones at other paths using one .venv share the build): ~30 s once per environment and source. Where it cannot be built (no compiler, no ninja) the sampler
-keeps torch's per-row kernel and says so once: same results, slower. `TRACE_DECODE_KERNEL=0` turns it off
+clones at other paths using one .venv share the build): ~30 s once per environment and source. Where it cannot
+be built (no compiler, no ninja) the sampler keeps torch's per-row kernel and says so once: same results, slower. `TRACE_DECODE_KERNEL=0` turns it off
 (`kernel_available` reads it at each call; `HFBackend(decode_kernel=False)` for one backend).
 """
 from __future__ import annotations

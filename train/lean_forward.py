@@ -35,8 +35,10 @@ class AttentionStep(Protocol):
     def attend(self, layer_idx: int, query: torch.Tensor, scale: float) -> torch.Tensor:
         """Attention output [Bq, Lq, Hq, D] of query [Bq, Hq, Lq, D] over what the layer holds."""
 
-# model_type -> whether its attention normalises each head's queries and keys (Qwen3's q_norm / k_norm)
-FAMILIES = {"llama": False, "mistral": False, "qwen2": False, "qwen3": True}
+# model_type -> (transformers' causal-LM class, whether its attention normalises each head's queries and keys:
+# Qwen3's q_norm / k_norm)
+FAMILIES = {"llama": ("LlamaForCausalLM", False), "mistral": ("MistralForCausalLM", False),
+            "qwen2": ("Qwen2ForCausalLM", False), "qwen3": ("Qwen3ForCausalLM", True)}
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class LeanForward:
     def __init__(self, model: torch.nn.Module):
         body = model.model
         self.model, self.body = model, body
-        self.head_norms = FAMILIES[model.config.model_type]
+        self.head_norms = FAMILIES[model.config.model_type][1]
         self.layers = [_Layer(layer.self_attn, layer.mlp, layer.input_layernorm, layer.post_attention_layernorm)
                        for layer in body.layers]
         self.head_dim = self.layers[0].attention.head_dim
@@ -65,8 +67,9 @@ class LeanForward:
         config = getattr(model, "config", None)
         if config is None or getattr(config, "model_type", None) not in FAMILIES:
             return None
-        if type(model).__name__ != f"{_class_prefix(config.model_type)}ForCausalLM" or type(model).__module__ != (
-                f"transformers.models.{config.model_type}.modeling_{config.model_type}"):
+        family = config.model_type
+        if (type(model).__name__, type(model).__module__) != (
+                FAMILIES[family][0], f"transformers.models.{family}.modeling_{family}"):
             return None
         if getattr(config, "hidden_act", None) != "silu":  # (full attention only: the sampler checks that)
             return None
@@ -125,6 +128,3 @@ class LeanForward:
         kept = hidden[:, -keep:] if isinstance(keep, int) else hidden[:, keep]  # [Bq, K, E]
         return self.model.lm_head(self._norm(self.body.norm, kept))  # [Bq, K, V]
 
-
-def _class_prefix(model_type: str) -> str:
-    return {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3"}[model_type]

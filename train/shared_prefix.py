@@ -452,7 +452,6 @@ class SharedPrefixSampler:
                                 use_cache=True, logits_to_keep=keep).logits
         return logits[0] if step.packed else logits[:, -1, :]  # [A, V]
 
-
     def _ensure_prefix(self, runner: torch.nn.Module, prompts: Sequence[Sequence[int]], like: torch.Tensor,
                        n_layers: int) -> None:
         """Keep the stored prefix (and the rows) when every prompt continues it, or when there is none and the
