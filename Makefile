@@ -19,14 +19,15 @@ STAMP := $(VENV)/.installed-requirements
 venv: $(STAMP)
 
 # requirements.txt, then the project itself, editable (pyproject.toml): `python -m train ...` works from any
-# folder (-qq: without setuptools' banner on editable installs); then the sampler's C++ decoding-attention kernel
-# is compiled once into torch's extension cache (~25 s; train/decode_attention.py)
+# folder (-qq: without setuptools' banner on editable installs); then the sampler's C++ kernels (decoding
+# attention, small-batch linear layers, RMSNorm) are compiled once into torch's extension cache (~45 s;
+# train/cpu_kernels.py)
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install -qq --no-deps -e .
-	$(PY) -c "import train.decode_attention as k; print('decode-attention kernel:', 'built' if k.kernel_available() else 'not built: sampling calls torch row by row (same results, slower)')"
+	$(PY) -c "import train.cpu_kernels as k; print('CPU kernels:', 'built' if k.available() else 'not built: sampling runs torch kernels (same results, slower)')"
 	@cp requirements.txt $(STAMP)
 
 demo: $(STAMP)

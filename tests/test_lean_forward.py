@@ -6,7 +6,9 @@ import pytest
 import torch
 import transformers
 
+from train import cpu_kernels
 from train.lean_forward import LeanForward
+from train.small_linear import PackedLinears
 from train.shared_prefix import SharedPrefixStep, SharedPrefixStore, stepping
 
 FAMILIES = {
@@ -30,13 +32,15 @@ def _model(family: str) -> torch.nn.Module:
     return model
 
 
-def _run(model: torch.nn.Module, lean: bool, store: SharedPrefixStore, slots, starts, tails) -> torch.Tensor:
-    """One step of the shared-prefix sampler through either forward: logits of each row's last token [A, V]."""
+def _run(model: torch.nn.Module, lean: bool, store: SharedPrefixStore, slots, starts, tails,
+         linears: PackedLinears | None = None) -> torch.Tensor:
+    """One step of the shared-prefix sampler through either forward (the lean one with the compiled kernels when
+    given `linears`): logits of each row's last token [A, V]."""
     step = SharedPrefixStep(store, slots, starts, [len(t) for t in tails], torch.device("cpu"))
     input_ids, position_ids, keep = step.model_input(tails, torch.device("cpu"))
     with torch.no_grad():
         if lean:
-            logits = LeanForward.of(model).forward(step, input_ids, position_ids, keep)
+            logits = LeanForward.of(model, linears).forward(step, input_ids, position_ids, keep)
         else:
             with stepping(model, step):
                 logits = model(input_ids=input_ids, position_ids=position_ids, cache=step, use_cache=True,
@@ -62,17 +66,23 @@ def _store(model: torch.nn.Module, prefix_len: int) -> SharedPrefixStore:
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 @pytest.mark.parametrize("prefix_len", [0, 12])
-def test_lean_forward_equals_transformers(family, prefix_len):
+@pytest.mark.parametrize("compiled", [False, True], ids=["torch_ops", "compiled_kernels"])
+def test_lean_forward_equals_transformers(family, prefix_len, compiled):
     """A packed prefill of three rows then two decoding steps, each through both forwards on copies of one
-    store: the same logits and the same keys/values written into the slots."""
+    store: the same logits and the same keys/values written into the slots. `compiled`: the lean forward's
+    projections and norms by the compiled kernels (train/small_linear.py, train/csrc/rms_norm.cpp)."""
+    if compiled and not cpu_kernels.available():
+        pytest.fail("the compiled CPU kernels (train/cpu_kernels.py) are not available on this machine")
     model = _model(family)
     assert LeanForward.of(model) is not None
+    linears = PackedLinears() if compiled else None
     stores = {lean: _store(model, prefix_len) for lean in (False, True)}
     tails = [[5, 9, 11, 40], [7], [60, 61, 62, 63, 64, 65, 66]]
     steps = [([0, 2, 3], [0, 0, 0], tails), ([0, 2, 3], [4, 1, 7], [[12], [13], [14]]),
              ([3, 0], [8, 5], [[15], [16]])]
     for slots, starts, step_tails in steps:
-        logits = {lean: _run(model, lean, stores[lean], slots, starts, step_tails) for lean in (False, True)}
+        logits = {lean: _run(model, lean, stores[lean], slots, starts, step_tails, linears if lean else None)
+                  for lean in (False, True)}
         torch.testing.assert_close(logits[True], logits[False], atol=2e-5, rtol=1e-5)
     for (keys, values), (lean_keys, lean_values) in zip(stores[False].pool, stores[True].pool):
         torch.testing.assert_close(lean_keys, keys, atol=1e-5, rtol=1e-5)

@@ -91,9 +91,9 @@ def test_decoding_step_equals_plain_attention(prefix_len, groups, path):
 def _require_kernel() -> None:
     """The kernel's tests fail, not skip, where it was not built: the sampler would silently be slower."""
     if not kernel_available():
-        pytest.fail("the decode-attention kernel (train/decode_attention.py) is not available on this machine: "
+        pytest.fail("the compiled CPU kernels (train/cpu_kernels.py) are not available on this machine: "
                     "see the warning logged when it was built (a C++ compiler and ninja are needed), or set "
-                    "TRACE_DECODE_KERNEL=0 to run without it")
+                    "TRACE_CPU_KERNELS=0 to run without them")
 
 
 @pytest.mark.parametrize("head_dim,query_scale", [(32, 1.0), (64, 1.0), (128, 1.0), (32, 30.0)])
@@ -238,9 +238,9 @@ def test_a_machine_that_cannot_build_the_kernel_samples_without_it(tmp_path):
         "query = torch.randn((2, 2, 1, 32))\n"
         "print('same', torch.allclose(step.attend(0, query, 0.2), step.attend(0, query, 0.2, use_kernel=False)))\n")
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
-           "CXX": "/bin/false", "TRACE_DECODE_KERNEL": "1"}
+           "CXX": "/bin/false", "TRACE_CPU_KERNELS": "1"}
     result = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert "available False" in result.stdout and "same True" in result.stdout
-    assert result.stderr.count("decode-attention kernel not built") == 1
+    assert result.stderr.count("CPU kernels not built") == 1

@@ -24,6 +24,9 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
+from train import cpu_kernels
+from train.small_linear import PackedLinears
+
 
 class AttentionStep(Protocol):
     """Where a pass's keys/values go and how its queries attend (train/shared_prefix.py's SharedPrefixStep)."""
@@ -53,8 +56,11 @@ class LeanForward:
     """`forward(step, input_ids, position_ids, keep)` -> logits of the kept positions, for a model `of(model)`
     accepted. Holds the modules, never copies of their weights."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, linears: PackedLinears | None = None):
         body = model.model
+        # the projections: packed and run by train/small_linear.py's loop where given (few rows), else F.linear
+        self.linear = linears.linear if linears is not None else self._plain_linear
+        self.compiled = linears is not None  # with the compiled kernels: their RMSNorm too
         self.model, self.body = model, body
         self.head_norms = FAMILIES[model.config.model_type][1]
         self.layers = [_Layer(layer.self_attn, layer.mlp, layer.input_layernorm, layer.post_attention_layernorm)
@@ -62,8 +68,10 @@ class LeanForward:
         self.head_dim = self.layers[0].attention.head_dim
 
     @classmethod
-    def of(cls, model: torch.nn.Module) -> "LeanForward | None":
-        """A lean forward for `model`, or None where it does not apply (see the module docstring)."""
+    def of(cls, model: torch.nn.Module, linears: PackedLinears | None = None) -> "LeanForward | None":
+        """A lean forward for `model`, or None where it does not apply (see the module docstring). With `linears`
+        (the sampler's packs), the compiled kernels: projections by train/small_linear.py, RMSNorm by
+        train/csrc/rms_norm.cpp; without, torch's ops."""
         config = getattr(model, "config", None)
         if config is None or getattr(config, "model_type", None) not in FAMILIES:
             return None
@@ -75,17 +83,24 @@ class LeanForward:
             return None
         if next(model.parameters()).dtype != torch.float32:
             return None
-        linears = [model.lm_head] + [getattr(layer.self_attn, name) for layer in model.model.layers
-                                     for name in ("q_proj", "k_proj", "v_proj", "o_proj")]
-        linears += [getattr(layer.mlp, name) for layer in model.model.layers
-                    for name in ("gate_proj", "up_proj", "down_proj")]
-        if any(type(linear) is not torch.nn.Linear for linear in linears):
+        projections = [model.lm_head] + [getattr(layer.self_attn, name) for layer in model.model.layers
+                                         for name in ("q_proj", "k_proj", "v_proj", "o_proj")]
+        projections += [getattr(layer.mlp, name) for layer in model.model.layers
+                        for name in ("gate_proj", "up_proj", "down_proj")]
+        if any(type(projection) is not torch.nn.Linear for projection in projections):
             return None
-        return cls(model)
+        return cls(model, linears)
 
     @staticmethod
-    def _norm(module: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-        """transformers' RMSNorm modules (weight * x / rms(x)), as one op."""
+    def _plain_linear(module: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, module.weight, module.bias)
+
+    def _norm(self, module: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+        """transformers' RMSNorm modules (weight * x / rms(x)) over hidden's last dimension, as one op: the
+        compiled one (train/csrc/rms_norm.cpp) with the compiled kernels, else torch's."""
+        if self.compiled and cpu_kernels.available():
+            rows = hidden.reshape(-1, hidden.shape[-1]).contiguous()  # [N, D]
+            return cpu_kernels.extension().rms_norm(rows, module.weight, module.variance_epsilon).view(hidden.shape)
         return torch.rms_norm(hidden, (hidden.shape[-1],), module.weight, module.variance_epsilon)
 
     @staticmethod
@@ -105,12 +120,9 @@ class LeanForward:
         for index, layer in enumerate(self.layers):
             attention = layer.attention
             normed = self._norm(layer.input_norm, hidden)  # [Bq, Lq, E]
-            query = F.linear(normed, attention.q_proj.weight, attention.q_proj.bias).view(batch, width, -1,
-                                                                                         self.head_dim)
-            key = F.linear(normed, attention.k_proj.weight, attention.k_proj.bias).view(batch, width, -1,
-                                                                                       self.head_dim)
-            value = F.linear(normed, attention.v_proj.weight, attention.v_proj.bias).view(batch, width, -1,
-                                                                                         self.head_dim)
+            query = self.linear(attention.q_proj, normed).view(batch, width, -1, self.head_dim)
+            key = self.linear(attention.k_proj, normed).view(batch, width, -1, self.head_dim)
+            value = self.linear(attention.v_proj, normed).view(batch, width, -1, self.head_dim)
             if self.head_norms:
                 query, key = self._norm(attention.q_norm, query), self._norm(attention.k_norm, key)
             n_heads = query.shape[2]
@@ -118,13 +130,11 @@ class LeanForward:
             query, key = rotated[:, :, :n_heads], rotated[:, :, n_heads:]
             step.update(key.transpose(1, 2), value.transpose(1, 2), index)  # [Bq, Hkv, Lq, D]
             attended = step.attend(index, query.transpose(1, 2), attention.scaling)  # [Bq, Lq, Hq, D]
-            hidden = hidden + F.linear(attended.reshape(batch, width, -1), attention.o_proj.weight,
-                                       attention.o_proj.bias)
+            hidden = hidden + self.linear(attention.o_proj, attended.reshape(batch, width, -1))
             normed = self._norm(layer.post_attention_norm, hidden)
             mlp = layer.mlp
-            gated = F.silu(F.linear(normed, mlp.gate_proj.weight, mlp.gate_proj.bias)) * F.linear(
-                normed, mlp.up_proj.weight, mlp.up_proj.bias)
-            hidden = hidden + F.linear(gated, mlp.down_proj.weight, mlp.down_proj.bias)
+            gated = F.silu(self.linear(mlp.gate_proj, normed)) * self.linear(mlp.up_proj, normed)
+            hidden = hidden + self.linear(mlp.down_proj, gated)
         kept = hidden[:, -keep:] if isinstance(keep, int) else hidden[:, keep]  # [Bq, K, E]
-        return self.model.lm_head(self._norm(self.body.norm, kept))  # [Bq, K, V]
+        return self.linear(self.model.lm_head, self._norm(self.body.norm, kept))  # [Bq, K, V]
 

@@ -34,7 +34,10 @@ the model's attention implementation to ATTENTION_NAME; transformers builds no m
 has no mask function for, and the registered attention function reads the active step. Only full-attention
 layers (no sliding window). A float32 Llama/Qwen2/Qwen3/Mistral model skips transformers' modules and runs as
 plain tensor calls over the same step (train/lean_forward.py: the same computation, ~15% less time per decoding
-step on the demo's agent); `lean_forward=False` keeps transformers' forward.
+step on the demo's agent), its projections and norms by the compiled kernels of train/cpu_kernels.py where they are
+built (train/small_linear.py: weights packed once per store, read once per step; another ~15%);
+`lean_forward=False` keeps transformers' forward, `compiled_ops=False` torch's ops in it, `decode_kernel=False`
+torch's kernels throughout.
 """
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ from transformers import AttentionInterface
 
 from train.decode_attention import decode_attention, kernel_applies
 from train.lean_forward import LeanForward
+from train.small_linear import PackedLinears
 from train.sampling import choose_tokens, step_uniforms
 
 ATTENTION_NAME = "trace_shared_prefix"
@@ -392,17 +396,25 @@ class SharedPrefixSampler:
     """The decoding loop over a `SharedPrefixStore` (see the module docstring). `sample` returns, per prompt,
     the sampled tokens and their log-probs; the store keeps each row's keys/values for the next call."""
 
-    def __init__(self, pad_token_id: int, keep: bool = True, decode_kernel: bool = True, lean_forward: bool = True):
+    def __init__(self, pad_token_id: int, keep: bool = True, decode_kernel: bool = True, lean_forward: bool = True,
+                 compiled_ops: bool = True):
         self.pad_token_id = pad_token_id
         self.keep = keep  # keep the rows' keys/values for the next call (the prefix cache)
-        self.decode_kernel = decode_kernel  # decoding attention by train/decode_attention.py where it applies
+        # the compiled kernels where they apply: decoding attention (train/decode_attention.py) and, with
+        # `compiled_ops`, the lean forward's projections and norms (train/small_linear.py, train/csrc/rms_norm.cpp)
+        self.decode_kernel = decode_kernel
+        self.compiled_ops = decode_kernel and compiled_ops
         self.lean_forward = lean_forward  # forward passes by train/lean_forward.py where it applies
         self._lean: LeanForward | None = None  # the current call's runner's, where it applies
         self.store = SharedPrefixStore()
+        self._linears = PackedLinears()  # packed weights: made with the store, dropped with it
         self.prefill_tokens = 0  # rows x columns run through the model before decoding
 
     def clear(self) -> None:
+        """Drop the keys/values and the packed weights (both were computed from the weights: the backend clears
+        the sampler whenever they change)."""
         self.store = SharedPrefixStore()
+        self._linears = PackedLinears()
 
     def sample(self, runner: torch.nn.Module, prompts: Sequence[Sequence[int]], max_new_tokens: int,
                temperature: float, stop_token_ids: Sequence[int], generator: torch.Generator, max_batch_size: int
@@ -412,7 +424,9 @@ class SharedPrefixSampler:
         if not self.keep:
             self.clear()
         n_layers = int(base_config(runner).num_hidden_layers)
-        self._lean = LeanForward.of(runner) if self.lean_forward else None  # for this call only
+        # for this call only; with the compiled kernels, its projections by the packed loop (train/small_linear.py)
+        self._lean = (LeanForward.of(runner, self._linears if self.compiled_ops else None) if self.lean_forward
+                      else None)
         try:
             self._ensure_prefix(runner, prompts, like, n_layers)
             rows = self._claim([list(p[self.store.prefix_len :]) for p in prompts], like, n_layers, max_new_tokens)

@@ -19,7 +19,8 @@
 // of the time), scores of eight columns at once summed by a transpose-and-add tree (not eight serial horizontal
 // sums), two sets of value sums at head size 32 (one multiply-add's latency per column bounded that loop), and
 // the tasks cut into one part per thread by columns read, not by count (rows hold very different lengths).
-#include <torch/extension.h>
+#include "kernels.h"
+
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -29,6 +30,7 @@
 #include <limits>
 #include <vector>
 
+namespace trace_kernels {
 namespace {
 
 // Eight floats in one vector register (GCC/Clang vector extensions): the loops accumulate in these so that the
@@ -212,6 +214,8 @@ void attend_rows(const float* query, const float* keys, const float* values, con
   });
 }
 
+}  // namespace
+
 std::vector<torch::Tensor> decode_attention(const torch::Tensor& query, const torch::Tensor& keys,
                                             const torch::Tensor& values, const torch::Tensor& slots,
                                             const torch::Tensor& lengths, const torch::Tensor& prefix_keys,
@@ -251,9 +255,4 @@ std::vector<torch::Tensor> decode_attention(const torch::Tensor& query, const to
   return {out, lse};
 }
 
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("decode_attention", &decode_attention,
-        "one new token per row over the shared prefix and its own slot columns, merged -> (out, lse)");
-}
+}  // namespace trace_kernels
