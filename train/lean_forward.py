@@ -6,10 +6,14 @@ rotary helpers, the attention interface's dispatch) through hooks, kwargs checks
 module calls and ~10,000 RMSNorm modules of 4-5 tensor ops each in one 64-episode GRPO batch. Here a step is the
 same computation as transformers' `LlamaForCausalLM` / `Qwen2ForCausalLM` / `Qwen3ForCausalLM` /
 `MistralForCausalLM` forward in inference, written against the modules' own weights (read at each call, so an
-optimizer step or a re-merged LoRA copy is seen), with one fused `torch.rms_norm` per norm and the rotary
-embedding applied to queries and keys together. Keys/values and attention go through the step as before
-(`SharedPrefixStep.update` / `attend`), so the layout, the kernel and the merge are shared with the transformers
-path. Equal to it up to float rounding: tests compare logits and sampled episodes on every family above.
+optimizer step or a re-merged LoRA copy is seen), with one fused RMSNorm per norm and the rotary embedding
+applied to queries and keys together. With the compiled kernels (the sampler passes its `PackedLinears`), the
+projections run on packed copies of the weights (train/small_linear.py: held by the sampler with its keys/values,
+re-packed when a weight changes in place; as much memory again as the projections' weights) and the norms by
+train/csrc/rms_norm.cpp; without, by torch's `F.linear` and `torch.rms_norm`. Keys/values and attention go
+through the step as before (`SharedPrefixStep.update` / `attend`), so the layout, the kernel and the merge are
+shared with the transformers path. Equal to it up to float rounding: tests compare logits and sampled episodes on
+every family above.
 
 Used only where that equality is what the code checks: float32 weights, a model of one of those types (exactly,
 not a subclass) with plain `nn.Linear` projections (no LoRA layer: a PEFT policy is sampled through its merged
@@ -54,7 +58,7 @@ class _Layer:
 
 class LeanForward:
     """`forward(step, input_ids, position_ids, keep)` -> logits of the kept positions, for a model `of(model)`
-    accepted. Holds the modules, never copies of their weights."""
+    accepted. Holds the modules, never copies of their weights (packed copies live in the `PackedLinears`)."""
 
     def __init__(self, model: torch.nn.Module, linears: PackedLinears | None = None):
         body = model.model
