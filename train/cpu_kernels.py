@@ -5,7 +5,7 @@ Compiled on first use (`make` sets up .venv with a first use) with torch's JIT e
 machine's C++ compiler; `-march=native`, so the build is keyed by this machine's CPU flags as well as the sources,
 the flags, the Python/torch versions and torch's folder) into torch's extension cache (`TORCH_EXTENSIONS_DIR`,
 default ~/.cache/torch_extensions), from a copy of the sources under ~/.cache/trace (so clones at other paths
-using one .venv share the build): ~30 s once per environment and source. Where it cannot be built (no compiler,
+using one .venv share the build): ~45 s once per environment and source. Where it cannot be built (no compiler,
 no ninja) the sampler keeps torch's kernels and says so once: same results, slower. `TRACE_CPU_KERNELS=0` turns
 them off (`available` reads it at each call; `HFBackend(decode_kernel=False)` for one backend).
 """
@@ -93,7 +93,6 @@ def available() -> bool:
 
 def extension() -> ModuleType:
     """The built extension; call only where `available()`."""
-    built = _extension() if os.environ.get(ENV_SWITCH, "1") != "0" else None
-    if built is None:
+    if not available():
         raise RuntimeError("the CPU kernels are not built or switched off; check train.cpu_kernels.available() first")
-    return built
+    return _extension()

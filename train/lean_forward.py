@@ -62,9 +62,10 @@ class LeanForward:
 
     def __init__(self, model: torch.nn.Module, linears: PackedLinears | None = None):
         body = model.model
-        # the projections: packed and run by train/small_linear.py's loop where given (few rows), else F.linear
-        self.linear = linears.linear if linears is not None else self._plain_linear
-        self.compiled = linears is not None  # with the compiled kernels: their RMSNorm too
+        # with `linears` and the kernels built (decided once, for the call this forward serves): projections by
+        # train/small_linear.py's loop (few rows) and RMSNorm by train/csrc/rms_norm.cpp; else torch's ops
+        self.compiled = linears is not None and cpu_kernels.available()
+        self.linear = linears.linear if self.compiled else self._plain_linear
         self.model, self.body = model, body
         self.head_norms = FAMILIES[model.config.model_type][1]
         self.layers = [_Layer(layer.self_attn, layer.mlp, layer.input_layernorm, layer.post_attention_layernorm)
@@ -102,7 +103,7 @@ class LeanForward:
     def _norm(self, module: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
         """transformers' RMSNorm modules (weight * x / rms(x)) over hidden's last dimension, as one op: the
         compiled one (train/csrc/rms_norm.cpp) with the compiled kernels, else torch's."""
-        if self.compiled and cpu_kernels.available():
+        if self.compiled:
             rows = hidden.reshape(-1, hidden.shape[-1]).contiguous()  # [N, D]
             return cpu_kernels.extension().rms_norm(rows, module.weight, module.variance_epsilon).view(hidden.shape)
         return torch.rms_norm(hidden, (hidden.shape[-1],), module.weight, module.variance_epsilon)

@@ -21,12 +21,16 @@ PANEL = 16  # output features per packed panel (train/csrc/small_linear.cpp)
 MAX_ROWS = 256  # rows up to which the packed loop runs; more go to F.linear
 
 
+def _padded_to_panels(tensor: torch.Tensor) -> torch.Tensor:
+    """tensor [N, ...] with zeros appended along N up to P * 16 features, P = ceil(N / 16)."""
+    missing = -tensor.shape[0] % PANEL
+    return F.pad(tensor.detach(), (0, 0) * (tensor.dim() - 1) + (0, missing))
+
+
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
     """weight [N, K] -> [P, K, 16], P = ceil(N / 16): panel p holds features 16p..16p+15, zero past N."""
-    features, inputs = weight.shape
-    panels = -(-features // PANEL)
-    padded = F.pad(weight.detach().float(), (0, 0, 0, panels * PANEL - features))  # [P*16, K]
-    return padded.view(panels, PANEL, inputs).transpose(1, 2).contiguous()
+    padded = _padded_to_panels(weight)  # [P*16, K]
+    return padded.view(-1, PANEL, weight.shape[1]).transpose(1, 2).contiguous()
 
 
 class PackedLinears:
@@ -50,8 +54,7 @@ class PackedLinears:
         version = weight._version + (0 if bias is None else bias._version)
         entry = self._packs.get(id(module))
         if entry is None or entry[0] is not module or entry[1] != version:
-            packed_bias = (x.new_empty(0) if bias is None else
-                           F.pad(bias.detach().float(), (0, -(-weight.shape[0] // PANEL) * PANEL - weight.shape[0])))
+            packed_bias = x.new_empty(0) if bias is None else _padded_to_panels(bias)  # [P*16]
             entry = self._packs[id(module)] = (module, version, pack_weight(weight), packed_bias)
         out = cpu_kernels.extension().small_linear(x.reshape(rows, x.shape[-1]).contiguous(), entry[2], entry[3],
                                                    weight.shape[0])  # [rows, N]

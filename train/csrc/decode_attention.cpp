@@ -33,19 +33,6 @@
 namespace trace_kernels {
 namespace {
 
-// Eight floats in one vector register (GCC/Clang vector extensions): the loops accumulate in these so that the
-// compiler keeps the sums in registers (with plain float arrays it reloaded them every column: half the speed).
-typedef float v8 __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-
-inline v8 load8(const float* p) {
-  v8 x;
-  std::memcpy(&x, p, sizeof(x));  // one unaligned vector load
-  return x;
-}
-
-inline v8 splat(float x) { return v8{x, x, x, x, x, x, x, x}; }
-
 // The lane sums of eight vectors: result[c] = sum over i of s[c][i]. A transpose-and-add tree (7 adds, 14
 // shuffles) instead of eight serial horizontal sums.
 inline v8 lane_sums(const v8* s) {

@@ -7,7 +7,8 @@
 // sgemm) reads them at ~5 GB/s there (it repacks its operand for every call); this loop reads each 16-feature
 // panel once, in order, and keeps a tile of rows x 16 sums in registers while it does (cold weights, 2 cores:
 // 62 -> 17 us a layer at 4 rows, 107 -> 52 us at 23, 166 -> 106 us at 64; see the module).
-#include <torch/extension.h>
+#include "kernels.h"
+
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -16,18 +17,6 @@
 
 namespace trace_kernels {
 namespace {
-
-typedef float v8 __attribute__((vector_size(32)));
-
-inline v8 load8(const float* p) {
-  v8 x;
-  std::memcpy(&x, p, sizeof(x));
-  return x;
-}
-
-inline void store8(float* p, v8 x) { std::memcpy(p, &x, sizeof(x)); }
-
-inline v8 splat(float x) { return v8{x, x, x, x, x, x, x, x}; }
 
 constexpr int64_t PANEL = 16;  // output features per panel: two vectors of sums per row
 
