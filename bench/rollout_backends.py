@@ -21,17 +21,21 @@ and copied into each call's cache, and the chat template rendered whole each tur
 shared-prefix layout with torch's attention kernel called per row and transformers' forward, `decode_kernel=False,
 lean_forward=False`), shared_prefix_transformers (its compiled decoding kernel, train/decode_attention.py, still
 transformers' forward), shared_prefix_torch_ops (the kernel and the model as plain tensor calls,
-train/lean_forward.py, with torch's linear and RMSNorm ops, `compiled_ops=False`), shared_prefix (the default:
-all of that with the lean forward's projections and norms by compiled kernels too, train/small_linear.py, and the
-incremental chat template) and, with --vllm-url, vllm (VLLMBackend against
+train/lean_forward.py, with torch's linear and RMSNorm ops, `compiled_ops=False`), shared_prefix_layered (the lean
+forward's projections and norms by compiled kernels too, train/small_linear.py, op by op, `fused_step=False`),
+shared_prefix (the default: all of that with each decoding step's layers in one compiled call,
+train/csrc/decode_step.cpp, and the incremental chat template) and, with --vllm-url, vllm (VLLMBackend against
 that server, which must serve --model). The HF sides share one seed and one sampling rule, so they sample the
 same tokens: the bench checks it (identical_samples=1). With --lora the model is first wrapped in a LoRA shaped
 like configs/grpo_tiny.yaml's (r 8 on every linear layer, non-zero weights), as GRPO samples it; a side
 shared_prefix_unmerged (merge_lora=False) runs the LoRA layers at every step (`lora_merge_speedup=`).
 Printed per side and workload: tokens/s (episodes/s for evaluation), seconds, prefill tokens (rows x columns run
-before decoding) and the share of the seconds spent inside attention; `decode_kernel_speedup=` (multi_turn
+before decoding) and the share of the seconds spent inside attention (shared_prefix's decoding steps attend inside
+their one compiled call, where no clock sees them: its share counts prefills only; shared_prefix_layered's is
+the attention share of the same computation); `decode_kernel_speedup=` (multi_turn
 shared_prefix_transformers over shared_prefix_rowwise tokens/s), `lean_forward_speedup=` (shared_prefix_torch_ops
-over shared_prefix_transformers), `compiled_ops_speedup=` (shared_prefix over shared_prefix_torch_ops); then
+over shared_prefix_transformers), `compiled_ops_speedup=` (shared_prefix_layered over shared_prefix_torch_ops),
+`fused_step_speedup=` (shared_prefix over shared_prefix_layered); then
 `tokens_per_s_speedup=` (multi_turn shared_prefix over padded tokens/s) and `episodes_per_s_speedup=` (evaluation
 episodes/s, same ratio), each on a line of its own, and as the last line the headline: `tokens_per_s_speedup=`
 again, or with --vllm-url `hf_vs_vllm=` (multi_turn shared_prefix tokens/s over vllm's).
@@ -194,6 +198,7 @@ def run(args: argparse.Namespace, model_dir: Path) -> int:
                                   True),
         "shared_prefix_transformers": (HFBackend(model, pad, seed=args.seed, lean_forward=False), True),
         "shared_prefix_torch_ops": (HFBackend(model, pad, seed=args.seed, compiled_ops=False), True),
+        "shared_prefix_layered": (HFBackend(model, pad, seed=args.seed, fused_step=False), True),
         "shared_prefix": (HFBackend(model, pad, seed=args.seed), True),
     }
     if args.lora:
@@ -268,7 +273,8 @@ def run(args: argparse.Namespace, model_dir: Path) -> int:
     print(f"multi_turn_prefix_cache_speedup={rate['multi_turn']['padded'] / rate['multi_turn']['padded_nocache']:.3f}")
     print(f"decode_kernel_speedup={rate['multi_turn']['shared_prefix_transformers'] / rate['multi_turn']['shared_prefix_rowwise']:.3f}")
     print(f"lean_forward_speedup={rate['multi_turn']['shared_prefix_torch_ops'] / rate['multi_turn']['shared_prefix_transformers']:.3f}")
-    print(f"compiled_ops_speedup={rate['multi_turn']['shared_prefix'] / rate['multi_turn']['shared_prefix_torch_ops']:.3f}")
+    print(f"compiled_ops_speedup={rate['multi_turn']['shared_prefix_layered'] / rate['multi_turn']['shared_prefix_torch_ops']:.3f}")
+    print(f"fused_step_speedup={rate['multi_turn']['shared_prefix'] / rate['multi_turn']['shared_prefix_layered']:.3f}")
     if "shared_prefix_unmerged" in rate["multi_turn"]:
         print(f"lora_merge_speedup={rate['multi_turn']['shared_prefix'] / rate['multi_turn']['shared_prefix_unmerged']:.3f}")
     tokens_speedup = rate["multi_turn"]["shared_prefix"] / rate["multi_turn"]["padded"]

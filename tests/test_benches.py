@@ -88,7 +88,9 @@ def test_rollout_backends_bench_reports_the_layout_speedups_and_puts_a_vllm_serv
     assert figures["tokens_per_s_speedup"] == pytest.approx(ratio, rel=0.01, abs=0.002)
     ratio = figures["evaluation_shared_prefix_episodes_per_s"] / figures["evaluation_padded_episodes_per_s"]
     assert figures["episodes_per_s_speedup"] == pytest.approx(ratio, rel=0.01, abs=0.002)
-    for side in ("padded", "shared_prefix"):
+    ratio = figures["multi_turn_shared_prefix_tokens_per_s"] / figures["multi_turn_shared_prefix_layered_tokens_per_s"]
+    assert figures["fused_step_speedup"] == pytest.approx(ratio, rel=0.01, abs=0.002)
+    for side in ("padded", "shared_prefix_layered", "shared_prefix"):
         assert 0 < figures[f"multi_turn_{side}_attention_share"] < 1
 
 

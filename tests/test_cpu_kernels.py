@@ -36,6 +36,24 @@ def test_small_linear_equals_f_linear(features, inputs, bias):
                                atol=2e-5, rtol=1e-5)
 
 
+def test_layers_reading_one_input_project_as_one_stacked_pack():
+    """Queries/keys/values or gate/up: one call over their stacked weights gives each layer's own output, biases
+    where some layers have none, sizes that cut panels in the middle of a layer; an in-place change of any one of
+    them repacks the stack."""
+    torch.manual_seed(2)
+    modules = (torch.nn.Linear(48, 40), torch.nn.Linear(48, 7, bias=False), torch.nn.Linear(48, 24))
+    linears = PackedLinears()
+    for rows in (1, 5, 23):
+        x = torch.randn(rows, 48)
+        outputs = linears.project(modules, x)
+        assert [out.shape for out in outputs] == [(rows, 40), (rows, 7), (rows, 24)]
+        for module, out in zip(modules, outputs):
+            torch.testing.assert_close(out, F.linear(x, module.weight, module.bias), atol=2e-5, rtol=1e-5)
+    with torch.no_grad():
+        modules[1].weight.mul_(-3.0)
+    torch.testing.assert_close(linears.project(modules, x)[1], F.linear(x, modules[1].weight), atol=2e-5, rtol=1e-5)
+
+
 def test_packed_weights_follow_in_place_changes():
     """An optimizer step changes the weight in place: the next call repacks instead of using the stale pack."""
     torch.manual_seed(1)

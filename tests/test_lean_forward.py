@@ -101,3 +101,58 @@ def test_lean_forward_is_refused_where_it_would_not_be_transformers_forward():
         pass
 
     assert LeanForward.of(Patched(_model("qwen2").config)) is None
+
+
+def _model_with_head_size_32(family: str) -> torch.nn.Module:
+    """`_model`'s family with heads of 32 (a size the fused step's attention is built for), 3 layers."""
+    config_class, model_class, extra = FAMILIES[family]
+    torch.manual_seed(1)
+    config = config_class(vocab_size=200, hidden_size=128, intermediate_size=200, num_hidden_layers=3,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                          **{**extra, "head_dim": 32})
+    model = model_class(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith(("bias", "norm.weight", "layernorm.weight")):
+                parameter.add_(torch.randn_like(parameter) * 0.3)
+    return model
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("prefix_len", [0, 12])
+def test_fused_decoding_step_equals_the_lean_forward(family, prefix_len):
+    """Decoding steps by the fused call (train/csrc/decode_step.cpp: every layer in one call) and by the lean
+    forward's op-by-op path, on copies of one store after the same prefill: the same logits and the same
+    keys/values written into the slots (rows in any slot order, each at its own column)."""
+    if not cpu_kernels.available():
+        pytest.fail("the compiled CPU kernels (train/cpu_kernels.py) are not available on this machine")
+    model = _model_with_head_size_32(family)
+    lean = LeanForward.of(model, PackedLinears())
+    assert lean is not None and lean.fused
+    stores = {fused: _store(model, prefix_len) for fused in (False, True)}
+    prefill = ([0, 2, 3], [0, 0, 0], [[5, 9, 11, 40], [7], [60, 61, 62, 63, 64, 65, 66]])
+    for store in stores.values():
+        _run(model, True, store, *prefill, linears=PackedLinears())
+    for slots, starts, tokens in (([0, 2, 3], [4, 1, 7], [12, 13, 14]), ([3, 0], [8, 5], [15, 16]),
+                                  ([2, 3, 0], [2, 9, 6], [199, 0, 17])):
+        with torch.no_grad():
+            fused = lean.decode(stores[True], slots, starts, tokens)  # [A, V]
+        layered = _run(model, True, stores[False], slots, starts, [[token] for token in tokens],
+                       linears=PackedLinears())
+        torch.testing.assert_close(fused, layered, atol=2e-5, rtol=1e-5)
+    for (keys, values), (fused_keys, fused_values) in zip(stores[False].pool, stores[True].pool):
+        torch.testing.assert_close(fused_keys, keys, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(fused_values, values, atol=1e-5, rtol=1e-5)
+
+
+def test_the_fused_step_is_used_only_where_it_computes_the_same():
+    """No compiled kernels, a head size the attention kernel is not built for, norms with different epsilons:
+    the lean forward keeps its op-by-op path (and `decode` says why it cannot run)."""
+    model = _model_with_head_size_32("llama")
+    assert not LeanForward.of(model).fused  # no packs: torch's ops
+    assert not LeanForward.of(_model("llama"), PackedLinears()).fused  # heads of 16
+    model.model.layers[1].input_layernorm.variance_epsilon = 1e-3
+    lean = LeanForward.of(model, PackedLinears())
+    assert not lean.fused
+    with pytest.raises(ValueError, match="fused step"):
+        lean.decode(_store(model, 0), [0], [0], [1])

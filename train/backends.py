@@ -164,7 +164,8 @@ class HFBackend(RolloutBackend):
     float32 Llama/Qwen/Mistral model runs as plain tensor calls instead of transformers' modules
     (train/lean_forward.py; `lean_forward=False` keeps transformers' forward: same results), its projections on
     a step's few rows and its norms by compiled kernels too (train/small_linear.py; `compiled_ops=False` keeps
-    torch's ops there, `decode_kernel=False` turns every compiled kernel off).
+    torch's ops there), each decoding step's layers in one compiled call (train/csrc/decode_step.cpp;
+    `fused_step=False` keeps them op by op), `decode_kernel=False` turns every compiled kernel off.
 
     The padded layout's prefix cache (`prefix_cache=True`, the default). A multi-turn rollout calls `generate`
     once per turn with every episode's whole history, and a GRPO group sends the same prompt many times;
@@ -209,14 +210,16 @@ class HFBackend(RolloutBackend):
 
     def __init__(self, model: torch.nn.Module, pad_token_id: int, *, seed: int = 0, max_batch_size: int = 256,
                  prefix_cache: bool = True, merge_lora: bool = True, kv_layout: str = "shared_prefix",
-                 decode_kernel: bool = True, lean_forward: bool = True, compiled_ops: bool = True):
+                 decode_kernel: bool = True, lean_forward: bool = True, compiled_ops: bool = True,
+                 fused_step: bool = True):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if kv_layout not in KV_LAYOUTS:
             raise ValueError(f"kv_layout must be one of {', '.join(KV_LAYOUTS)}, got {kv_layout!r}")
         self.kv_layout = kv_layout
         self._shared = SharedPrefixSampler(pad_token_id, keep=prefix_cache, decode_kernel=decode_kernel,
-                                           lean_forward=lean_forward, compiled_ops=compiled_ops)
+                                           lean_forward=lean_forward, compiled_ops=compiled_ops,
+                                           fused_step=fused_step)
         self._shared_weights: list[tuple[Any, ...]] = []  # the weights the shared-prefix store was computed with
         self.model = model
         self.pad_token_id = pad_token_id

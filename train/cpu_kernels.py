@@ -26,7 +26,7 @@ import torch
 from common.io import atomic_write_text
 
 SOURCE_DIR = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("decode_attention.cpp", "small_linear.cpp", "rms_norm.cpp", "bindings.cpp")  # compiled
+SOURCES = ("decode_attention.cpp", "small_linear.cpp", "rms_norm.cpp", "decode_step.cpp", "bindings.cpp")  # compiled
 HEADERS = ("kernels.h",)  # included
 # -ffast-math lets the compiler reorder and fuse the sums; -fno-finite-math-only keeps inf/NaN arithmetic honest
 # (a poisoned score must show, not be optimised away). The exponentials are vectorised in the source itself.

@@ -35,8 +35,9 @@ has no mask function for, and the registered attention function reads the active
 layers (no sliding window). A float32 Llama/Qwen2/Qwen3/Mistral model skips transformers' modules and runs as
 plain tensor calls over the same step (train/lean_forward.py: the same computation, ~15% less time per decoding
 step on the demo's agent), its projections and norms by the compiled kernels of train/cpu_kernels.py where they are
-built (train/small_linear.py: weights packed once per store, read once per step; another ~15%);
-`lean_forward=False` keeps transformers' forward, `compiled_ops=False` torch's ops in it, `decode_kernel=False`
+built (train/small_linear.py: weights packed once per store, read once per step; another ~15%), and each decoding
+step as one compiled call over all layers (train/csrc/decode_step.cpp); `lean_forward=False` keeps transformers'
+forward, `compiled_ops=False` torch's ops in it, `fused_step=False` the op-by-op decoding steps, `decode_kernel=False`
 torch's kernels throughout.
 """
 from __future__ import annotations
@@ -397,13 +398,15 @@ class SharedPrefixSampler:
     the sampled tokens and their log-probs; the store keeps each row's keys/values for the next call."""
 
     def __init__(self, pad_token_id: int, keep: bool = True, decode_kernel: bool = True, lean_forward: bool = True,
-                 compiled_ops: bool = True):
+                 compiled_ops: bool = True, fused_step: bool = True):
         self.pad_token_id = pad_token_id
         self.keep = keep  # keep the rows' keys/values for the next call (the prefix cache)
-        # the compiled kernels where they apply: decoding attention (train/decode_attention.py) and, with
-        # `compiled_ops`, the lean forward's projections and norms (train/small_linear.py, train/csrc/rms_norm.cpp)
+        # the compiled kernels where they apply: decoding attention (train/decode_attention.py); with
+        # `compiled_ops`, the lean forward's projections and norms (train/small_linear.py, train/csrc/rms_norm.cpp);
+        # with `fused_step` too, each decoding step's layers in one call (train/csrc/decode_step.cpp)
         self.decode_kernel = decode_kernel
         self.compiled_ops = decode_kernel and compiled_ops
+        self.fused_step = self.compiled_ops and fused_step
         self.lean_forward = lean_forward  # forward passes by train/lean_forward.py where it applies
         self._lean: LeanForward | None = None  # the current call's runner's, where it applies
         self.store = SharedPrefixStore()
@@ -425,8 +428,8 @@ class SharedPrefixSampler:
             self.clear()
         n_layers = int(base_config(runner).num_hidden_layers)
         # for this call only; with the compiled kernels, its projections by the packed loop (train/small_linear.py)
-        self._lean = (LeanForward.of(runner, self._linears if self.compiled_ops else None) if self.lean_forward
-                      else None)
+        self._lean = (LeanForward.of(runner, self._linears if self.compiled_ops else None, self.fused_step)
+                      if self.lean_forward else None)
         try:
             self._ensure_prefix(runner, prompts, like, n_layers)
             rows = self._claim([list(p[self.store.prefix_len :]) for p in prompts], like, n_layers, max_new_tokens)
@@ -454,12 +457,15 @@ class SharedPrefixSampler:
                  ) -> torch.Tensor:
         """Run each row's `tails[r]` (written from column starts[r] of slots[r]); returns the logits of each row's
         last token [A, V]. `prefill`: count the tokens in `prefill_tokens` (a decoding step is not a prefill)."""
+        lean = self._lean if self._lean is not None and self._lean.model is runner else None
+        if not prefill and lean is not None and lean.fused:  # a decoding step: one token a row
+            return lean.decode(store, list(slots), list(starts), [tail[0] for tail in tails])  # [A, V]
         step = SharedPrefixStep(store, slots, starts, [len(t) for t in tails], device, self.decode_kernel)
         input_ids, position_ids, keep = step.model_input(tails, device)
         if prefill:
             self.prefill_tokens += input_ids.numel()
-        if self._lean is not None and self._lean.model is runner:
-            logits = self._lean.forward(step, input_ids, position_ids, keep)  # [Bq, K, V]
+        if lean is not None:
+            logits = lean.forward(step, input_ids, position_ids, keep)  # [Bq, K, V]
         else:
             with stepping(runner, step):
                 logits = runner(input_ids=input_ids, attention_mask=None, position_ids=position_ids, cache=step,

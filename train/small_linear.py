@@ -36,26 +36,46 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
 class PackedLinears:
     """`linear(module, x)` = F.linear(x, module.weight, module.bias) for an `nn.Linear`: packed and run by the
     compiled loop for float32 CPU inputs of at most MAX_ROWS rows while the kernels are available, F.linear
-    otherwise. Packs on first use, again when the weight was changed in place since (its version counter), and
+    otherwise. Packs on first use, again when a weight was changed in place since (its version counter), and
     keeps the packs (and the modules) until dropped: the sampler makes one per store, the same lifetime as the
-    keys/values computed with those weights."""
+    keys/values computed with those weights. `packed(*modules)` packs several layers that read the same input as
+    one (their outputs concatenated: queries/keys/values, gate/up), for the fused decoding step."""
 
     def __init__(self) -> None:
-        # id(module) -> (module, weight version, packed weight [P, K, 16], packed bias [P*16] or empty)
-        self._packs: dict[int, tuple[torch.nn.Linear, int, torch.Tensor, torch.Tensor]] = {}
+        # module ids -> (modules, weight versions, packed weight [P, K, 16], packed bias [P*16] or empty)
+        self._packs: dict[tuple[int, ...], tuple[tuple[torch.nn.Linear, ...], tuple[int, ...], torch.Tensor,
+                                                 torch.Tensor]] = {}
+
+    def packed(self, *modules: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weight [P, K, 16], bias [P*16] or empty) of the modules' weights stacked along their outputs
+        (N = the sum of their out_features, P = ceil(N / 16)): up to date with the weights' versions."""
+        key = tuple(id(module) for module in modules)
+        versions = tuple(module.weight._version + (0 if module.bias is None else module.bias._version)
+                         for module in modules)
+        entry = self._packs.get(key)
+        if entry is None or any(a is not b for a, b in zip(entry[0], modules)) or entry[1] != versions:
+            weight = torch.cat([module.weight.detach() for module in modules]) if len(modules) > 1 else modules[0].weight
+            if all(module.bias is None for module in modules):
+                bias = weight.new_empty(0)
+            else:
+                bias = _padded_to_panels(torch.cat([module.weight.new_zeros(module.out_features) if module.bias is None
+                                                    else module.bias.detach() for module in modules]))  # [P*16]
+            entry = self._packs[key] = (modules, versions, pack_weight(weight), bias)
+        return entry[2], entry[3]
+
+    def project(self, modules: tuple[torch.nn.Linear, ...], x: torch.Tensor) -> list[torch.Tensor]:
+        """[F.linear(x, m.weight, m.bias) for m in modules] for layers reading the same x [..., K] (each [..., N_m]):
+        one compiled call over their stacked pack where it applies (the outputs are views of its result)."""
+        rows = x.numel() // x.shape[-1]
+        if (rows > MAX_ROWS or x.dtype != torch.float32 or x.device.type != "cpu" or not cpu_kernels.available()
+                or any(module.weight.dtype != torch.float32 for module in modules)):
+            return [F.linear(x, module.weight, module.bias) for module in modules]
+        packed_weight, packed_bias = self.packed(*modules)
+        features = [module.out_features for module in modules]
+        out = cpu_kernels.extension().small_linear(x.reshape(rows, x.shape[-1]).contiguous(), packed_weight,
+                                                   packed_bias, sum(features))  # [rows, sum N]
+        return list(out.view(*x.shape[:-1], sum(features)).split(features, dim=-1))
 
     def linear(self, module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
         """x [..., K] -> [..., N]."""
-        weight, bias = module.weight, module.bias
-        rows = x.numel() // x.shape[-1]
-        if (rows > MAX_ROWS or x.dtype != torch.float32 or weight.dtype != torch.float32 or x.device.type != "cpu"
-                or not cpu_kernels.available()):
-            return F.linear(x, weight, bias)
-        version = weight._version + (0 if bias is None else bias._version)
-        entry = self._packs.get(id(module))
-        if entry is None or entry[0] is not module or entry[1] != version:
-            packed_bias = x.new_empty(0) if bias is None else _padded_to_panels(bias)  # [P*16]
-            entry = self._packs[id(module)] = (module, version, pack_weight(weight), packed_bias)
-        out = cpu_kernels.extension().small_linear(x.reshape(rows, x.shape[-1]).contiguous(), entry[2], entry[3],
-                                                   weight.shape[0])  # [rows, N]
-        return out.view(*x.shape[:-1], weight.shape[0])
+        return self.project((module,), x)[0]

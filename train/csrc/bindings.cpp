@@ -7,4 +7,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("small_linear", &trace_kernels::small_linear,
         "x [M, K] times a weight packed [P, K, 16] (+ bias padded to P * 16) -> [M, N]");
   m.def("rms_norm", &trace_kernels::rms_norm, "weight * (x / sqrt(mean(x^2) + eps)) per row of x [M, D]");
+  m.def("decode_step", &trace_kernels::decode_step,
+        "one decoding step of a Llama-family model, every layer, one token a row -> logits [A, V]");
 }

@@ -47,34 +47,6 @@ inline v8 lane_sums(const v8* s) {
   return __builtin_shuffle(b0, b1, low_half) + __builtin_shuffle(b0, b1, high_half);
 }
 
-// exp(x) for x <= 0, eight at a time (the softmax's exp(score - max)): x = n ln2 + r, |r| <= ln2 / 2, e^r by
-// Cephes' degree-6 polynomial, 2^n put into the exponent bits; about 1 ulp from the libm value. Below -87.3
-// (where 2^n leaves the normal range) the result is 0, as a float exp underflows there anyway.
-inline v8 exp_nonpositive(v8 x) {
-  const v8 low = splat(-87.3f);
-  const v8 input = x;
-  const v8i not_a_number = x != x;  // NaN stays NaN (a poisoned score must show)
-  const v8i underflow = x < low;
-  x = x < low ? low : x;
-  const v8i n = -__builtin_convertvector(splat(0.5f) - x * splat(1.44269504088896341f), v8i);  // round(x/ln2)
-  const v8 nf = __builtin_convertvector(n, v8);
-  const v8 r = x - nf * splat(0.693359375f) - nf * splat(-2.12194440e-4f);
-  v8 p = splat(1.9875691500e-4f);
-  p = p * r + splat(1.3981999507e-3f);
-  p = p * r + splat(8.3334519073e-3f);
-  p = p * r + splat(4.1665795894e-2f);
-  p = p * r + splat(1.6666665459e-1f);
-  p = p * r + splat(5.0000001201e-1f);
-  const v8 y = p * r * r + r + splat(1.f);
-  v8i bits;
-  std::memcpy(&bits, &y, sizeof(bits));
-  bits += n << 23;
-  v8 out;
-  std::memcpy(&out, &bits, sizeof(out));
-  out = underflow ? splat(0.f) : out;
-  return not_a_number ? input : out;
-}
-
 // One partial attention, unnormalised: scores of the scaled query against n columns of keys [n, D], their
 // maximum `top`, sum of exp(score - top) `total`, and the exp-weighted sum of values in `acc`. `scores` holds
 // at least n rounded up to 8 floats.
@@ -203,6 +175,20 @@ void attend_rows(const float* query, const float* keys, const float* values, con
 
 }  // namespace
 
+void attend(const float* query, const float* keys, const float* values, const int64_t* slots, const int64_t* lengths,
+            const float* prefix_keys, const float* prefix_values, int64_t prefix_len, float* out, float* lse,
+            int64_t rows, int64_t q_heads, int64_t kv_heads, int64_t columns, int64_t head_dim, float scale) {
+  switch (head_dim) {
+    case 32: return attend_rows<32>(query, keys, values, slots, lengths, prefix_keys, prefix_values, prefix_len, out,
+                                    lse, rows, q_heads, kv_heads, columns, scale);
+    case 64: return attend_rows<64>(query, keys, values, slots, lengths, prefix_keys, prefix_values, prefix_len, out,
+                                    lse, rows, q_heads, kv_heads, columns, scale);
+    case 128: return attend_rows<128>(query, keys, values, slots, lengths, prefix_keys, prefix_values, prefix_len,
+                                      out, lse, rows, q_heads, kv_heads, columns, scale);
+    default: TORCH_CHECK(false, "head_dim 32, 64 or 128, got ", head_dim);
+  }
+}
+
 std::vector<torch::Tensor> decode_attention(const torch::Tensor& query, const torch::Tensor& keys,
                                             const torch::Tensor& values, const torch::Tensor& slots,
                                             const torch::Tensor& lengths, const torch::Tensor& prefix_keys,
@@ -222,23 +208,17 @@ std::vector<torch::Tensor> decode_attention(const torch::Tensor& query, const to
               (prefix_len == 0 || prefix_keys.size(0) == kv_heads), "head sizes");
   auto slots_c = slots.contiguous();
   auto lengths_c = lengths.contiguous();
-  TORCH_CHECK(rows == 0 || (lengths_c.min().item<int64_t>() >= 1 && lengths_c.max().item<int64_t>() <= columns &&
-              slots_c.min().item<int64_t>() >= 0 && slots_c.max().item<int64_t>() < keys.size(0)),
-              "every length in [1, columns] and every slot in the pool");
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t slot = slots_c.data_ptr<int64_t>()[row], length = lengths_c.data_ptr<int64_t>()[row];
+    TORCH_CHECK(length >= 1 && length <= columns && slot >= 0 && slot < keys.size(0),
+                "every length in [1, columns] and every slot in the pool");
+  }
   auto out = torch::empty({rows, q_heads, head_dim}, query.options());
   auto lse = torch::empty({rows, q_heads}, query.options());
-#define TRACE_ATTEND(D)                                                                                           \
-  attend_rows<D>(query.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(),                      \
-                 slots_c.data_ptr<int64_t>(), lengths_c.data_ptr<int64_t>(), prefix_keys.data_ptr<float>(),       \
-                 prefix_values.data_ptr<float>(), prefix_len, out.data_ptr<float>(), lse.data_ptr<float>(), rows, \
-                 q_heads, kv_heads, columns, static_cast<float>(scale))
-  switch (head_dim) {
-    case 32: TRACE_ATTEND(32); break;
-    case 64: TRACE_ATTEND(64); break;
-    case 128: TRACE_ATTEND(128); break;
-    default: TORCH_CHECK(false, "head_dim 32, 64 or 128, got ", head_dim);
-  }
-#undef TRACE_ATTEND
+  attend(query.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(), slots_c.data_ptr<int64_t>(),
+         lengths_c.data_ptr<int64_t>(), prefix_keys.data_ptr<float>(), prefix_values.data_ptr<float>(), prefix_len,
+         out.data_ptr<float>(), lse.data_ptr<float>(), rows, q_heads, kv_heads, columns, head_dim,
+         static_cast<float>(scale));
   return {out, lse};
 }
 

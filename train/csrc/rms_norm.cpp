@@ -14,18 +14,7 @@
 
 namespace trace_kernels {
 
-torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  TORCH_CHECK(x.dim() == 2 && weight.dim() == 1 && weight.size(0) == x.size(1), "shapes: x [M, D], weight [D]");
-  for (const auto* tensor : {&x, &weight}) {
-    TORCH_CHECK(tensor->scalar_type() == torch::kFloat && tensor->is_contiguous() && tensor->device().is_cpu(),
-                "float32 contiguous CPU tensors");
-  }
-  const int64_t M = x.size(0), D = x.size(1);
-  auto out = torch::empty({M, D}, x.options());
-  const float* xs = x.data_ptr<float>();
-  const float* ws = weight.data_ptr<float>();
-  float* outs = out.data_ptr<float>();
-  const float epsilon = static_cast<float>(eps);
+void rms_norm_rows(const float* xs, int64_t M, int64_t D, const float* ws, float epsilon, float* outs) {
   // a thread's share at least ~64k values: fewer are not worth waking the pool for
   at::parallel_for(0, M, std::max<int64_t>(1, 65536 / std::max<int64_t>(D, 1)), [&](int64_t first, int64_t end) {
     for (int64_t m = first; m < end; ++m) {
@@ -37,6 +26,17 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
       for (int64_t d = 0; d < D; ++d) target[d] = ws[d] * (row[d] * inverse);
     }
   });
+}
+
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  TORCH_CHECK(x.dim() == 2 && weight.dim() == 1 && weight.size(0) == x.size(1), "shapes: x [M, D], weight [D]");
+  for (const auto* tensor : {&x, &weight}) {
+    TORCH_CHECK(tensor->scalar_type() == torch::kFloat && tensor->is_contiguous() && tensor->device().is_cpu(),
+                "float32 contiguous CPU tensors");
+  }
+  const int64_t M = x.size(0), D = x.size(1);
+  auto out = torch::empty({M, D}, x.options());
+  rms_norm_rows(x.data_ptr<float>(), M, D, weight.data_ptr<float>(), static_cast<float>(eps), out.data_ptr<float>());
   return out;
 }
 

@@ -23,8 +23,8 @@ constexpr int64_t PANEL = 16;  // output features per panel: two vectors of sums
 // ROWS rows of x [., K] times one panel [K, 16] (+ bias [16]) -> out's `features` columns (16, or fewer in the
 // last panel), rows `out_stride` apart. Each weight vector loaded once feeds ROWS multiply-adds per lane.
 template <int ROWS>
-inline void tile(const float* x, int64_t K, const float* panel, const float* bias, float* out, int64_t out_stride,
-                 int64_t features) {
+inline void tile(const float* x, int64_t K, const float* panel, const float* bias, const float* residual, float* out,
+                 int64_t out_stride, int64_t features) {
   v8 sums[ROWS][2];
   for (int r = 0; r < ROWS; ++r) {
     sums[r][0] = bias ? load8(bias) : splat(0.f);
@@ -40,19 +40,46 @@ inline void tile(const float* x, int64_t K, const float* panel, const float* bia
     }
   }
   for (int r = 0; r < ROWS; ++r) {
+    float* target = out + r * out_stride;
     if (features == PANEL) {
-      store8(out + r * out_stride, sums[r][0]);
-      store8(out + r * out_stride + 8, sums[r][1]);
+      // the residual added to the finished sum, as `hidden + linear(x)` does (it may be `out` itself: read first)
+      store8(target, residual ? sums[r][0] + load8(residual + r * out_stride) : sums[r][0]);
+      store8(target + 8, residual ? sums[r][1] + load8(residual + r * out_stride + 8) : sums[r][1]);
     } else {
       float row[PANEL];
       store8(row, sums[r][0]);
       store8(row + 8, sums[r][1]);
-      std::memcpy(out + r * out_stride, row, features * sizeof(float));
+      if (residual)
+        for (int64_t f = 0; f < features; ++f) row[f] += residual[r * out_stride + f];
+      std::memcpy(target, row, features * sizeof(float));
     }
   }
 }
 
 }  // namespace
+
+void linear_rows(const float* x, int64_t M, int64_t K, const float* packed, int64_t panels, const float* bias,
+                 int64_t features, const float* residual, float* out) {
+  at::parallel_for(0, panels, 1, [&](int64_t first, int64_t end) {
+    for (int64_t p = first; p < end; ++p) {
+      const float* panel = packed + p * K * PANEL;
+      const float* panel_bias = bias ? bias + p * PANEL : nullptr;
+      const int64_t columns = std::min<int64_t>(PANEL, features - p * PANEL);
+      const float* panel_residual = residual ? residual + p * PANEL : nullptr;
+      float* target = out + p * PANEL;
+      int64_t m = 0;
+      for (; m + 6 <= M; m += 6)
+        tile<6>(x + m * K, K, panel, panel_bias, panel_residual ? panel_residual + m * features : nullptr,
+                target + m * features, features, columns);
+      for (; m + 3 <= M; m += 3)
+        tile<3>(x + m * K, K, panel, panel_bias, panel_residual ? panel_residual + m * features : nullptr,
+                target + m * features, features, columns);
+      for (; m < M; ++m)
+        tile<1>(x + m * K, K, panel, panel_bias, panel_residual ? panel_residual + m * features : nullptr,
+                target + m * features, features, columns);
+    }
+  });
+}
 
 torch::Tensor small_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& bias,
                            int64_t features) {
@@ -68,22 +95,8 @@ torch::Tensor small_linear(const torch::Tensor& x, const torch::Tensor& packed, 
   }
   const int64_t M = x.size(0), K = x.size(1), panels = packed.size(0);
   auto out = torch::empty({M, features}, x.options());
-  const float* xs = x.data_ptr<float>();
-  const float* weights = packed.data_ptr<float>();
-  const float* biases = bias.numel() ? bias.data_ptr<float>() : nullptr;
-  float* outs = out.data_ptr<float>();
-  at::parallel_for(0, panels, 1, [&](int64_t first, int64_t end) {
-    for (int64_t p = first; p < end; ++p) {
-      const float* panel = weights + p * K * PANEL;
-      const float* panel_bias = biases ? biases + p * PANEL : nullptr;
-      const int64_t columns = std::min<int64_t>(PANEL, features - p * PANEL);
-      float* target = outs + p * PANEL;
-      int64_t m = 0;
-      for (; m + 6 <= M; m += 6) tile<6>(xs + m * K, K, panel, panel_bias, target + m * features, features, columns);
-      for (; m + 3 <= M; m += 3) tile<3>(xs + m * K, K, panel, panel_bias, target + m * features, features, columns);
-      for (; m < M; ++m) tile<1>(xs + m * K, K, panel, panel_bias, target + m * features, features, columns);
-    }
-  });
+  linear_rows(x.data_ptr<float>(), M, K, packed.data_ptr<float>(), panels,
+              bias.numel() ? bias.data_ptr<float>() : nullptr, features, nullptr, out.data_ptr<float>());
   return out;
 }
 
