@@ -138,7 +138,13 @@ def run_flag(main, argv: list[str], capsys) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", sorted(SWEEP))
+# Commands whose accepted values run real work at default sizes: swept with the slow tests (make test stays under
+# 5 minutes).
+SLOW_TO_SWEEP = {"bench/sft_step": "--target 0 and --threads 0 are accepted, so the whole bench runs (~7 s)"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if name in SLOW_TO_SWEEP else name
+                                  for name in sorted(SWEEP)])
 def test_every_numeric_flag_refuses_zero_negative_and_words(name, tmp_path, tiny_model_dir, monkeypatch, capsys):
     main, argvs, (module, work) = _entry_points(tmp_path, tiny_model_dir, monkeypatch)[name]
     (tmp_path / "folder").mkdir()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -98,6 +99,7 @@ def _episodes(out: Path) -> list:
             for s in json.loads(out.read_text())["simulations"]]
 
 
+@pytest.mark.slow  # ~4 s: three evaluation runs (kill and resume)
 def test_an_interrupted_evaluation_continues_to_the_same_results_at_temperature_1(tmp_path, monkeypatch):
     import json
 
@@ -153,6 +155,7 @@ def test_an_evaluation_journal_refuses_a_second_process_and_other_settings(tmp_p
     assert loads == [] and not out.exists()
 
 
+@pytest.mark.slow  # ~4 s: three collection runs (kill and resume)
 def test_collected_rollouts_survive_a_server_that_fails_for_good_and_continue_to_the_same_rollouts(tmp_path,
                                                                                                    monkeypatch, capsys):
     """train.collect_rollouts keeps its batches as train.evaluate does (train/batch_journal.py): a server failing

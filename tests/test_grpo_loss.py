@@ -443,6 +443,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.slow  # ~2 s: two gloo processes
 def test_all_reduce_sums_counts_over_two_gloo_ranks():
     # rank 0: 2 sequences (1 active), 2 tokens; rank 1: 1 sequence, 3 tokens -> 3 sequences, 2 active, 5 tokens
     with socket.socket() as sock:

@@ -282,6 +282,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow  # ~6 s: two torchrun processes (make test stays under 5 minutes)
 def test_two_process_gloo_torchrun_completes_and_ranks_agree(tiny_model_dir, tmp_path):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master-port={_free_port()}",
                "--master-addr=127.0.0.1", "-m", "train",
@@ -324,6 +325,7 @@ def test_a_runs_saved_config_reruns_it_as_its_header_says(tiny_model_dir, letter
     assert code == 2 and "no model: pass --model" in err, err
 
 
+@pytest.mark.slow  # ~5 s: collects rollouts and calibrates a game end to end
 def test_collect_rollouts_feeds_calibration(tiny_model_dir, tmp_path):
     out = tmp_path / "rollouts.json"
     result = subprocess.run([sys.executable, "-m", "train.collect_rollouts", "--game", GAME, "--model",

@@ -199,6 +199,7 @@ def test_second_invocation_makes_no_calls(inputs, capsys):
     _assert_key_nowhere(out, *capsys.readouterr())
 
 
+@pytest.mark.slow  # kill and resume
 def test_killed_run_resumes_with_only_the_missing_calls(inputs):
     summary, candidates, out = inputs
     with FakeOpenAIServer(api_key=SECRET) as server:
@@ -598,6 +599,7 @@ def test_export_onto_the_summary_is_refused(inputs, capsys):
     assert "is also the summary" in capsys.readouterr().err and summary.read_text() == before
 
 
+@pytest.mark.slow  # a subprocess interrupted and resumed
 def test_ctrl_c_stops_at_once_with_one_line_and_a_whole_cache(inputs):
     # Before: "interrupted" was printed, then the exit waited for the calls in flight and their retries (45 s in
     # the field; here the blocked call holds it 60 s), and a second Ctrl-C gave a threading traceback.

@@ -224,6 +224,7 @@ def test_other_architectures_with_grouped_query_attention_sample_the_same(family
     assert model.config._attn_implementation != shared_prefix.ATTENTION_NAME  # switched back after each pass
 
 
+@pytest.mark.slow  # ~4 s: a subprocess that samples with the kernels refused
 def test_a_machine_that_cannot_build_the_kernel_samples_without_it(tmp_path):
     """No working compiler: one warning naming why, kernel_available() False, and a decoding step attends by
     torch's kernel with the same result (run in a fresh interpreter: the build is cached per process)."""

@@ -48,6 +48,7 @@ def semantic_game():
 # --------------------------------------------------------------------------------------------------
 # validate_game: oracle 100%, no-op 0, every probe loses
 # --------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # ~6 s: validate_game over the semantic game's scenarios
 def test_validate_game_passes_on_the_semantic_game():
     report = validate(make_spec("semantic_logic_precision"), seeds=3, fuzz_actions=40)
     checks = report["checks"]

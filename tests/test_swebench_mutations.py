@@ -145,6 +145,7 @@ def test_calibration_accepts_mutates_and_rejects(tmp_path):
     assert "mutate with A" in (tmp_path / "calibration_log.md").read_text()
 
 
+@pytest.mark.slow  # ~3 s: calibration run twice (resume)
 def test_calibration_gives_up_after_the_last_round_and_resumes(tmp_path):
     config = CalibrationConfig("semantic_logic_precision", target=3, candidates=3, samples=10, rounds=2,
                                sandbox=SANDBOX)

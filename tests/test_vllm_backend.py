@@ -498,6 +498,7 @@ def test_a_server_that_returns_raw_logprobs_at_temperature_07_stops_the_run(tmp_
         server.close()
 
 
+@pytest.mark.slow  # ~5 s: a collection run against the vLLM stub
 def test_collect_rollouts_with_a_server_loads_only_the_tokenizer(tmp_path, tiny_model_dir):
     """With VLLM_BASE_URLS set, the calibration collector renders prompts here and samples on the server: a
     model folder without weights (only the tokenizer) must be enough."""
