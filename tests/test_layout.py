@@ -238,6 +238,7 @@ def test_no_other_step_imports_a_private_pipeline_module():
     assert not offenders, f"these import a private pipeline module: {offenders}"
 
 
+@pytest.mark.slow  # ~5 s: two subprocesses import the demo's loop and report
 def test_the_demo_is_its_own_package_and_its_loop_and_report_do_not_import_each_other():
     """The demo lives in demo/ (apart from the benchmark-agnostic Step 1-2 tools), and its loop (which
     runs models) and its report (which only renders records) share trainable.py and plotting.py instead of

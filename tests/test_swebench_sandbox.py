@@ -242,6 +242,7 @@ def test_sandbox_config_validates():
 # --------------------------------------------------------------------------------------------------
 # Self-test of generated scenarios, grading, the CLI
 # --------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # ~5 s: the self-test of 14 generated scenarios in the sandbox (make test stays under 5 minutes)
 def test_generated_scenarios_pass_the_self_test():
     scenarios = [generate_one("semantic_logic_precision", seed, template=t.key) for seed, t in enumerate(TEMPLATES)]
     scenarios += [generate_one("deep_call_graph_traversal", seed, call_depth=3 + seed % 3) for seed in range(4)]
