@@ -54,7 +54,7 @@ class PackedLinears:
                          for module in modules)
         entry = self._packs.get(key)
         if entry is None or any(a is not b for a, b in zip(entry[0], modules)) or entry[1] != versions:
-            weight = torch.cat([module.weight.detach() for module in modules]) if len(modules) > 1 else modules[0].weight
+            weight = torch.cat([module.weight.detach() for module in modules])  # [N, K]
             if all(module.bias is None for module in modules):
                 bias = weight.new_empty(0)
             else:

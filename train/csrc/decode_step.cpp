@@ -54,14 +54,6 @@ void check_cpu_float(const torch::Tensor& tensor, const char* name) {
               ": a float32 contiguous CPU tensor");
 }
 
-// weight * x / sqrt(mean(x^2) + eps) over one row of D values (rms_norm.cpp's arithmetic, in the same order)
-inline void norm_row(const float* x, int64_t D, const float* weight, float eps, float* out) {
-  float squares = 0.f;
-  for (int64_t d = 0; d < D; ++d) squares += x[d] * x[d];
-  const float inverse = 1.f / std::sqrt(squares / static_cast<float>(D) + eps);
-  for (int64_t d = 0; d < D; ++d) out[d] = weight[d] * (x[d] * inverse);
-}
-
 // The rotary embedding (rotate-half convention) of one head in place: x * cos + rotate_half(x) * sin.
 inline void rotate(float* x, int64_t D, const float* cos, const float* sin) {
   const int64_t half = D / 2;
@@ -170,14 +162,14 @@ torch::Tensor decode_step(const std::vector<int64_t>& tokens, const torch::Tenso
       const float* s = sin.data_ptr<float>() + a * head_dim;
       for (int64_t head = 0; head < q_heads; ++head) {
         float* q = query.data_ptr<float>() + (a * q_heads + head) * head_dim;
-        if (q_norm) norm_row(row + head * head_dim, head_dim, q_norm, epsilon, q);
+        if (q_norm) rms_norm_row(row + head * head_dim, head_dim, q_norm, epsilon, q);
         else std::memcpy(q, row + head * head_dim, head_dim * sizeof(float));
         rotate(q, head_dim, c, s);
       }
       for (int64_t head = 0; head < kv_heads; ++head) {
         const int64_t column = ((slots[a] * kv_heads + head) * columns + starts[a]) * head_dim;
         float* k = pool_keys + column;
-        if (k_norm) norm_row(row + q_width + head * head_dim, head_dim, k_norm, epsilon, k);
+        if (k_norm) rms_norm_row(row + q_width + head * head_dim, head_dim, k_norm, epsilon, k);
         else std::memcpy(k, row + q_width + head * head_dim, head_dim * sizeof(float));
         rotate(k, head_dim, c, s);
         std::memcpy(pool_values + column, row + q_width + kv_width + head * head_dim, head_dim * sizeof(float));

@@ -2,6 +2,7 @@
 #pragma once
 #include <torch/extension.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -50,6 +51,15 @@ inline v8 exp_nonpositive(v8 x) {
   std::memcpy(&out, &bits, sizeof(out));
   out = underflow ? splat(0.f) : out;
   return not_a_number ? input : out;
+}
+
+// weight * x / sqrt(mean(x^2) + eps) over one row of D values (out may be x itself): every RMSNorm of the kernels
+// (rms_norm.cpp's rows, decode_step.cpp's rows and per-head query/key norms), so all round alike.
+inline void rms_norm_row(const float* x, int64_t D, const float* weight, float eps, float* out) {
+  float squares = 0.f;
+  for (int64_t d = 0; d < D; ++d) squares += x[d] * x[d];
+  const float inverse = 1.f / std::sqrt(squares / static_cast<float>(D) + eps);
+  for (int64_t d = 0; d < D; ++d) out[d] = weight[d] * (x[d] * inverse);
 }
 
 // The raw loops behind the entry points below, for callers that hold their own buffers (decode_step.cpp).

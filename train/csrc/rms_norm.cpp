@@ -9,7 +9,6 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 
 namespace trace_kernels {
@@ -17,14 +16,7 @@ namespace trace_kernels {
 void rms_norm_rows(const float* xs, int64_t M, int64_t D, const float* ws, float epsilon, float* outs) {
   // a thread's share at least ~64k values: fewer are not worth waking the pool for
   at::parallel_for(0, M, std::max<int64_t>(1, 65536 / std::max<int64_t>(D, 1)), [&](int64_t first, int64_t end) {
-    for (int64_t m = first; m < end; ++m) {
-      const float* row = xs + m * D;
-      float squares = 0.f;
-      for (int64_t d = 0; d < D; ++d) squares += row[d] * row[d];
-      const float inverse = 1.f / std::sqrt(squares / static_cast<float>(D) + epsilon);
-      float* target = outs + m * D;
-      for (int64_t d = 0; d < D; ++d) target[d] = ws[d] * (row[d] * inverse);
-    }
+    for (int64_t m = first; m < end; ++m) rms_norm_row(xs + m * D, D, ws, epsilon, outs + m * D);
   });
 }
 

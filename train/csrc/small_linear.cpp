@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace trace_kernels {
 namespace {
@@ -66,17 +67,16 @@ void linear_rows(const float* x, int64_t M, int64_t K, const float* packed, int6
       const float* panel_bias = bias ? bias + p * PANEL : nullptr;
       const int64_t columns = std::min<int64_t>(PANEL, features - p * PANEL);
       const float* panel_residual = residual ? residual + p * PANEL : nullptr;
-      float* target = out + p * PANEL;
+      // rows m .. m + ROWS - 1 of this panel, one tile (ROWS a compile-time constant: the tile stays inlined)
+      auto tile_at = [&](auto rows, int64_t m) {
+        tile<decltype(rows)::value>(x + m * K, K, panel, panel_bias,
+                                    panel_residual ? panel_residual + m * features : nullptr,
+                                    out + p * PANEL + m * features, features, columns);
+      };
       int64_t m = 0;
-      for (; m + 6 <= M; m += 6)
-        tile<6>(x + m * K, K, panel, panel_bias, panel_residual ? panel_residual + m * features : nullptr,
-                target + m * features, features, columns);
-      for (; m + 3 <= M; m += 3)
-        tile<3>(x + m * K, K, panel, panel_bias, panel_residual ? panel_residual + m * features : nullptr,
-                target + m * features, features, columns);
-      for (; m < M; ++m)
-        tile<1>(x + m * K, K, panel, panel_bias, panel_residual ? panel_residual + m * features : nullptr,
-                target + m * features, features, columns);
+      for (; m + 6 <= M; m += 6) tile_at(std::integral_constant<int, 6>{}, m);
+      for (; m + 3 <= M; m += 3) tile_at(std::integral_constant<int, 3>{}, m);
+      for (; m < M; ++m) tile_at(std::integral_constant<int, 1>{}, m);
     }
   });
 }
