@@ -7,7 +7,8 @@
   the band stays at its value nearest to it while the next knob moves. Each probed value also records its
   mean reward, the estimated share of GRPO groups whose rewards differ, the decision classes' shares and the
   first mistakes of the failed episodes; a game is trained only where the base agent's full success reached the
-  band (`demo.trainable.not_trained_because`).
+  band (`demo.trainable.not_trained_because`). A game no value brought into the band gets a mistake census
+  (`count_first_mistakes`): its first mistakes counted over at least 30 failed episodes at the settings kept.
 - `train_lora`: one GRPO LoRA run (`train.grpo.GRPOTrainer`, the code of `python -m train`) on any game
   spec: a capability game (Step 3), the storefront itself (the direct-GRPO baseline) or a mix of the
   selected games (the single-adapter baseline). The GRPO loop is the same in all three. Direct GRPO keeps its
@@ -27,6 +28,7 @@ import json
 import math
 import random
 import shutil
+from collections import Counter
 from fractions import Fraction
 from pathlib import Path
 from common.paths import REPO_ROOT
@@ -38,7 +40,7 @@ from benchmarks.results import load_results, make_simulation
 from game_registry import GameSpec, get_game
 from demo.plotting import pyplot, save_figure
 from demo.trainable import FIGURES
-from pipeline.recalibrate import EPISODE_FACTS, search_knobs
+from pipeline.recalibrate import EPISODE_FACTS, MIN_FAILED_FOR_MISTAKES, episode_classes, search_knobs
 from train.backends import HFBackend
 from train.episodes import ChatTokenizer, EpisodeRequest, run_episodes
 
@@ -46,6 +48,11 @@ HISTORY_KEYS = ("knob", "value", *FIGURES)
 # What calibration keeps of each probe besides the figures: the decision classes and the first mistakes of the
 # failed episodes (`pipeline.recalibrate.episode_classes`), for the report of a game this agent cannot win.
 CLASS_KEYS = ("class_shares", "success_by_class", "first_mistakes", "failed")
+# A game the base agent cannot win is reported with its first mistakes counted over at least
+# MIN_FAILED_FOR_MISTAKES failed episodes (issue 41): at the settings kept, the probe's own failures and then more
+# rounds of fresh tasks (each calibration_tasks x calibration_samples episodes), at most CENSUS_MAX_ROUNDS of them,
+# for a game it nearly always wins (then the census says how few failed).
+CENSUS_MAX_ROUNDS = 4
 
 GRPO_TINY = REPO_ROOT / "configs" / "grpo_tiny.yaml"
 # Step 1's analysis results (demo/run.py's `select` step: the base agent sampled on the target storefront),
@@ -64,8 +71,11 @@ def game_for(capability: str) -> GameSpec | None:
         return None
 
 
+CALIBRATION_FIRST_SEED = 10_000  # calibration's task seeds: first_seed.. (the mistake census goes on after them)
+
+
 def model_collector(model: Any, tokenizer: Any, base_overrides: dict[str, Any], n_tasks: int, n_samples: int,
-                    temperature: float = 1.0, max_episode_tokens: int = 2048, first_seed: int = 10_000):
+                    temperature: float = 1.0, max_episode_tokens: int = 2048, first_seed: int = CALIBRATION_FIRST_SEED):
     """A `search_knob` collector: the model plays seeds first_seed.. (n_samples each) with the knob set."""
     chat = ChatTokenizer(tokenizer)
 
@@ -82,9 +92,36 @@ def model_collector(model: Any, tokenizer: Any, base_overrides: dict[str, Any], 
     return collect
 
 
+def count_first_mistakes(spec: GameSpec, model: Any, tokenizer: Any, overrides: dict[str, Any], settings: Any,
+                         kept: dict[str, Any]) -> dict[str, Any] | None:
+    """The mistake census of a game no probed value brought into the band: the base agent's first mistakes at the
+    settings kept (`overrides`), counted over the kept probe's failed episodes and then over rounds of fresh tasks
+    (seeds after calibration's) until at least MIN_FAILED_FOR_MISTAKES episodes failed or CENSUS_MAX_ROUNDS rounds were
+    played. None for a game that records no first mistakes. Returns {"episodes", "failed", "success_rate",
+    "first_mistakes": {class: count}, "rounds", "min_failed"}."""
+    n_tasks, n_samples = settings.calibration_tasks, settings.calibration_samples
+    mistakes = Counter(kept.get("first_mistakes") or {})
+    episodes, rounds = kept["n_samples"], 0
+    failed = round(episodes * (1.0 - kept["success_rate"]))
+    while failed < MIN_FAILED_FOR_MISTAKES and rounds < CENSUS_MAX_ROUNDS:
+        rounds += 1
+        collect = model_collector(model, tokenizer, overrides, n_tasks, n_samples,
+                                  first_seed=CALIBRATION_FIRST_SEED + rounds * n_tasks)
+        simulations = collect(spec, {})
+        episodes += len(simulations)
+        failed += sum(sim["reward_info"]["reward"] < 1.0 for sim in simulations)
+        mistakes.update(episode_classes(simulations).get("first_mistakes") or {})
+    if failed and not mistakes:
+        return None  # failed episodes but no first-mistake records: a game that does not classify its mistakes
+    return {"episodes": episodes, "failed": failed, "success_rate": (episodes - failed) / episodes,
+            "first_mistakes": dict(sorted(mistakes.items(), key=lambda item: (-item[1], item[0]))),
+            "rounds": rounds, "min_failed": MIN_FAILED_FOR_MISTAKES}
+
+
 def calibrate_capability(capability: str, model: Any, tokenizer: Any, game_overrides: dict[str, Any],
-                         settings: Any) -> dict[str, Any]:
-    """Validate the capability's game and move its declared difficulty knobs (`search_knobs`) into the band."""
+                         settings: Any, census: bool = True) -> dict[str, Any]:
+    """Validate the capability's game and move its declared difficulty knobs (`search_knobs`) into the band; with
+    `census`, a game no value brought into the band gets its first mistakes counted (`count_first_mistakes`)."""
     from pipeline.validate_game import validate, with_overrides
 
     spec = game_for(capability)
@@ -105,8 +142,16 @@ def calibrate_capability(capability: str, model: Any, tokenizer: Any, game_overr
                           group_size=settings.group_size)
     history = [{**{k: probe[k] for k in HISTORY_KEYS}, **{k: probe[k] for k in CLASS_KEYS if k in probe}}
                for probe in search["history"]]
-    return {**result, **{k: search[k] for k in ("status", "knob", "value", *FIGURES, "group_size", "settings", "band")},
-            "history": history, "game_overrides": {**game_overrides, **search["settings"]}}
+    result = {**result, **{k: search[k] for k in ("status", "knob", "value", *FIGURES, "group_size", "settings", "band")},
+              "history": history, "game_overrides": {**game_overrides, **search["settings"]}}
+    low, high = settings.band
+    if census and not any(low <= probe["success_rate"] <= high for probe in search["history"]):
+        kept = next((p for p in reversed(search["history"])
+                     if p["knob"] == search["knob"] and p["value"] == search["value"]), None)
+        counted = kept and count_first_mistakes(spec, model, tokenizer, result["game_overrides"], settings, kept)
+        if counted:
+            result["mistake_census"] = counted
+    return result
 
 
 

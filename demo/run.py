@@ -357,7 +357,9 @@ class Demo:
         model, tokenizer = self._base_model()
         out = {}
         for capability in selected:
-            result = calibrate_capability(capability, model, tokenizer, self.game_surface(), self.config.loop)
+            # Forced capabilities are trained whatever calibration finds: no mistake census for them.
+            result = calibrate_capability(capability, model, tokenizer, self.game_surface(), self.config.loop,
+                                          census=not forced)
             out[capability] = result
             skipped = not_trained_because(result, self.config.loop.group_size, forced=bool(forced))
             print("\n".join(environment_lines(capability, result, skipped)), flush=True)

@@ -41,6 +41,17 @@ def mistakes_text(probe: dict[str, Any]) -> str:
     return ", ".join(f"{name} {n}" for name, n in mistakes.items()) + f" (of {probe.get('failed', sum(mistakes.values()))} failed)"
 
 
+def census_text(census: dict[str, Any]) -> str:
+    """'wrong_value:item_ids 41, no_action 12 (of 53 failed in 128 episodes, success 0.59)', and a warning when the
+    census ended short of its minimum of failed episodes (a game the agent nearly always wins)."""
+    text = (", ".join(f"{name} {n}" for name, n in census["first_mistakes"].items()) or "none"
+            ) + f" (of {census['failed']} failed in {census['episodes']} episodes, success {census['success_rate']:.2f})"
+    if census["failed"] < census.get("min_failed", 0):
+        text += (f"; fewer than the {census['min_failed']} failed episodes the census aims for after "
+                 f"{census['rounds']} more rounds")
+    return text
+
+
 def not_trained_because(environment: dict[str, Any], group_size: int, forced: bool = False) -> str | None:
     """Why Step 3 skips a capability's game (None: it is trained); `group_size` is GRPO's, for the spread figures
     of a record that lacks them.
@@ -49,7 +60,9 @@ def not_trained_because(environment: dict[str, Any], group_size: int, forced: bo
     agent's full-success rate at some value calibration tried lies in the band (the record's "band", else
     TRAIN_BAND): GRPO then sees groups with a win, and router SFT successful rollouts of the capability.
     Otherwise the game is *not trainable with this agent*, and the reason gives each value's figures and the base
-    agent's first mistakes in the failed episodes at the value kept (what it would have to learn first).
+    agent's first mistakes at the settings kept (what it would have to learn first), from calibration's mistake
+    census over at least 30 failed episodes (`demo.loop.count_first_mistakes`; a record without one: the kept
+    probe's own failed episodes).
     Capabilities the config forces (`loop.capabilities`, e.g. the fast profile's) are trained whatever calibration
     found; a game without knobs is trained as it is (nothing was measured).
     """
@@ -66,9 +79,15 @@ def not_trained_because(environment: dict[str, Any], group_size: int, forced: bo
     per_value = "; ".join(
         (f"{probe['value']!r}" if len(knobs) == 1 else f"{probe.get('knob')}={probe['value']!r}")
         + f": {measurement_text(probe)}" for probe in tried)
-    kept = next((p for p in reversed(tried) if p.get("value") == environment.get("value") and p.get("first_mistakes")),
-                None)
-    where = f"{kept.get('knob') or environment.get('knob')}={kept['value']!r}" if kept else ""
-    mistakes = f"; the base agent's first mistakes at {where}: {mistakes_text(kept)}" if kept else ""
+    census = environment.get("mistake_census")
+    if census:
+        settings = environment.get("settings") or {environment.get("knob"): environment.get("value")}
+        where = ", ".join(f"{name}={value!r}" for name, value in settings.items())
+        mistakes = f"; the base agent's first mistakes at {where}: {census_text(census)}"
+    else:  # a record written before the census: the kept probe's own failed episodes
+        kept = next((p for p in reversed(tried) if p.get("value") == environment.get("value")
+                     and p.get("first_mistakes")), None)
+        where = f"{kept.get('knob') or environment.get('knob')}={kept['value']!r}" if kept else ""
+        mistakes = f"; the base agent's first mistakes at {where}: {mistakes_text(kept)}" if kept else ""
     return (f"not trainable with this agent: its full-success rate is outside [{low:g}, {high:g}] at every "
             f"{' / '.join(map(str, knobs))} value tried ({per_value}){mistakes}")

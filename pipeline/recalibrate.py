@@ -13,6 +13,10 @@ reports the in-band value closest to the band's centre, or which way to move and
 next value to try by bisection. Each value's line also gives its mean reward and the estimated share of
 GRPO groups of --group-size episodes whose rewards differ (`estimate_reward_spread`): GRPO learns from any
 reward difference within a group, partial rewards included, so a value with no success can still teach.
+For games that record them, each value's line is followed by its decision classes (share, success) and the
+first mistakes of its failed episodes; out of the band, the value nearest the band's centre gets a verdict line:
+its first mistakes, or, counted over fewer than 30 failed episodes, a request for more rollouts there before
+calling the game *not trainable with this agent* (JSON: "not_in_band").
 Exit 0 when a value is in the band, 1 when not, 2 on bad input (flags, NaN included, and the --json-output
 path are checked before any file is read; nothing is written).
 
@@ -45,6 +49,9 @@ DEFAULT_BAND = (0.10, 0.60)
 # Summary fields a collector keeps in each simulation's reward_info (games that record them): what
 # `episode_classes` counts per probed value.
 EPISODE_FACTS = ("decision_class", "first_mistake")
+# A game no value brings into the band is *not trainable with this agent*; what the agent gets wrong there is
+# reported from its first mistakes counted over at least this many failed episodes (issue 41).
+MIN_FAILED_FOR_MISTAKES = 30
 DEFAULT_GROUP_SIZE = 16  # GRPO's episodes per task (train.config's default, the paper's K=16)
 HARDER_CHOICES = ("increase", "decrease")  # which way of moving the knob makes the game harder
 
@@ -428,6 +435,43 @@ def policy_collector(
     return collect
 
 
+def classes_and_mistakes_lines(measurement: dict[str, Any]) -> list[str]:
+    """`classes act 0.50 (0.31), refuse 0.50 (0.12)` and `first mistakes no_action 12, ... (of 20 failed)` of one
+    measurement, for the games that record them (none otherwise)."""
+    lines = []
+    if measurement.get("class_shares"):
+        success = measurement.get("success_by_class") or {}
+        lines.append("classes " + ", ".join(f"{name} {share:.2f} ({success.get(name, 0.0):.2f})"
+                                            for name, share in measurement["class_shares"].items()))
+    if measurement.get("first_mistakes"):
+        lines.append("first mistakes " + ", ".join(f"{name} {n}" for name, n in measurement["first_mistakes"].items())
+                     + f" (of {measurement['failed']} failed)")
+    return lines
+
+
+def not_in_band_report(measurements: list[dict[str, Any]], band: tuple[float, float]) -> dict[str, Any]:
+    """No measured value is in the band: the value nearest its centre, and whether its first mistakes were counted
+    over enough failed episodes (MIN_FAILED_FOR_MISTAKES) to say what the agent would have to learn first, should
+    no value of any knob bring the game into the band (then it is *not trainable with this agent*)."""
+    centre = (band[0] + band[1]) / 2
+    nearest = min(measurements, key=lambda m: abs(m["success_rate"] - centre))
+    failed = nearest.get("failed")
+    out = {"value": nearest["value"], "success_rate": nearest["success_rate"], "failed": failed,
+           "first_mistakes": nearest.get("first_mistakes"), "min_failed": MIN_FAILED_FOR_MISTAKES}
+    where = f"at {nearest['value']!r} (nearest the band)"
+    if failed is None:
+        out["message"] = f"NOT IN BAND: the rollouts {where} record no first mistakes (a game that does not classify them)"
+    elif failed < MIN_FAILED_FOR_MISTAKES:
+        out["message"] = (f"NOT IN BAND: first mistakes {where} counted over {failed} failed episodes, fewer than "
+                          f"{MIN_FAILED_FOR_MISTAKES}: collect more rollouts there before reporting the game not "
+                          "trainable with this agent")
+    else:
+        out["message"] = (f"NOT IN BAND: if no value brings the game into the band it is not trainable with this agent; "
+                          f"its first mistakes {where}: " + ", ".join(f"{k} {n}" for k, n in nearest["first_mistakes"].items())
+                          + f" (of {failed} failed)")
+    return out
+
+
 # --------------------------------------------------------------------------------------------------
 # CLI (file mode)
 # --------------------------------------------------------------------------------------------------
@@ -509,9 +553,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {args.knob}={m['value']!r:10} success_rate {m['success_rate']:.3f}  "
               f"mean_reward {m['mean_reward']:.3f}  spread {m['spread_share']:.3f}  "
               f"({_band_side(m['success_rate'], args.band)}, {m['n_samples']} samples)")
+        for line in classes_and_mistakes_lines(m):
+            print(f"      {line}")
     for warning in decision["warnings"]:
         print(f"WARN  {warning}")
     print(f"{decision['status'].upper()}: {decision['message']}")
+    if decision["status"] != "in_band":
+        report["not_in_band"] = not_in_band_report(measurements, args.band)
+        print(report["not_in_band"]["message"])
     if args.json_output:
         atomic_write_json(args.json_output, report)
     return 0 if decision["status"] == "in_band" else 1

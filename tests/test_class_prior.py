@@ -268,3 +268,20 @@ def test_first_mistake_names_what_the_expert_without_the_skill_got_wrong(name, a
         else:
             seen.add(summary["first_mistake"])
     assert seen and seen <= expected, seen
+
+
+def test_first_mistake_marks_a_written_value_the_agent_was_never_shown():
+    """A payment method id that appears nowhere before the write (invented) is told apart from a wrong one the
+    agent was shown (the original method where a gift card was asked for: `wrong_value:payment_method_id` in
+    the test above)."""
+    spec = get_game("capability_structured_data_reasoning")
+    game = spec.make_env()
+    game.reset(0)
+    write = next(c for r in game.instance.requests for c in r.calls if "payment_method_id" in c.arguments)
+    while not game.done:
+        action = spec.extract_action(game.oracle_response())
+        for call in getattr(action, "tool_calls", None) or []:
+            if call.name == write.name:  # the oracle's write with an id it was never shown
+                call.arguments = {**call.arguments, "payment_method_id": "gift_card_999999"}
+        game.step(action)
+    assert game.get_summary()["first_mistake"] == "wrong_value:payment_method_id(never shown)"

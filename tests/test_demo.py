@@ -657,6 +657,53 @@ def test_calibration_records_mean_reward_and_spread_and_skips_a_game_with_partia
     assert won["status"] == "in_band" and not_trained_because(won, settings.group_size) is None
 
 
+def test_a_game_out_of_the_band_gets_its_first_mistakes_counted_over_30_failed_episodes(partial_reward_game,
+                                                                                         monkeypatch):
+    """Issue 41 point 3: a game the base agent wins too often to train is reported with its first mistakes counted
+    over >= 30 failed episodes: the kept probe's failures, then rounds of fresh tasks (seeds after calibration's)
+    at the settings kept, until 30 failed; capped, with the shortfall said, for a game it nearly always wins."""
+    import dataclasses
+
+    from demo.config import LoopSettings
+    from demo.loop import CENSUS_MAX_ROUNDS, calibrate_capability
+    from demo.trainable import not_trained_because
+
+    settings = dataclasses.replace(LoopSettings(), calibration_tasks=8, calibration_samples=2, group_size=8)
+    calls = []
+
+    def collector(model, tokenizer, base_overrides, n_tasks, n_samples, first_seed=10_000, **kw):
+        def collect(spec, overrides):
+            calls.append((first_seed, {**base_overrides, **overrides}))
+            # 1 episode in 4 fails (success 0.75: above the band at every value), its first mistake by task seed
+            return [{"task_id": str(first_seed + t), "sample_idx": i,
+                     "reward_info": {"reward": 0.0 if (t * n_samples + i) % 4 == 0 else 1.0,
+                                     "first_mistake": "wrong_value:item_ids" if t % 2 else "no_action"}}
+                    for t in range(n_tasks) for i in range(n_samples)]
+        return collect
+
+    monkeypatch.setattr("demo.loop.model_collector", collector)
+    result = calibrate_capability("toy_partial", None, None, {"n_items": 11}, settings)
+    census = result["mistake_census"]
+    # 16 episodes a round, 4 failed each: the kept probe's 4, then 7 rounds would reach 32; the cap stops it first.
+    assert census["failed"] < 30 and census["rounds"] == CENSUS_MAX_ROUNDS
+    assert census["episodes"] == 16 * (1 + CENSUS_MAX_ROUNDS) and census["failed"] == 4 * (1 + CENSUS_MAX_ROUNDS)
+    assert sum(census["first_mistakes"].values()) == census["failed"]
+    census_calls = calls[len(result["history"]):]
+    assert [seed for seed, _ in census_calls] == [10_000 + 8 * r for r in range(1, CENSUS_MAX_ROUNDS + 1)]
+    assert all(overrides == result["game_overrides"] for _, overrides in census_calls)  # at the settings kept
+    reason = not_trained_because(result, settings.group_size)
+    assert f"(of {census['failed']} failed in {census['episodes']} episodes, success 0.75)" in reason, reason
+    assert "fewer than the 30 failed episodes" in reason
+
+    calls.clear()
+    enough = dataclasses.replace(settings, calibration_tasks=40)  # 20 failed a round: the probe's and one more
+    result = calibrate_capability("toy_partial", None, None, {}, enough)
+    assert result["mistake_census"]["failed"] == 40 and result["mistake_census"]["rounds"] == 1
+    assert "fewer than" not in not_trained_because(result, settings.group_size)
+    forced = calibrate_capability("toy_partial", None, None, {}, enough, census=False)
+    assert "mistake_census" not in forced
+
+
 def test_step2_validates_the_game_with_the_overrides_it_calibrates(partial_reward_game, monkeypatch):
     """The game is validated as it will be trained (the evaluation's surface), not at its own defaults."""
     import dataclasses

@@ -313,3 +313,33 @@ def test_cli_prints_and_writes_mean_reward_and_spread(game, tmp_path, capsys):
     assert main(["--game", game, "--knob", "n_keys", "--rollouts", f"1={partial_rollouts(tmp_path, 'k', [0.0])}",
                  "--group-size", "1"]) == 2
     assert "--group-size must be >= 2" in capsys.readouterr().err
+
+
+def mistaken_rollouts(tmp_path, name: str, successes: int, failed: int) -> str:
+    """A results file whose failed episodes record their first mistake and decision class (as the games do)."""
+    sims = [{"id": f"{name}-{i}", "task_id": i // 2, "sample_idx": i % 2,
+             "reward_info": {"reward": 1.0 if i < successes else 0.0, "decision_class": ("act", "refuse")[i % 2],
+                             "first_mistake": None if i < successes else ("no_action", "wrong_tool")[i % 3 == 0]}}
+            for i in range(successes + failed)]
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"info": {}, "tasks": [], "simulations": sims}))
+    return str(path)
+
+
+def test_cli_out_of_the_band_reports_first_mistakes_once_30_episodes_failed(game, tmp_path, capsys):
+    """Issue 41 point 3: out of the band, the first mistakes at the value nearest it, and no verdict on what the
+    agent lacks from fewer than 30 failed episodes (it asks for more rollouts there instead)."""
+    code, d = run(game, tmp_path, f"1={mistaken_rollouts(tmp_path, 'few', 90, 10)}")
+    out = capsys.readouterr().out
+    assert code == 1 and d["not_in_band"]["failed"] == 10 and d["not_in_band"]["value"] == 1
+    assert "classes act 0.50 (0.90), refuse 0.50 (0.90)" in out, out
+    assert "first mistakes no_action" in out and "(of 10 failed)" in out
+    assert "counted over 10 failed episodes, fewer than 30: collect more rollouts there" in out, out
+    code, d = run(game, tmp_path, f"1={mistaken_rollouts(tmp_path, 'many', 160, 40)}",
+                  f"2={mistaken_rollouts(tmp_path, 'more', 180, 20)}")
+    out = capsys.readouterr().out
+    mistakes = d["not_in_band"]["first_mistakes"]
+    assert d["not_in_band"]["value"] == 1 and sum(mistakes.values()) == 40 and set(mistakes) == {"no_action", "wrong_tool"}
+    assert "not trainable with this agent; its first mistakes at 1 (nearest the band): " in out, out
+    code, d = run(game, tmp_path, f"1={rollouts(tmp_path, 'k', 4)}")  # in the band: no such report
+    assert code == 0 and "not_in_band" not in d

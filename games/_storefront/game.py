@@ -160,7 +160,9 @@ class StorefrontCapabilityGame(ToolEnvGame):
           malformed_turn            a turn the parser rejected
           unknown_tool              a call of a tool the storefront does not have
           failed_lookup:<tool>      a read the tools refused (usually a value copied wrong: an id, an email)
-          wrong_value:<arguments>   the planned write's tool with other values (e.g. wrong_value:item_ids)
+          wrong_value:<arguments>   the planned write's tool with other values (e.g. wrong_value:item_ids);
+                                    an argument whose value the agent was never shown before that call is
+                                    marked `(never shown)`: invented, not copied wrong or chosen wrong
           wrong_tool                a write of another tool than the planned one
           write_where_plan_refuses  a write where the expert changes nothing (e.g. a status ignored)
           ran_out_of_turns / no_action / transferred   a planned call never made (the write, or the look-up
@@ -198,7 +200,10 @@ class StorefrontCapabilityGame(ToolEnvGame):
                 args = record.arguments if isinstance(record.arguments, dict) else {}
                 differing = sorted(k for k in set(args) | set(same[0].arguments)
                                    if args.get(k) != same[0].arguments.get(k))
-                return "wrong_value:" + ",".join(differing)
+                shown = self.text_shown_before(record.call_id)
+                return "wrong_value:" + ",".join(
+                    k if k not in args or all(str(v) in shown for v in _as_list(args[k])) else f"{k}(never shown)"
+                    for k in differing)
             if not record.ok:
                 return f"failed_lookup:{record.name}"
         made = [(r.name, r.arguments) for r in state.tool_calls if r.ok]
@@ -208,6 +213,17 @@ class StorefrontCapabilityGame(ToolEnvGame):
         if self.policy_violations():
             return "policy_broken"
         return "not_reported"
+
+    def text_shown_before(self, call_id: str) -> str:
+        """Everything the agent was shown before the assistant turn that made call `call_id` (system prompt, the
+        customer's messages, tool outputs): a written value found nowhere in it was invented, not copied."""
+        shown = []
+        for message in self.state.messages:
+            if any(call.get("id") == call_id for call in message.get("tool_calls") or []):
+                break
+            if message.get("role") != "assistant":
+                shown.append(str(message.get("content") or ""))
+        return "\n".join(shown)
 
     # ---- helpers for scoring --------------------------------------------------------------------
     @property
@@ -411,3 +427,8 @@ class StorefrontCapabilityGame(ToolEnvGame):
                 "first_mistake": self.first_mistake(reward),
                 "tool_calls": len(self.state.tool_calls), "failed_tool_calls": self.failed_call_count(),
                 "format_errors": self.state.format_errors, "termination_reason": self.state.termination_reason}
+
+
+def _as_list(value: Any) -> list[Any]:
+    """A tool argument's values: a list's elements, or the value alone."""
+    return list(value) if isinstance(value, (list, tuple)) else [value]
