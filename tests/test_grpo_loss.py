@@ -307,6 +307,50 @@ def test_token_logprobs_through_peft_lora_trains_only_the_adapter():
     assert trained and all("lora_" in n for n in trained)
 
 
+@pytest.mark.parametrize("make_model", [lambda: tiny_model(), lambda: tiny_gpt2()], ids=["qwen3", "gpt2"])
+@pytest.mark.parametrize("after_prefix", [False, True], ids=["plain", "after_prefix"])
+def test_logprobs_of_the_needed_tokens_only_equal_the_full_ones_and_their_gradients(make_model, after_prefix):
+    """With `needed` (GRPO's loss mask) the model computes logits only where they predict a needed token; the
+    needed tokens' values and every parameter's gradient must equal the full computation's, the rest be 0 —
+    rows with padding, a row with nothing needed, the prefix's last position needed on one row only."""
+    from train.logprobs import token_logprobs_after_prefix
+
+    model = make_model()  # eval: GPT-2's dropout would differ between the runs
+    gen = torch.Generator().manual_seed(11)
+    prefix = torch.randint(1, 64, (5,), generator=gen)
+    ids = torch.randint(1, 64, (4, 7), generator=gen)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    mask[3, 3:] = 0
+    needed = torch.rand(4, 7, generator=gen) < 0.5
+    needed[2] = False  # nothing needed on this row
+    needed[0, 0] = after_prefix  # predicted by the prefix's last position (a token of its own without a prefix)
+    needed[1, 6] = True  # a padding token: never a value
+    weights = torch.randn(4, 7, generator=gen)
+
+    def run(**kw):
+        model.zero_grad()
+        if after_prefix:
+            values = token_logprobs_after_prefix(model, prefix, ids, mask, temperature=0.7, chunk_tokens=3, **kw)
+        else:
+            values = token_logprobs(model, ids, mask, temperature=0.7, chunk_tokens=3, **kw)
+        (values * weights).sum().backward()
+        return values.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    wanted = needed & mask.bool()
+    if not after_prefix:
+        wanted[:, 0] = False
+    weights = torch.where(wanted, weights, torch.zeros_like(weights))  # both runs differentiate the same sum
+    full, full_grads = run()
+    full = torch.where(wanted, full, torch.zeros_like(full))
+    got, got_grads = run(needed=needed)
+    torch.testing.assert_close(got, full, atol=1e-5, rtol=0)
+    assert bool((got[~wanted] == 0).all()) and bool((got[wanted] != 0).all())
+    assert got_grads.keys() == full_grads.keys()
+    for name in full_grads:
+        torch.testing.assert_close(got_grads[name], full_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
 def test_logprobs_from_logits_temperature_and_chunking():
     gen = torch.Generator().manual_seed(4)
     logits = torch.randn(2, 7, 64, generator=gen, dtype=torch.bfloat16)

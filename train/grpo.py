@@ -420,17 +420,21 @@ class GRPOTrainer:
                 continue
             batch = pad_batch(chunk, self.pad_token_id, self.device)
             logprobs = token_logprobs(self.policy.model, batch.input_ids, batch.attention_mask,
-                                      temperature=self.config.temperature)  # [B, T]
+                                      temperature=self.config.temperature, needed=batch.loss_mask.bool())  # [B, T]
             for row, seq in enumerate(chunk):
                 values = logprobs[row, : len(seq.token_ids)] * batch.loss_mask[row, : len(seq.token_ids)]
                 seq.old_logprobs = values.tolist()
 
     def _logprobs(self, micro: MicroBatch) -> torch.Tensor:
+        """[B, T] log-probs of the micro-batch's loss tokens (0 elsewhere: the loss reads no other; the model
+        computes logits only where they predict one, `train.logprobs`)."""
         batch, temperature = micro.batch, self.config.temperature
+        needed = batch.loss_mask.bool()  # [B, T]
         if micro.prefix is None:
-            return token_logprobs(self.policy.model, batch.input_ids, batch.attention_mask, temperature=temperature)
+            return token_logprobs(self.policy.model, batch.input_ids, batch.attention_mask, temperature=temperature,
+                                  needed=needed)
         return token_logprobs_after_prefix(self.policy.model, micro.prefix, batch.input_ids, batch.attention_mask,
-                                           temperature=temperature)
+                                           temperature=temperature, needed=needed)
 
     def _micro_batches(self, sequences: list[Sequence]) -> list[MicroBatch]:
         c = self.config

@@ -23,6 +23,11 @@ activation checkpointing so autograd keeps only the model's own logits, not an f
 recomputed in backward. The model's logits themselves ([B, T, V] in the model dtype) are unavoidable without
 reaching into the model's lm_head, which would not be model-agnostic (PEFT, routed multi-adapter models).
 
+Only the tokens a caller uses: with `needed` ([B, T] bool, e.g. GRPO's loss mask: the sampled tokens, ~20% of a
+tool-use episode) the model computes logits only at the positions that predict those tokens (transformers'
+`logits_to_keep` as a boolean [B, T] mask: the body still runs on every position, the vocabulary projection and
+the logsumexp only where a value is wanted) and every other entry is 0. Same values on the needed tokens.
+
 Nothing here assumes a particular adapter setup: any `model(input_ids=..., attention_mask=..., position_ids=...)`
 that returns an object with `.logits` of shape [B, T, V] works (HF causal LMs, PEFT-wrapped ones, custom wrappers).
 """
@@ -122,6 +127,63 @@ def logprobs_from_logits(
     return torch.cat([out[:, :1], token_lp], dim=1)  # [B, T]
 
 
+def wanted_tokens(needed: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] bool: the tokens of `needed` that have a defined log-prob (the token and its predecessor real)."""
+    if needed.shape != attention_mask.shape:
+        raise ValueError(f"needed shape {tuple(needed.shape)} must equal attention_mask shape "
+                         f"{tuple(attention_mask.shape)}.")
+    real = attention_mask.bool()
+    wanted = needed.bool() & real
+    wanted[:, 0] = False  # nothing predicts the first token
+    wanted[:, 1:] &= real[:, :-1]
+    return wanted
+
+
+def logprobs_at(
+    selected_logits: torch.Tensor,
+    wanted: torch.Tensor,
+    input_ids: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+) -> torch.Tensor:
+    """Per-token logprobs [B, T] fp32 from the logits of only the positions that predict the `wanted` tokens.
+
+    Args:
+        selected_logits: [N, V], N = wanted.sum(): the logits at position t - 1 for every wanted token t, in
+            row-major order (what `logits_to_keep=wanted[:, 1:]` shifted left one column gives).
+        wanted: [B, T] bool (see `wanted_tokens`); input_ids: [B, T].
+
+    Returns:
+        [B, T] fp32: log p(token t | tokens < t) where `wanted`, 0 elsewhere; differentiable in the logits.
+    """
+    if selected_logits.dim() != 2 or selected_logits.shape[0] != int(wanted.sum()):
+        raise ValueError(f"selected_logits must be [N, V] with N = {int(wanted.sum())} wanted tokens; got "
+                         f"{tuple(selected_logits.shape)} (a model that ignores logits_to_keep returns [B, T, V]).")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0; got {temperature}.")
+    targets = input_ids[wanted].long()  # [N], row-major like the logits
+    target_logits = selected_logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1).float()  # [N]
+    if temperature != 1.0:
+        target_logits = target_logits / temperature
+    needs_grad = torch.is_grad_enabled() and selected_logits.requires_grad
+    lse_chunks = []
+    for start in range(0, selected_logits.shape[0], chunk_tokens):
+        chunk = selected_logits[start : start + chunk_tokens]  # [C, V] view
+        lse_chunks.append(checkpoint(_chunk_logsumexp, chunk, temperature, use_reentrant=False) if needs_grad
+                          else _chunk_logsumexp(chunk, temperature))
+    values = target_logits - (torch.cat(lse_chunks) if lse_chunks else target_logits.new_zeros(0))  # [N]
+    out = torch.zeros(wanted.shape, dtype=torch.float32, device=selected_logits.device)  # [B, T]
+    return out.masked_scatter(wanted, values)
+
+
+def _predicting(wanted: torch.Tensor) -> torch.Tensor:
+    """[B, T] bool: position t - 1 for every wanted token t (the positions whose logits are needed)."""
+    keep = torch.zeros_like(wanted)
+    keep[:, :-1] = wanted[:, 1:]
+    return keep
+
+
 def token_logprobs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -129,20 +191,26 @@ def token_logprobs(
     *,
     temperature: float = 1.0,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    needed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Logprob of each actual token of `input_ids` under `model`, [B, T] fp32 (column 0 and padding are 0).
 
     Runs one forward pass with padding-aware position ids and no KV cache. Gradients flow to whatever parameters
     of `model` require grad (a LoRA adapter, router gates, ...); call under `torch.no_grad()` for old/ref logprobs.
-    See the module docstring for the alignment convention and the memory strategy.
+    With `needed` ([B, T] bool), logits are computed only where they predict a needed token and every other
+    entry is 0 (module docstring). See the module docstring for the alignment convention and the memory strategy.
     """
     _check_ids_and_mask(input_ids, attention_mask)
+    wanted = None if needed is None else wanted_tokens(needed, attention_mask)
     outputs = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids_from_mask(attention_mask),
         use_cache=False,
+        **({} if wanted is None else {"logits_to_keep": _predicting(wanted)}),
     )
+    if wanted is not None:  # outputs.logits: [N, V], the positions that predict the wanted tokens
+        return logprobs_at(outputs.logits, wanted, input_ids, temperature=temperature, chunk_tokens=chunk_tokens)
     logits = outputs.logits  # [B, T, V]
     return logprobs_from_logits(
         logits, input_ids, attention_mask, temperature=temperature, chunk_tokens=chunk_tokens
@@ -150,20 +218,23 @@ def token_logprobs(
 
 
 def logits_after_prefix(
-    model: torch.nn.Module, prefix_ids: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    model: torch.nn.Module, prefix_ids: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+    keep: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits of B continuations of ONE shared prefix, running the prefix once: (prefix logits [1, P, V],
-    continuation logits [B, T, V]). The prefix's keys/values are repeated for every row, differentiably, so the
-    prefix gets every row's gradient. prefix_ids: [P]; input_ids: [B, T] right-padded; attention_mask: [B, T]."""
+    """Logits of B continuations of ONE shared prefix, running the prefix once: (the prefix's last logits
+    [1, 1, V], continuation logits [B, T, V], or [N, V] at the positions of `keep` ([B, T] bool) only). The
+    prefix's keys/values are repeated for every row, differentiably, so the prefix gets every row's gradient.
+    prefix_ids: [P]; input_ids: [B, T] right-padded; attention_mask: [B, T]."""
     batch, seq_len = input_ids.shape
     prefix_len = prefix_ids.numel()
-    prefix = model(input_ids=prefix_ids[None], use_cache=True)
+    prefix = model(input_ids=prefix_ids[None], use_cache=True, logits_to_keep=1)  # only its last position predicts
     cache = prefix.cache
     cache.batch_repeat_interleave(batch)  # [1, ...] -> [B, ...]
     full_mask = torch.cat([attention_mask.new_ones((batch, prefix_len)), attention_mask], dim=1)  # [B, P + T]
     positions = prefix_len + torch.arange(seq_len, device=input_ids.device).expand(batch, seq_len)  # [B, T]
     continuation = model(
-        input_ids=input_ids, attention_mask=full_mask, position_ids=positions, cache=cache, use_cache=True
+        input_ids=input_ids, attention_mask=full_mask, position_ids=positions, cache=cache, use_cache=True,
+        **({} if keep is None else {"logits_to_keep": keep}),
     )
     return prefix.logits, continuation.logits
 
@@ -176,6 +247,7 @@ def token_logprobs_after_prefix(
     *,
     temperature: float = 1.0,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    needed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-token logprobs of B continuations of ONE shared prefix, running the prefix once.
 
@@ -187,18 +259,32 @@ def token_logprobs_after_prefix(
     Args:
         prefix_ids: [P] token ids shared by every row (P >= 1, no padding).
         input_ids: [B, T] continuations, right-padded; attention_mask: [B, T].
+        needed: [B, T] bool or None: as in `token_logprobs` (logits only where they predict a needed token).
 
     Returns:
-        [B, T] fp32; out[:, t] = log p(input_ids[:, t] | prefix, input_ids[:, :t]) on real tokens, else 0.
+        [B, T] fp32; out[:, t] = log p(input_ids[:, t] | prefix, input_ids[:, :t]) on real tokens (on the
+        needed ones with `needed`), else 0.
     """
     _check_ids_and_mask(input_ids, attention_mask)
     if prefix_ids.dim() != 1 or prefix_ids.numel() < 1:
         raise ValueError(f"prefix_ids must be a non-empty 1-D tensor; got shape {tuple(prefix_ids.shape)}.")
     batch = input_ids.shape[0]
-    prefix_logits, continuation_logits = logits_after_prefix(model, prefix_ids, input_ids, attention_mask)
-    # Put the prefix's last position in front: logits[:, t] then predicts token t of the extended sequence.
-    last = prefix_logits[:, -1:].expand(batch, 1, prefix_logits.shape[-1])  # [B, 1, V]
-    logits = torch.cat([last, continuation_logits], dim=1)  # [B, 1 + T, V]
+    # The extended sequence puts the prefix's last token in front: its position 0 (the prefix's last logits)
+    # predicts input_ids[:, 0], its position t predicts input_ids[:, t] from the continuation's position t - 1.
     ids = torch.cat([prefix_ids[-1:].expand(batch, 1), input_ids], dim=1)  # [B, 1 + T]
     mask = torch.cat([attention_mask.new_ones((batch, 1)), attention_mask], dim=1)  # [B, 1 + T]
-    return logprobs_from_logits(logits, ids, mask, temperature=temperature, chunk_tokens=chunk_tokens)[:, 1:]
+    if needed is None:
+        prefix_logits, continuation_logits = logits_after_prefix(model, prefix_ids, input_ids, attention_mask)
+        last = prefix_logits[:, -1:].expand(batch, 1, prefix_logits.shape[-1])  # [B, 1, V]
+        logits = torch.cat([last, continuation_logits], dim=1)  # [B, 1 + T, V]
+        return logprobs_from_logits(logits, ids, mask, temperature=temperature, chunk_tokens=chunk_tokens)[:, 1:]
+    wanted = wanted_tokens(torch.cat([needed.new_zeros((batch, 1)), needed], dim=1), mask)  # [B, 1 + T]
+    keep = _predicting(wanted)  # [B, 1 + T]; column 0 is the prefix's last position
+    prefix_logits, continuation_logits = logits_after_prefix(model, prefix_ids, input_ids, attention_mask,
+                                                             keep=keep[:, 1:])  # [1, 1, V], [N', V]
+    selected = continuation_logits  # [N, V] when no row needs the prefix's last position (GRPO: a prompt token)
+    if bool(keep[:, 0].any()):  # row-major: a row's prefix position comes before its continuation's positions
+        chunks = continuation_logits.split(keep[:, 1:].sum(dim=1).tolist())
+        selected = torch.cat([torch.cat([prefix_logits[0, -1:], chunk]) if in_front else chunk
+                              for chunk, in_front in zip(chunks, keep[:, 0].tolist())])
+    return logprobs_at(selected, wanted, ids, temperature=temperature, chunk_tokens=chunk_tokens)[:, 1:]
