@@ -365,7 +365,9 @@ def _environment_tables(envs: dict[str, dict[str, Any]], config: Any, forced: bo
               f"{loop.calibration_tasks} tasks x {loop.calibration_samples} samples per value). Knobs move in the "
               "game's declared order; one that cannot reach the band stays at its nearest value while the next moves. "
               "A game is trained only where some value reached the band; otherwise it is *not trainable with this "
-              "agent* and its row gives the base agent's first mistakes in the failed episodes. "
+              "agent* and its row gives the base agent's first mistakes at the settings kept, counted over at least 30 failed "
+              "episodes (calibration's mistake census plays more fresh tasks there until that many failed, at most 4 "
+              "more rounds; `(never shown)` marks a written value the agent was never shown: invented, not copied). "
               f"Groups with spread: the estimated share of GRPO groups of {loop.group_size} episodes of one task whose "
               f"rewards differ (`pipeline.calibrate_environment.estimate_reward_spread`). Capabilities the config sets "
               "(`loop.capabilities`) are trained whatever calibration found.", ""]
