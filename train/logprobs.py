@@ -65,6 +65,19 @@ def _chunk_logsumexp(logits_chunk: torch.Tensor, temperature: float) -> torch.Te
     return torch.logsumexp(scaled, dim=-1)
 
 
+def _log_normaliser(logits: torch.Tensor, temperature: float, chunk_tokens: int) -> torch.Tensor:
+    """logsumexp(logits / temperature) over the vocabulary in fp32, [..., V] -> [...], chunked along the positions
+    (the second-to-last dimension). With gradients each chunk is checkpointed: backward recomputes its fp32 copy
+    instead of keeping one per chunk alive."""
+    needs_grad = torch.is_grad_enabled() and logits.requires_grad
+    chunks = []
+    for start in range(0, logits.shape[-2], chunk_tokens):
+        chunk = logits[..., start : start + chunk_tokens, :]  # [..., C, V] view, no copy
+        chunks.append(checkpoint(_chunk_logsumexp, chunk, temperature, use_reentrant=False) if needs_grad
+                      else _chunk_logsumexp(chunk, temperature))
+    return torch.cat(chunks, dim=-1) if chunks else logits.new_zeros(logits.shape[:-1], dtype=torch.float32)
+
+
 def logprobs_from_logits(
     logits: torch.Tensor,
     input_ids: torch.Tensor,
@@ -108,16 +121,7 @@ def logprobs_from_logits(
     if temperature != 1.0:
         target_logits = target_logits / temperature
 
-    needs_grad = torch.is_grad_enabled() and pred_logits.requires_grad
-    lse_chunks = []
-    for start in range(0, seq_len - 1, chunk_tokens):
-        chunk = pred_logits[:, start : start + chunk_tokens]  # [B, C, V] view, no copy
-        if needs_grad:
-            # Recompute the fp32 copy in backward instead of keeping one per chunk alive.
-            lse_chunks.append(checkpoint(_chunk_logsumexp, chunk, temperature, use_reentrant=False))
-        else:
-            lse_chunks.append(_chunk_logsumexp(chunk, temperature))
-    log_norm = torch.cat(lse_chunks, dim=1)  # [B, T-1]
+    log_norm = _log_normaliser(pred_logits, temperature, chunk_tokens)  # [B, T-1]
 
     token_lp = target_logits - log_norm  # [B, T-1]
     real = attention_mask.bool()
@@ -166,13 +170,7 @@ def logprobs_at(
     target_logits = selected_logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1).float()  # [N]
     if temperature != 1.0:
         target_logits = target_logits / temperature
-    needs_grad = torch.is_grad_enabled() and selected_logits.requires_grad
-    lse_chunks = []
-    for start in range(0, selected_logits.shape[0], chunk_tokens):
-        chunk = selected_logits[start : start + chunk_tokens]  # [C, V] view
-        lse_chunks.append(checkpoint(_chunk_logsumexp, chunk, temperature, use_reentrant=False) if needs_grad
-                          else _chunk_logsumexp(chunk, temperature))
-    values = target_logits - (torch.cat(lse_chunks) if lse_chunks else target_logits.new_zeros(0))  # [N]
+    values = target_logits - _log_normaliser(selected_logits, temperature, chunk_tokens)  # [N]
     out = torch.zeros(wanted.shape, dtype=torch.float32, device=selected_logits.device)  # [B, T]
     return out.masked_scatter(wanted, values)
 
