@@ -181,6 +181,7 @@ def test_the_rollout_backend_routes_every_turn_as_its_first(tiny_model_dir, tiny
     assert _whole_conversation_changes(model, tokenizer) >= 3
 
 
+@pytest.mark.slow  # ~3 s: a whole train.evaluate run; the agent and backend tests above check the routing
 def test_train_evaluate_routes_every_turn_of_an_episode_as_its_first(tiny_model_dir, tiny_adapters, monkeypatch):
     """train.evaluate on a three-turn toy game, two sampled episodes per task: every turn the backend plays, each
     row routes as its episode's first prompt did (evaluate_model gives the model the tokenizer's header)."""

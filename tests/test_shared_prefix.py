@@ -168,6 +168,8 @@ def test_the_attention_refuses_to_run_outside_a_step():
         shared_prefix.shared_prefix_attention(torch.nn.Module(), torch.zeros(1, 1, 1, 2), None, None, None)
 
 
+@pytest.mark.slow  # ~9 s: 48 whole storefront episodes; the default suite keeps the prefix cache's multi-turn
+# parity (tests/test_prefix_cache.py) and the fused step's (tests/test_lean_forward.py)
 def test_greedy_storefront_episodes_equal_the_padded_layout_on_the_demo_agent():
     """The demo's base agent plays 24 storefront tasks greedily with each layout: the same episodes token for
     token, and the same log-probs to 1e-4 (and those of a full forward, which the trainer uses)."""
