@@ -349,6 +349,8 @@ def test_logprobs_of_the_needed_tokens_only_equal_the_full_ones_and_their_gradie
     assert got_grads.keys() == full_grads.keys()
     for name in full_grads:
         torch.testing.assert_close(got_grads[name], full_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+    none, _ = run(needed=torch.zeros_like(needed))  # nothing needed (GRPO's padding micro-batch): zeros, backward runs
+    assert bool((none == 0).all())
 
 
 def test_logprobs_from_logits_temperature_and_chunking():
