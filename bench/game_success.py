@@ -55,10 +55,9 @@ def cell(summaries: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def cell_text(label: str, figures: dict[str, Any]) -> str:
-    from demo.trainable import mistakes_text
+    from pipeline.recalibrate import classes_text, mistakes_text
 
-    classes = ", ".join(f"{name} {share:.2f} ({figures['success_by_class'][name]:.2f})"
-                        for name, share in figures.get("class_shares", {}).items())
+    classes = classes_text(figures)
     return (f"  {label:34s} success {figures['success_rate']:.3f}  mean reward {figures['mean_reward']:.3f}  "
             f"classes {classes}\n  {'':34s} first mistakes: {mistakes_text(figures) or '-'}")
 

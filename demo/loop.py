@@ -144,12 +144,12 @@ def calibrate_capability(capability: str, model: Any, tokenizer: Any, game_overr
                for probe in search["history"]]
     result = {**result, **{k: search[k] for k in ("status", "knob", "value", *FIGURES, "group_size", "settings", "band")},
               "history": history, "game_overrides": {**game_overrides, **search["settings"]}}
-    low, high = settings.band
-    if census and not any(low <= probe["success_rate"] <= high for probe in search["history"]):
+    if census and search["status"] != "in_band":  # no probed value reached the band (the search stops at one)
         kept = next((p for p in reversed(search["history"])
                      if p["knob"] == search["knob"] and p["value"] == search["value"]), None)
-        counted = kept and count_first_mistakes(spec, model, tokenizer, result["game_overrides"], settings, kept)
-        if counted:
+        counted = None if kept is None else count_first_mistakes(spec, model, tokenizer, result["game_overrides"],
+                                                                  settings, kept)
+        if counted is not None:
             result["mistake_census"] = counted
     return result
 

@@ -16,8 +16,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
-from demo.trainable import mistakes_text, not_trained_because
-from pipeline.recalibrate import measurement_text
+from demo.trainable import not_trained_because
+from pipeline.recalibrate import classes_text, measurement_text, mistakes_text
 from demo.report_text import MODE_TITLES, fmt_cell
 from demo.report_plots import plot_pass_vs_rollouts, plot_sft_curve, plot_training_curves
 from demo.report_accounting import BASELINE_LABELS, accounting_section, episode_accounting
@@ -338,13 +338,6 @@ def _figure(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _classes_text(probe: dict[str, Any]) -> str:
-    """'act 0.50 (0.31), refuse 0.50 (0.12)': each decision class's share and the base agent's success on it."""
-    shares = probe.get("class_shares") or {}
-    success = probe.get("success_by_class") or {}
-    return ", ".join(f"{name} {share:.2f} ({success.get(name, 0.0):.2f})" for name, share in shares.items()) or "-"
-
-
 def _environment_tables(envs: dict[str, dict[str, Any]], config: Any, forced: bool) -> list[str]:
     """Step 2: one row per capability (figures at the kept settings), then every probed value's figures."""
 
@@ -358,7 +351,7 @@ def _environment_tables(envs: dict[str, dict[str, Any]], config: Any, forced: bo
                      f"{_figure(e.get('success_rate'))} | {_figure(e.get('mean_reward'))} | "
                      f"{_figure(e.get('spread_share'))} | {e['status']} | {'no: ' + skipped if skipped else 'yes'} |")
         probes += [f"| {capability} | {probe_label(p, e.get('knob'))} | {_figure(p.get('success_rate'))} | "
-                   f"{_figure(p.get('mean_reward'))} | {_figure(p.get('spread_share'))} | {_classes_text(p)} | "
+                   f"{_figure(p.get('mean_reward'))} | {_figure(p.get('spread_share'))} | {classes_text(p) or '-'} | "
                    f"{mistakes_text(p) or '-'} |"
                    for p in e.get("history") or []]
     lines += ["", f"Band: the base agent's full-success rate in [{loop.band[0]:g}, {loop.band[1]:g}] (T=1, "

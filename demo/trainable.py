@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.recalibrate import DEFAULT_BAND, measurement_text
+from pipeline.recalibrate import DEFAULT_BAND, counts_text, measurement_text, mistakes_text
 
 FIGURES = ("success_rate", "mean_reward", "spread_share")  # what calibration measured at each probed value
 HISTORY_KEYS = ("knob", "value", *FIGURES)
@@ -33,19 +33,11 @@ def _probes(environment: dict[str, Any], group_size: int) -> list[dict[str, Any]
             for probe in tried]
 
 
-def mistakes_text(probe: dict[str, Any]) -> str:
-    """'wrong_value:item_ids 41, no_action 12 (of 60 failed)' for a probe that counted first mistakes ('' if none)."""
-    mistakes = probe.get("first_mistakes") or {}
-    if not mistakes:
-        return ""
-    return ", ".join(f"{name} {n}" for name, n in mistakes.items()) + f" (of {probe.get('failed', sum(mistakes.values()))} failed)"
-
-
 def census_text(census: dict[str, Any]) -> str:
     """'wrong_value:item_ids 41, no_action 12 (of 53 failed in 128 episodes, success 0.59)', and a warning when the
     census ended short of its minimum of failed episodes (a game the agent nearly always wins)."""
-    text = (", ".join(f"{name} {n}" for name, n in census["first_mistakes"].items()) or "none"
-            ) + f" (of {census['failed']} failed in {census['episodes']} episodes, success {census['success_rate']:.2f})"
+    text = (counts_text(census["first_mistakes"]) or "none") + (
+        f" (of {census['failed']} failed in {census['episodes']} episodes, success {census['success_rate']:.2f})")
     if census["failed"] < census.get("min_failed", 0):
         text += (f"; fewer than the {census['min_failed']} failed episodes the census aims for after "
                  f"{census['rounds']} more rounds")

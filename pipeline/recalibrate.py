@@ -277,6 +277,27 @@ def episode_classes(simulations: Any, success_threshold: float = 1.0) -> dict[st
     return out
 
 
+def counts_text(counts: dict[str, int]) -> str:
+    """'wrong_value:item_ids 41, no_action 12' of a {class: count} mapping."""
+    return ", ".join(f"{name} {n}" for name, n in counts.items())
+
+
+def mistakes_text(measurement: dict[str, Any]) -> str:
+    """'wrong_value:item_ids 41, no_action 12 (of 60 failed)' for a measurement that counted first mistakes ('' if
+    none)."""
+    mistakes = measurement.get("first_mistakes") or {}
+    if not mistakes:
+        return ""
+    return counts_text(mistakes) + f" (of {measurement.get('failed', sum(mistakes.values()))} failed)"
+
+
+def classes_text(measurement: dict[str, Any]) -> str:
+    """'act 0.50 (0.31), refuse 0.50 (0.12)': each decision class's share and the success on it ('' if none)."""
+    success = measurement.get("success_by_class") or {}
+    return ", ".join(f"{name} {share:.2f} ({success.get(name, 0.0):.2f})"
+                     for name, share in (measurement.get("class_shares") or {}).items())
+
+
 def measurement_text(measurement: dict[str, Any]) -> str:
     """`success 0.19, mean reward 0.45, spread 0.87` of one probe ('-' for a figure it lacks: an older record)."""
     def figure(key: str) -> str:
@@ -438,15 +459,8 @@ def policy_collector(
 def classes_and_mistakes_lines(measurement: dict[str, Any]) -> list[str]:
     """`classes act 0.50 (0.31), refuse 0.50 (0.12)` and `first mistakes no_action 12, ... (of 20 failed)` of one
     measurement, for the games that record them (none otherwise)."""
-    lines = []
-    if measurement.get("class_shares"):
-        success = measurement.get("success_by_class") or {}
-        lines.append("classes " + ", ".join(f"{name} {share:.2f} ({success.get(name, 0.0):.2f})"
-                                            for name, share in measurement["class_shares"].items()))
-    if measurement.get("first_mistakes"):
-        lines.append("first mistakes " + ", ".join(f"{name} {n}" for name, n in measurement["first_mistakes"].items())
-                     + f" (of {measurement['failed']} failed)")
-    return lines
+    classes, mistakes = classes_text(measurement), mistakes_text(measurement)
+    return ([f"classes {classes}"] if classes else []) + ([f"first mistakes {mistakes}"] if mistakes else [])
 
 
 def not_in_band_report(measurements: list[dict[str, Any]], band: tuple[float, float]) -> dict[str, Any]:
@@ -467,8 +481,7 @@ def not_in_band_report(measurements: list[dict[str, Any]], band: tuple[float, fl
                           "trainable with this agent")
     else:
         out["message"] = (f"NOT IN BAND: if no value brings the game into the band it is not trainable with this agent; "
-                          f"its first mistakes {where}: " + ", ".join(f"{k} {n}" for k, n in nearest["first_mistakes"].items())
-                          + f" (of {failed} failed)")
+                          f"its first mistakes {where}: {mistakes_text(nearest)}")
     return out
 
 

@@ -161,8 +161,9 @@ def logprobs_at(
     Returns:
         [B, T] fp32: log p(token t | tokens < t) where `wanted`, 0 elsewhere; differentiable in the logits.
     """
-    if selected_logits.dim() != 2 or selected_logits.shape[0] != int(wanted.sum()):
-        raise ValueError(f"selected_logits must be [N, V] with N = {int(wanted.sum())} wanted tokens; got "
+    n_wanted = int(wanted.sum())
+    if selected_logits.dim() != 2 or selected_logits.shape[0] != n_wanted:
+        raise ValueError(f"selected_logits must be [N, V] with N = {n_wanted} wanted tokens; got "
                          f"{tuple(selected_logits.shape)} (a model that ignores logits_to_keep returns [B, T, V]).")
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0; got {temperature}.")
