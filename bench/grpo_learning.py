@@ -34,7 +34,6 @@ over the games (the issue's aim for pass^1: >= 0.15).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -175,6 +174,7 @@ def train_run(game_spec: Any, model_dir: Path, folder: Path, overrides: dict[str
 
     from demo.loop import grpo_config
     from train.backends import HFBackend
+    from train.checkpoint import metrics_rows
     from train.grpo import GRPOTrainer
     from train.policy import LoraPolicy, load_base_model
 
@@ -193,7 +193,7 @@ def train_run(game_spec: Any, model_dir: Path, folder: Path, overrides: dict[str
     started = time.time()
     GRPOTrainer(config, game_spec, policy, tokenizer, backend).run()
     backend.close()
-    metrics = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    metrics = metrics_rows(folder / "metrics.jsonl")
     return {"ppo_epochs": config.ppo_epochs, "minibatches_per_iteration": config.minibatches_per_iteration,
             "learning_rate": config.learning_rate,
             "train_seconds": round(time.time() - started, 1),

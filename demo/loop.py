@@ -24,7 +24,6 @@
 """
 from __future__ import annotations
 
-import json
 import math
 import random
 import shutil
@@ -42,6 +41,7 @@ from demo.plotting import pyplot, save_figure
 from demo.trainable import FIGURES
 from pipeline.recalibrate import EPISODE_FACTS, MIN_FAILED_FOR_MISTAKES, episode_classes, search_knobs
 from train.backends import HFBackend
+from train.checkpoint import metrics_rows
 from train.episodes import ChatTokenizer, EpisodeRequest, run_episodes
 
 HISTORY_KEYS = ("knob", "value", *FIGURES)
@@ -234,7 +234,7 @@ def train_lora(spec: GameSpec, model_dir: Path, output_dir: Path, game_overrides
     trainer = GRPOTrainer(config, spec, policy, tokenizer, backend)
     trainer.run()
     backend.close()
-    metrics = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    metrics = metrics_rows(output_dir / "metrics.jsonl")
     per_iteration = settings.groups_per_iteration * settings.group_size
     out = {"adapter": str(output_dir), "iterations": iterations, "episodes": iterations * per_iteration,
            "curve": [{"iteration": m["iteration"], "mean_reward": m["mean_reward_all_episodes"],
@@ -388,8 +388,7 @@ def train_gate(model_dir: Path, adapters: dict[str, str], games: dict[str, dict[
         code = grpo_gater.main(["--config", str(path), *init_gate, "--output_dir", str(folder / "gate")])
         if code != 0:
             raise RuntimeError(f"gate GRPO exited with {code}")
-        metrics = [json.loads(line) for line in (folder / "gate" / "metrics.jsonl").read_text().splitlines()
-                   if line.strip()]
+        metrics = metrics_rows(folder / "gate" / "metrics.jsonl")
         figures["gate"] = str(folder / "gate")
         figures["curve"] = [{"iteration": m["iteration"], "mean_reward": m["mean_reward_all_episodes"],
                              "success_rate": m["success_rate"]} for m in metrics]

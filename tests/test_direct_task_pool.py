@@ -45,10 +45,15 @@ def test_a_fixed_pool_plays_each_of_its_tasks_once_per_pass_in_a_new_order():
     assert len(set(played)) == 80 and all(big.train_seed_start <= s < big.train_seed_start + 164 for s in played)
 
 
-@pytest.mark.parametrize("bad", [-1, True, 1.5, "40"])
-def test_a_bad_pool_says_what_to_give(bad):
+def test_a_bad_pool_says_what_to_give():
     with pytest.raises(ValueError, match=r"task_pool must be an int >= 0 \(0 = a fresh task for every group; N = a "
                                          r"fixed pool of N tasks, e\.g\. 164"):
+        config(task_pool=-1)
+
+
+@pytest.mark.parametrize("bad, why", [(True, "got True"), (1.5, "write 1 or 2"), ("40", "not text")])
+def test_a_pool_that_is_not_a_whole_number_is_refused(bad, why):
+    with pytest.raises(ValueError, match=rf"task_pool expects int.*{why}"):
         config(task_pool=bad)
 
 

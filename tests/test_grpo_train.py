@@ -309,13 +309,14 @@ def test_bad_game_or_model_exits_2(tiny_model_dir, letter_game, tmp_path, capsys
 
 @pytest.mark.slow  # ~8 s, two training runs
 def test_a_runs_saved_config_reruns_it_as_its_header_says(tiny_model_dir, letter_game, tmp_path, capsys):
-    """config.yaml's header says `python -m train --config <it>`: that command must run without --game/--model."""
+    """config.yaml's header says `python -m train --output_dir NEW_FOLDER --config <it>`: that command must run
+    without --game/--model."""
     code, err = _cli_in_process(train_main, ["--game", GAME, "--model", str(tiny_model_dir), *FAST, "--iterations",
                                              "1", "--output_dir", str(tmp_path / "first")], capsys)
     assert code == 0, err[-2000:]
     saved = tmp_path / "first" / "config.yaml"
     header = saved.read_text().splitlines()[0]
-    assert header.endswith(f"python -m train --config {saved}"), header
+    assert header.endswith(f"python -m train --output_dir NEW_FOLDER --config {saved}"), header
     again = subprocess.run([sys.executable, "-m", "train", "--config", str(saved), "--output_dir",
                             str(tmp_path / "again")], env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]

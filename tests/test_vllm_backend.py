@@ -373,7 +373,7 @@ def test_backend_from_env(monkeypatch, tmp_path):
     backend = backend_from_env(tmp_path, seed=3)
     assert backend.base_urls == ["http://a:8000", "http://b:8000"] and backend.max_retries == 2
     monkeypatch.setenv("VLLM_MAX_RETRIES", "-1")
-    with pytest.raises(InputError, match="max_retries must be >= 0"):
+    with pytest.raises(InputError, match="VLLM_MAX_RETRIES='-1': must be an integer >= 0"):
         backend_from_env(tmp_path, seed=0)
     monkeypatch.setenv("VLLM_MAX_RETRIES", "many")
     with pytest.raises(InputError, match="VLLM_MAX_RETRIES='many'"):

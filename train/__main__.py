@@ -17,17 +17,29 @@ to those trackers (train/tracking.py; TensorBoard's event files go to <output_di
 `python -m train --resume RUN` needs no other flag. A flag or --config value that differs from the saved config
 exits 2 naming each difference, except --iterations (to extend the run; not below what is done), --save_every,
 --save_rollouts and --report_to, which the start line reports as changed; --output_dir may name a new or empty
-folder to continue the checkpoint there and leave RUN as it is. A finished run says so and exits 0. A new run
+folder to continue the checkpoint there and leave RUN as it is (rerunning that command after it stopped before the new
+folder's first checkpoint starts it again there). Resuming from a checkpoint before the run's last iteration (e.g.
+`--resume RUN/checkpoints/iter_000010` of a run that went on to 20, or a run killed between checkpoints) first moves
+what came after it, the later checkpoints, metrics lines, rollouts and the adapter they wrote, into
+RUN/abandoned/<date-time>/ and says so: nothing is deleted, and RUN then reads as a run stopped at that checkpoint. A
+damaged newest checkpoint (a state file cut short by a power loss) is passed over for the one before, with a warning.
+A finished run says so and exits 0. A new run
 refuses an --output_dir that holds another run's files unless `--overwrite` (which removes them), and a second
 process on a folder in use is refused at once (common/run_folder.py's claimed_run_folder). Ctrl-C ends a
 run at once (exit 130) with the command that resumes it; every file is the old one or a complete new one.
+
+Inputs are checked before the model loads: the config (every field its declared type), the game, the VLLM_*
+variables' format, the opening prompts against max_episode_tokens (tokenizer only), and the trackers, which start
+their run then.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -37,13 +49,14 @@ from common.validation import InputError
 from common.cli import Interrupted, cli_entry, exit_code
 from common.run_folder import add_overwrite_flag, check_model, check_output_dir, claimed_run_folder
 from train.backends import HFBackend
-from train.checkpoint import ResumePlan, latest_checkpoint, plan_resume
+from train.checkpoint import ResumePlan, latest_checkpoint, plan_resume, set_aside_after
 from train.config import GRPOConfig, config_values, load_config
 from train.distributed import exit_worker, world
-from train.grpo import GRPOTrainer
+from train.episodes import ChatTokenizer
+from train.grpo import GRPOTrainer, check_prompts_fit, open_run_trackers
 from train.policy import LoraPolicy, count_parameters, load_base_model
-from train.tracking import require_trackers
-from train.vllm_backend import VLLMError, backend_from_env
+from train.tracking import MetricLogger, require_trackers
+from train.vllm_backend import VLLMError, VLLMSettings, vllm_settings_from_env
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict[str, str]]:
@@ -88,13 +101,19 @@ def setup_distributed() -> torch.device:
     return torch.device("cpu")
 
 
-def resume_hint(output_dir: Path, world_size: int, command: str = "-m train") -> str:
-    """What to run after an interruption: the resume command when a checkpoint exists, else the same command."""
+def resume_hint(output_dir: Path, world_size: int, command: str = "-m train", plan: ResumePlan | None = None) -> str:
+    """What to run after an interruption: the resume command when a checkpoint exists, else the command that starts
+    the same work again (a new run: with --overwrite; a resume into another folder, `plan`: that resume again)."""
+    launcher = "python" if world_size == 1 else f"torchrun --nproc_per_node={world_size}"
     try:
         latest_checkpoint(output_dir)
     except InputError:
+        if plan is not None and plan.elsewhere:  # --resume RUN --output_dir NEW, stopped before NEW's first checkpoint
+            again = shlex.join([*command.split(), "--resume", str(plan.checkpoint), "--output_dir", str(output_dir),
+                                *plan.flags])
+            return (f"no checkpoint in {output_dir} yet: continue {plan.checkpoint} there again with: {launcher} "
+                    f"{again}")
         return f"no checkpoint in {output_dir} yet: run the same command with --overwrite to start over"
-    launcher = "python" if world_size == 1 else f"torchrun --nproc_per_node={world_size}"
     return f"resume with: {launcher} {command} --resume {output_dir}"
 
 
@@ -124,24 +143,54 @@ def main(argv: list[str] | None = None) -> int:
     check_game_overrides(spec, config.game_overrides)  # a bad field fails before the model loads
     require_trackers(config.report_to)  # a missing package stops the run before the model loads
     check_model(config.model)
+    vllm = vllm_settings_from_env()  # the format of the VLLM_* variables (no request yet)
+    if config.fsdp and vllm is None:
+        raise InputError("--fsdp needs rollouts from vLLM servers (set VLLM_BASE_URLS and VLLM_MODEL): "
+                         "in-process generation from a sharded model is not supported")
     output_dir = config.resolved_output_dir()
     # One folder, one run: a second process is refused, and a new run does not mix its files with another's.
     with claimed_run_folder(output_dir, "--output_dir", fresh=plan is None, overwrite=args.overwrite,
                             continue_hint=f"pass --resume {output_dir} to continue it"):
-        return _train(config, spec, plan)
+        if plan and os.environ.get("RANK", "0") == "0":  # a later attempt's files go aside before anything loads
+            set_aside_after(output_dir, plan.done)
+        return _train(config, spec, plan, vllm)
 
 
-def _train(config: GRPOConfig, spec: GameSpec, plan: ResumePlan | None) -> int:
+def load_tokenizer(model: str) -> Any:
+    """The model's tokenizer alone (as load_base_model sets it up), for the checks that need no weights."""
+    from huggingface_hub.errors import HFValidationError
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model)
+    except HFValidationError as err:  # neither a folder nor a valid hub id
+        raise InputError(f"cannot load model {model!r}: no such folder, and not a hub id ({err})") from None
+    except OSError as err:
+        where = "this directory" if Path(model).is_dir() else "the Hugging Face hub (no network here?)"
+        raise InputError(f"cannot load the tokenizer of {model!r} from {where}: {err}") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def _train(config: GRPOConfig, spec: GameSpec, plan: ResumePlan | None, vllm: VLLMSettings | None) -> int:
     device = setup_distributed()
     rank, world_size = world()
     output_dir = config.resolved_output_dir()
     backend = None
+    tracker = MetricLogger()
     try:
         if config.groups_per_iteration < world_size:
             raise InputError(f"groups_per_iteration={config.groups_per_iteration} is smaller than the {world_size} "
                              "processes: every rank needs at least one group; raise --groups_per_iteration or "
                              "start fewer processes")
         checkpoint = plan.checkpoint if plan else None
+        start = plan.done if plan else 0
+        # What needs no weights is checked before they load: the prompts against the token budget (tokenizer
+        # only), then the trackers start their run (a wandb login or an MLflow server that fails says so now).
+        check_prompts_fit(config, spec, ChatTokenizer(load_tokenizer(config.model)), start, rank, world_size)
+        tracker = open_run_trackers(config, start, rank)
+        backend = vllm.backend(output_dir / "vllm_adapters", seed=config.seed + 1000 * rank) if vllm else None
         torch.manual_seed(config.seed)  # same LoRA init on every rank
         base, tokenizer = load_base_model(config.model, config.dtype, device)
         policy = LoraPolicy.create(
@@ -149,11 +198,7 @@ def _train(config: GRPOConfig, spec: GameSpec, plan: ResumePlan | None) -> int:
             target_modules=config.lora_target_modules,
             adapter_dir=checkpoint / "adapter" if checkpoint else None,
         )
-        backend = backend_from_env(output_dir / "vllm_adapters", seed=config.seed + 1000 * rank)
         if config.fsdp:
-            if backend is None:
-                raise InputError("--fsdp needs rollouts from vLLM servers (set VLLM_BASE_URLS and VLLM_MODEL): "
-                                 "in-process generation from a sharded model is not supported")
             policy.shard()
         backend = backend or HFBackend(policy.model, tokenizer.pad_token_id, seed=config.seed + 1000 * rank)
         trainer = GRPOTrainer(config, spec, policy, tokenizer, backend)
@@ -165,13 +210,14 @@ def _train(config: GRPOConfig, spec: GameSpec, plan: ResumePlan | None) -> int:
                   f"backend {type(backend).__name__}; world size {world_size}; "
                   f"output {output_dir}" + (f"; resumed at iteration {trainer.start_iteration}" if checkpoint else "")
                   + (f"; changed since the run was saved: {', '.join(plan.changes)}" if plan and plan.changes else ""))
-        trainer.run()
+        trainer.run(tracker, prompts_checked=True)
     except VLLMError as err:
         print(f"error: vLLM rollouts failed: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        raise Interrupted(resume_hint(output_dir, world_size)) from None
+        raise Interrupted(resume_hint(output_dir, world_size, plan=plan)) from None
     finally:
+        tracker.close()  # (already closed when the run got to train)
         if backend is not None:
             backend.close()  # a crashed run still unloads its adapter from the servers
         if dist.is_initialized():

@@ -41,6 +41,7 @@ steps_per_iteration steps); iterations without an update do not advance it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,6 +119,9 @@ class GRPOConfig:
     report_to: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        for item in dataclasses.fields(self):  # every field its declared type first (YAML and flags are read as
+            # text by config_values; here a Python caller's "40" for an int is refused, not read as 40)
+            setattr(self, item.name, field_value(item.name, getattr(self, item.name), item.name, from_text=False))
         need(self.lora_r >= 1, f"lora_r must be >= 1, got {self.lora_r}")
         need(self.lora_alpha > 0, f"lora_alpha must be > 0, got {self.lora_alpha}")
         need(0.0 <= self.lora_dropout < 1.0, f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
@@ -156,7 +160,6 @@ class GRPOConfig:
         need(self.save_every >= 1, f"save_every must be >= 1, got {self.save_every}")
         need(self.dtype in ("float32", "bfloat16"), f"dtype must be float32 or bfloat16, got {self.dtype!r}")
         need(isinstance(self.game_overrides, dict), "game_overrides must be a mapping of config field -> value")
-        self.report_to = check_report_to(self.report_to)  # InputError naming the accepted trackers
 
     @property
     def steps_per_iteration(self) -> int:
@@ -189,25 +192,103 @@ class GRPOConfig:
         return dataclasses.asdict(self)
 
 
+TRUE_WORDS = ("true", "1", "yes")
+BOOL_WORDS = (*TRUE_WORDS, "false", "0", "no")
+
+
+def typed_value(kind: str, value: Any, name: str, *, from_text: bool = True) -> Any:
+    """`value` as a field of declared type `kind` ("int", "float", "bool", "str", "list[...]", "dict[...]"), or
+    InputError naming `name` (e.g. `--micro_batch_size`, `run.yaml: iterations`) and the fix.
+
+    - int: an int, or a whole number written as a float or a string (`4.0`, `"1e3"`: 4, 1000); `2.5`, `true` and
+      `nan` are refused (a fraction of an iteration or a batch has no meaning; rounding would change the run).
+    - float: a number or a numeric string (YAML 1.1 reads `1e-5` as a string); not a bool, not nan.
+    - bool: true/false (or the words yes/no/1/0 as a string, as `--key value` gives them).
+    - str: a string (a number where a name belongs is refused: quote it).
+    - list: a list or tuple of strings; one string is split at commas and blanks (`--lora_target_modules
+      q_proj,v_proj`);
+      null is the empty list. dict: a mapping; null is the empty mapping.
+    Strings are read as numbers and booleans only `from_text` (a flag, a YAML value); a Python caller's string where
+    a number belongs is refused.
+    """
+    if not from_text and kind in ("int", "float", "bool") and isinstance(value, str):
+        raise InputError(f"{name} expects {kind}, got the string {value!r}: pass the value itself, not text")
+    if kind == "int":
+        number = value
+        if isinstance(value, str):
+            try:
+                number = int(value.strip())
+            except ValueError:
+                try:
+                    number = float(value.strip())
+                except ValueError:
+                    raise InputError(f"{name} expects int (a whole number), got {value!r}") from None
+        if isinstance(number, float) and math.isfinite(number) and number.is_integer():
+            return int(number)
+        if isinstance(number, int) and not isinstance(number, bool):
+            return number
+        hint = (f": write {math.floor(number)} or {math.ceil(number)}"
+                if isinstance(number, float) and math.isfinite(number) else "")
+        raise InputError(f"{name} expects int (a whole number), got {value!r}{hint}")
+    if kind == "float":
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value.strip())
+            except ValueError:
+                raise InputError(f"{name} expects float (a number), got {value!r}") from None
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or math.isnan(number):
+            raise InputError(f"{name} expects float (a number), got {value!r}")
+        return float(number)
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in BOOL_WORDS:
+            return value.strip().lower() in TRUE_WORDS
+        raise InputError(f"{name} expects true or false, got {value!r}")
+    if kind == "str":
+        if not isinstance(value, str):
+            raise InputError(f"{name} expects a string, got {value!r} ({type(value).__name__}); quote it in YAML "
+                             f"(\"{value}\")")
+        return value
+    if kind.startswith(("list", "tuple")):
+        if value is None:
+            return []
+        if isinstance(value, str):
+            value = [part for part in value.replace(",", " ").split() if part]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) for item in value):
+            raise InputError(f"{name} expects a list of names, e.g. [q_proj, v_proj] in YAML or q_proj,v_proj on "
+                             f"the command line, got {value!r}")
+        return list(value)
+    if kind.startswith("dict"):
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise InputError(f"{name} expects a mapping (key: value), got {value!r}")
+        return value
+    return value
+
+
+def field_value(name: str, value: Any, label: str, *, from_text: bool = True) -> Any:
+    """`value` as GRPOConfig field `name` (`typed_value` of its declared type; report_to: the tracker list of
+    train.tracking.check_report_to, which names the accepted trackers); errors name `label`."""
+    if name == "report_to":
+        return check_report_to(value, label)
+    return typed_value(str(_FIELD_TYPES[name]), value, label, from_text=from_text)
+
+
 def _parse_override(field_type: str, key: str, text: str) -> Any:
     """`--key value` strings become the field's type; lists and mappings are parsed as YAML."""
+    if field_type in ("int", "float", "bool", "str"):
+        return field_value(key.replace("-", "_"), text, f"--{key}")
     try:
-        if field_type == "int":
-            return int(text)
-        if field_type == "float":
-            return float(text)
-    except ValueError:
-        raise InputError(f"--{key} expects {field_type}, got {text!r}") from None
-    if field_type == "bool":
-        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-            raise InputError(f"--{key} expects true or false, got {text!r}")
-        return text.lower() in ("true", "1", "yes")
-    if field_type == "str":
-        return text
-    try:
-        return yaml.safe_load(text)
+        value = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise InputError(f"--{key}: cannot parse {text!r} as YAML: {err}") from None
+    return field_value(key.replace("-", "_"), value, f"--{key}")
+
+
+_FIELD_TYPES = {item.name: item.type for item in dataclasses.fields(GRPOConfig)}
 
 
 def load_config(path: str | Path | None, overrides: dict[str, str] | None = None, **fixed: Any) -> GRPOConfig:
@@ -231,14 +312,8 @@ def config_values(path: str | Path | None, overrides: dict[str, str] | None = No
         unknown = sorted(set(loaded) - set(fields))
         if unknown:
             raise InputError(f"{path}: unknown keys {unknown}; valid keys: {sorted(fields)}")
-        for key, value in loaded.items():
-            kind = str(fields[key].type)
-            if kind in ("int", "float") and isinstance(value, str):  # YAML 1.1 reads `1e-5` (no dot) as a string
-                try:
-                    value = int(value) if kind == "int" else float(value)
-                except ValueError:
-                    raise InputError(f"{path}: {key} expects {kind}, got {value!r}") from None
-            values[key] = value
+        for key, value in loaded.items():  # (YAML 1.1 reads `1e-5`, no dot, as a string: typed_value reads it)
+            values[key] = field_value(key, value, f"{path}: {key}")
     for key, text in (overrides or {}).items():
         name = key.replace("-", "_")
         if name not in fields:
@@ -251,5 +326,7 @@ def config_values(path: str | Path | None, overrides: dict[str, str] | None = No
 def save_config(config: GRPOConfig, path: str | Path) -> None:
     from common.io import atomic_write_text
 
-    header = f"# Resolved GRPO config. Reproduce with: python -m train --config {path}\n"
+    # This config's output_dir is the run's own folder, which holds the run: a rerun needs a new folder (the
+    # placeholder works as typed), and `--resume <that folder>` continues the run instead.
+    header = f"# Resolved GRPO config. Reproduce with: python -m train --output_dir NEW_FOLDER --config {path}\n"
     atomic_write_text(path, header + yaml.safe_dump(config.to_dict(), sort_keys=False))

@@ -17,7 +17,7 @@ import yaml
 
 from common.io import atomic_write_text, load_yaml_mapping
 from common.validation import InputError, need
-from train.config import GRPOConfig
+from train.config import GRPOConfig, field_value
 from train.tracking import check_report_to
 
 MODES = ("token", "trajectory", "global")
@@ -96,7 +96,10 @@ class MoEGateConfig:
     adapters: dict[str, str] = field(default_factory=dict)  # capability name -> PEFT adapter folder, slot order
     mode: str = "token"  # token | trajectory | global
     include_base_slot: bool = True
-    estimator: str = "straight_through"  # straight_through | gumbel (gumbel: SFT only)
+    # straight_through | gumbel: how gates in train mode turn logits into gate values (moe_gate/gater.py). Router SFT
+    # runs the model in eval mode and fits the logits, so it ignores both (and gumbel_tau); grpo_gater refuses gumbel.
+    # Either way the value given here is used and recorded, whatever an init_gate was saved with.
+    estimator: str = "straight_through"
     gumbel_tau: float = 1.0
     output_dir: str = "pipeline/gates/token"
     init_gate: str = ""  # gate folder to start from (e.g. the SFT warm start for grpo_gater); "" = zero init
@@ -116,6 +119,11 @@ class MoEGateConfig:
         need(isinstance(self.adapters, dict) and bool(self.adapters),
               "adapters must map each capability name to its PEFT adapter folder, e.g. "
               "{precondition_verification: pipeline/adapters/precondition_verification}")
+        need("base" not in self.adapters, "adapters: 'base' is the base model's name (the serving front and the KL "
+                                          "reference take it for the base), even with include_base_slot: false; "
+                                          "rename that adapter")
+        need(len(self.slot_names) >= 2, f"a gate needs at least 2 slots to choose from, got {self.slot_names}: list "
+                                        "two or more adapters, or set include_base_slot: true")
         need(self.mode in MODES, f"mode must be one of {list(MODES)}, got {self.mode!r}")
         need(self.estimator in ESTIMATORS, f"estimator must be one of {list(ESTIMATORS)}, got {self.estimator!r}")
         need(self.gumbel_tau > 0, f"gumbel_tau must be > 0, got {self.gumbel_tau}")
@@ -155,7 +163,8 @@ class MoEGateConfig:
         unknown = sorted(set(values) - names)
         if unknown:
             raise InputError(f"grpo: unknown keys {unknown}; valid keys: {sorted(names)}")
-        return values
+        # YAML values (`learning_rate: 1e-3` is text to YAML 1.1) read as GRPOConfig reads its own file's
+        return {key: field_value(key, value, f"grpo: {key}") for key, value in values.items()}
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

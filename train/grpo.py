@@ -57,11 +57,11 @@ from tqdm import tqdm
 
 from benchmarks.results import write_results
 from game_registry import GameSpec
-from common.io import append_line, atomic_write_text
+from common.io import append_line
 from common.validation import InputError
 from common.run_folder import sigint_deferred
 from train.backends import RolloutBackend, SamplingParams
-from train.checkpoint import load_checkpoint, rank_state, save_checkpoint
+from train.checkpoint import load_checkpoint, metrics_rows, rank_state, save_checkpoint, set_aside_after
 from train.config import GRPOConfig, save_config
 from train.distributed import world as world_info
 from train.episodes import (
@@ -229,6 +229,42 @@ TRACKED_SCALARS = {
 }
 
 
+def rank_requests(config: GRPOConfig, iteration: int, rank: int, world_size: int) -> list[EpisodeRequest]:
+    """Rank `rank`'s episodes of `iteration`: every world_size-th group, `group_size` samples each."""
+    return [
+        EpisodeRequest(seed=config.task_seed(iteration, group), sample_idx=k, hinted=k < config.n_hinted)
+        for group in range(rank, config.groups_per_iteration, world_size)
+        for k in range(config.group_size)
+    ]
+
+
+def check_prompts_fit(config: GRPOConfig, spec: GameSpec, chat: ChatTokenizer, iteration: int, rank: int = 0,
+                      world_size: int = 1) -> None:
+    """Stop before training when an opening prompt (base or hinted) of the iteration's tasks leaves no room
+    in `max_episode_tokens`: such episodes generate nothing, every group is constant, and the run would
+    train nothing while looking normal. Needs only the tokenizer (python -m train calls it before the model
+    loads). Collective: every rank checks its groups, all raise together."""
+    c = config
+    longest, where = 0, ""
+    for request in rank_requests(c, iteration, rank, world_size):
+        if request.sample_idx not in (0, c.n_hinted):  # one hinted and one base prompt per group
+            continue
+        episode = start_episode(spec, spec.make(**c.game_overrides), request, chat)
+        if episode.prompt_len > longest:
+            longest = episode.prompt_len
+            where = f"seed {request.seed}, {'hinted' if request.hinted else 'base'} prompt"
+    overall = _all_max(longest)
+    if overall < c.max_episode_tokens:
+        return
+    one_turn = overall + spec.max_gen_tokens
+    raise InputError(
+        f"the opening prompt of {c.game} is {overall} tokens" + (f" ({where})" if longest == overall else "")
+        + f", but max_episode_tokens is {c.max_episode_tokens}: no episode could generate a token and nothing "
+        f"would be trained. Raise --max_episode_tokens above the prompt (at least {one_turn} for one full turn "
+        f"of {spec.max_gen_tokens} tokens; {spec.max_turns} turns plus observations need more)."
+    )
+
+
 class GRPOTrainer:
     def __init__(self, config: GRPOConfig, spec: GameSpec, policy: Policy, tokenizer: Any, backend: RolloutBackend,
                  run_kind: str = "grpo"):
@@ -263,45 +299,18 @@ class GRPOTrainer:
         self.backend.load_state_dict(backend_state)
         self.backend.sync_weights(self.policy, iteration)
         self.start_iteration = iteration
-        metrics = self.output_dir / "metrics.jsonl"
-        if self.rank == 0 and metrics.exists():  # drop lines of iterations after the checkpoint
-            kept = [l for l in metrics.read_text().splitlines() if l and json.loads(l)["iteration"] <= iteration]
-            atomic_write_text(metrics, "".join(line + "\n" for line in kept))
+        if self.rank == 0:  # what an earlier attempt wrote after the checkpoint goes aside (python -m train has
+            set_aside_after(self.output_dir, iteration)  # done it before the model loaded: then nothing is left)
 
     def requests(self, iteration: int) -> list[EpisodeRequest]:
         """This rank's episodes: every world_size-th group of the iteration, `group_size` samples each."""
-        c = self.config
-        return [
-            EpisodeRequest(seed=c.task_seed(iteration, group), sample_idx=k, hinted=k < c.n_hinted)
-            for group in range(self.rank, c.groups_per_iteration, self.world_size)
-            for k in range(c.group_size)
-        ]
+        return rank_requests(self.config, iteration, self.rank, self.world_size)
 
     # ---------------------------------------------------------------------------------------------
     def check_prompts_fit(self, iteration: int | None = None) -> None:
-        """Stop before training when an opening prompt (base or hinted) of the iteration's tasks leaves no room
-        in `max_episode_tokens`: such episodes generate nothing, every group is constant, and the run would
-        train nothing while looking normal. Collective: every rank checks its groups, all raise together."""
-        c = self.config
-        iteration = self.start_iteration if iteration is None else iteration
-        longest, where = 0, ""
-        for request in self.requests(iteration):
-            if request.sample_idx not in (0, c.n_hinted):  # one hinted and one base prompt per group
-                continue
-            episode = start_episode(self.spec, self.spec.make(**c.game_overrides), request, self.chat)
-            if episode.prompt_len > longest:
-                longest = episode.prompt_len
-                where = f"seed {request.seed}, {'hinted' if request.hinted else 'base'} prompt"
-        overall = _all_max(longest)
-        if overall < c.max_episode_tokens:
-            return
-        one_turn = overall + self.spec.max_gen_tokens
-        raise InputError(
-            f"the opening prompt of {c.game} is {overall} tokens" + (f" ({where})" if longest == overall else "")
-            + f", but max_episode_tokens is {c.max_episode_tokens}: no episode could generate a token and nothing "
-            f"would be trained. Raise --max_episode_tokens above the prompt (at least {one_turn} for one full turn "
-            f"of {self.spec.max_gen_tokens} tokens; {self.spec.max_turns} turns plus observations need more)."
-        )
+        """The module's `check_prompts_fit` for this trainer's rank at `iteration` (default: where it starts)."""
+        check_prompts_fit(self.config, self.spec, self.chat, self.start_iteration if iteration is None else iteration,
+                          self.rank, self.world_size)
 
     @torch.no_grad()
     def check_sampler_logprobs(self) -> None:
@@ -537,19 +546,25 @@ class GRPOTrainer:
         return loss_sum, token_count, weighted, grad_norm
 
     # ---------------------------------------------------------------------------------------------
-    def run(self) -> dict[str, float]:
+    def run(self, tracker: MetricLogger | None = None, *, prompts_checked: bool = False) -> dict[str, float]:
+        """Train from `start_iteration` to `iterations`. `tracker`: the run's trackers, opened by the caller
+        (`open_run_trackers`, python -m train does so before the model loads); None: opened here. With
+        `prompts_checked` the caller has run `check_prompts_fit` for the start iteration already."""
         c = self.config
-        self.check_prompts_fit()
-        self.check_sampler_logprobs()
-        if self.rank == 0:
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            save_config(c, self.output_dir / "config.yaml")
-        self.tracker = open_trackers(c.report_to, self.output_dir, kind=self.run_kind, config=c.to_dict(),
-                                     first_step=self.start_iteration + 1, rank=self.rank)
         try:
+            if not prompts_checked:
+                self.check_prompts_fit()
+            self.check_sampler_logprobs()
+            if self.rank == 0:
+                self.output_dir.mkdir(parents=True, exist_ok=True)
+                save_config(c, self.output_dir / "config.yaml")
+            self.tracker = tracker if tracker is not None else open_run_trackers(
+                c, self.start_iteration, self.rank, self.run_kind)
             return self._run_iterations()
         finally:
             self.tracker.close()
+            if tracker is not None:
+                tracker.close()  # (nothing to do when it was self.tracker)
             self.tracker = MetricLogger()
 
     def _run_iterations(self) -> dict[str, float]:
@@ -576,8 +591,8 @@ class GRPOTrainer:
         path = self.output_dir / "metrics.jsonl"
         if self.start_iteration == 0 or not path.exists():
             return None
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        rows = [r for r in rows if r["iteration"] <= self.start_iteration and r.get("mean_reward_all_episodes")]
+        rows = [r for r in metrics_rows(path)  # (without a last line a kill cut short)
+                if r["iteration"] <= self.start_iteration and r.get("mean_reward_all_episodes")]
         best = max(rows, key=lambda r: r["mean_reward_all_episodes"], default=None)
         return (int(best["iteration"]), best["mean_reward_all_episodes"]) if best else None
 
@@ -726,6 +741,13 @@ class GRPOTrainer:
                 write_adapter=lambda path: self.policy.write_adapter(path, adapter_state),
                 optimizer_state=optimizer_state, scheduler=self.scheduler, rank_states=rank_states,
             )
+
+
+def open_run_trackers(config: GRPOConfig, start_iteration: int, rank: int, kind: str = "grpo") -> MetricLogger:
+    """The trackers of `config.report_to` for a run that starts after `start_iteration` iterations (rank 0 only;
+    InputError when one cannot start a run: call it before the model loads)."""
+    return open_trackers(config.report_to, config.resolved_output_dir(), kind=kind, config=config.to_dict(),
+                         first_step=start_iteration + 1, rank=rank)
 
 
 def _finite(value: Any) -> Any:

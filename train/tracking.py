@@ -25,7 +25,10 @@ metrics.jsonl keeps only the resumed ones.
 
 Bad input fails before any model loads (exit 2 in every CLI): an unknown tracker name (`check_report_to`,
 called by each config's __post_init__) names the accepted ones; a chosen tracker whose package is missing
-(`require_trackers`) prints the pip command.
+(`require_trackers`) prints the pip command. A tracker that cannot start its run (wandb without a login online,
+an MLflow server that does not answer, a TensorBoard folder that cannot be written) raises InputError from
+`open_trackers`: `python -m train` opens them before its model loads (train.grpo.open_run_trackers), the other
+trainers when training starts.
 """
 from __future__ import annotations
 

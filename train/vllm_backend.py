@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import math
 import os
 import shutil
 import time
@@ -42,13 +43,14 @@ import urllib.error
 import urllib.request
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
 
-from common.validation import InputError, env_number
+from common.validation import InputError, check_url, env_number
 from train.backends import Completion, RolloutBackend, SamplingParams
 from train.distributed import world
 from train.policy import Policy
@@ -354,8 +356,28 @@ def _route_missing(body: str) -> bool:
         return not body.strip()
 
 
-def backend_from_env(adapter_dir: Path, seed: int) -> VLLMBackend | None:
-    """A VLLMBackend when VLLM_BASE_URLS is set, else None (use the in-process backend).
+@dataclass(frozen=True)
+class VLLMSettings:
+    """The vLLM servers to sample from, read and checked from the environment (`vllm_settings_from_env`)."""
+
+    base_urls: tuple[str, ...]
+    model: str
+    timeout: float = 600.0
+    max_retries: int = 5
+    backoff: float = 1.0
+    max_concurrent_requests: int = 64
+
+    def backend(self, adapter_dir: Path, seed: int) -> VLLMBackend:
+        """The backend (no request is sent until the first rollout)."""
+        return VLLMBackend(list(self.base_urls), self.model, adapter_dir=adapter_dir, seed=seed, timeout=self.timeout,
+                           max_retries=self.max_retries, backoff=self.backoff,
+                           max_concurrent_requests=self.max_concurrent_requests)
+
+
+def vllm_settings_from_env() -> VLLMSettings | None:
+    """VLLMSettings when VLLM_BASE_URLS is set, else None (use the in-process backend). Checks the format only (no
+    request): InputError naming the variable and the fix for a URL without scheme or host, a missing VLLM_MODEL,
+    or a VLLM_* number that is not one or out of range. Call it before the model loads.
 
     VLLM_BASE_URLS: comma-separated server URLs; VLLM_MODEL: the served base model name. Optional:
     VLLM_REQUEST_TIMEOUT (seconds, 600), VLLM_MAX_RETRIES (5), VLLM_RETRY_BACKOFF (seconds, 1; doubles
@@ -364,16 +386,44 @@ def backend_from_env(adapter_dir: Path, seed: int) -> VLLMBackend | None:
     urls = [u.strip() for u in os.environ.get("VLLM_BASE_URLS", "").split(",") if u.strip()]
     if not urls:
         return None
+    for url in urls:
+        check_url(url, "VLLM_BASE_URLS")
     model = os.environ.get("VLLM_MODEL", "").strip()
     if not model:
         raise InputError("VLLM_BASE_URLS is set but VLLM_MODEL is not: set it to the served base model name")
+    settings = VLLMSettings(
+        tuple(urls), model,
+        timeout=env_number("VLLM_REQUEST_TIMEOUT", float, 600.0),
+        max_retries=env_number("VLLM_MAX_RETRIES", int, 5),
+        backoff=env_number("VLLM_RETRY_BACKOFF", float, 1.0),
+        max_concurrent_requests=env_number("VLLM_MAX_CONCURRENT_REQUESTS", int, 64),
+    )
+    for name, value, ok, rule in (
+        ("VLLM_REQUEST_TIMEOUT", settings.timeout, math.isfinite(settings.timeout) and settings.timeout > 0,
+         "a finite number of seconds > 0"),
+        ("VLLM_MAX_RETRIES", settings.max_retries, settings.max_retries >= 0, "an integer >= 0"),
+        ("VLLM_RETRY_BACKOFF", settings.backoff, math.isfinite(settings.backoff) and settings.backoff >= 0,
+         "a finite number of seconds >= 0"),
+        ("VLLM_MAX_CONCURRENT_REQUESTS", settings.max_concurrent_requests, settings.max_concurrent_requests >= 1,
+         "an integer >= 1"),
+    ):
+        if not ok:
+            raise InputError(f"{name}={os.environ.get(name)!r}: must be {rule}; fix or unset it (default "
+                             f"{getattr(VLLMSettings, _SETTING_OF[name])})")
+    return settings
+
+
+_SETTING_OF = {"VLLM_REQUEST_TIMEOUT": "timeout", "VLLM_MAX_RETRIES": "max_retries", "VLLM_RETRY_BACKOFF": "backoff",
+               "VLLM_MAX_CONCURRENT_REQUESTS": "max_concurrent_requests"}
+
+
+def backend_from_env(adapter_dir: Path, seed: int) -> VLLMBackend | None:
+    """A VLLMBackend when VLLM_BASE_URLS is set, else None (use the in-process backend); the settings and their
+    checks are `vllm_settings_from_env`'s."""
+    settings = vllm_settings_from_env()
+    if settings is None:
+        return None
     try:
-        return VLLMBackend(
-            urls, model, adapter_dir=adapter_dir, seed=seed,
-            timeout=env_number("VLLM_REQUEST_TIMEOUT", float, 600.0),
-            max_retries=env_number("VLLM_MAX_RETRIES", int, 5),
-            backoff=env_number("VLLM_RETRY_BACKOFF", float, 1.0),
-            max_concurrent_requests=env_number("VLLM_MAX_CONCURRENT_REQUESTS", int, 64),
-        )
+        return settings.backend(adapter_dir, seed)
     except ValueError as err:
         raise InputError(f"vLLM settings from the environment: {err}") from None
