@@ -10,8 +10,14 @@ Choosing (`select`):
 - training, `straight_through`: forward value is the hard one-hot, gradient is that of the softmax
   (g = onehot + p - p.detach(), written so the forward value is exactly 0/1).
 - training, `gumbel`: `F.gumbel_softmax(logits, tau, hard=True)`: a sampled one-hot with the
-  Gumbel-softmax gradient. Sampling differs from the top-1 used at inference; prefer it for SFT only.
+  Gumbel-softmax gradient. Sampling differs from the top-1 used at inference.
 - soft (the global router's soft mode): the softmax itself.
+
+"Training" is the gate module's train mode (`model.train()`): the estimator only acts in a loop that runs the
+routed model in train mode and backpropagates a loss through the gate values. Neither of the repository's gate
+trainers uses Gumbel: router SFT (train/train_router_sft.py) runs the model in eval mode (hard top-1) and fits the
+gate logits themselves with a cross-entropy, so the estimator and tau change nothing there, and gate GRPO
+(train/grpo_gater.py) refuses `gumbel` (its rollouts are top-1).
 """
 from __future__ import annotations
 
@@ -69,6 +75,11 @@ class _ZeroInitGate(nn.Module):
     """`Linear(hidden, S)` with bias, zero-initialised (uniform routing at start), read on detached inputs."""
 
     def __init__(self, hidden_size: int, n_slots: int) -> None:
+        if n_slots < 2:
+            from moe_gate.multi_lora import GateError
+
+            raise GateError(f"a gate needs at least 2 slots to choose from, got {n_slots}: give two or more adapters, "
+                            "or keep the base slot (include_base_slot: true) beside one adapter")
         super().__init__()
         self.proj = nn.Linear(hidden_size, n_slots, bias=True)
         nn.init.zeros_(self.proj.weight)
@@ -97,11 +108,7 @@ class LayerCapabilityGater(_ZeroInitGate):
                  estimator: str = "straight_through", tau: float = 1.0):
         _check_choice("granularity", granularity, GRANULARITIES)
         _check_choice("estimator", estimator, ESTIMATORS)
-        if n_slots < 2:
-            from moe_gate.multi_lora import GateError
-
-            raise GateError(f"a gate needs at least 2 slots to choose from, got {n_slots}")
-        super().__init__(hidden_size, n_slots)
+        super().__init__(hidden_size, n_slots)  # refuses fewer than 2 slots
         self.granularity, self.estimator, self.tau = granularity, estimator, tau
 
     def forward(self, hidden: torch.Tensor, pool_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -128,7 +135,7 @@ class TrajectoryGlobalRouter(_ZeroInitGate):
     def __init__(self, hidden_size: int, n_slots: int, *, soft: bool = False, estimator: str = "straight_through",
                  tau: float = 1.0):
         _check_choice("estimator", estimator, ESTIMATORS)
-        super().__init__(hidden_size, n_slots)
+        super().__init__(hidden_size, n_slots)  # refuses fewer than 2 slots
         self.soft, self.estimator, self.tau = soft, estimator, tau
 
     def forward(self, hidden: torch.Tensor, pool_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -25,8 +25,10 @@ pass. `prompt_window(n)` bounds the window by hand (its first n columns) and `ge
 input, so an uncached generation keeps the prefill's decision whatever the prompt.
 
 Only gate parameters are trainable. `save_gate` writes `gate.safetensors` + `gate_config.json` (slot order,
-adapter names, paths and weight hashes, the base model's architecture and a hash of all its weights);
-`load_gate` refuses a gate whose adapters or base model do not match. A gate folder names everything needed
+adapter names, absolute paths and weight hashes, the base model's path (absolute for a local folder), its
+architecture and a hash of all its weights); `load_gate` refuses a gate whose adapters or base model do not
+match, and `build_capability_model` checks what it can before changing the base, and restores the base when
+loading the gate fails. A gate folder names everything needed
 to rebuild the routed model, so `load_capability_model(folder)` is the whole loader.
 """
 from __future__ import annotations
@@ -185,13 +187,26 @@ def _original_names(state: Mapping[str, torch.Tensor], wrapped: set[str]) -> dic
     return renamed
 
 
-def _base_identity(base: nn.Module, weights_sha256: str) -> dict[str, Any]:
+def recorded_name_or_path(base: nn.Module) -> str:
+    """The base model's `name_or_path` as a gate records it: a local folder as an absolute path, so that
+    `load_capability_model(gate)`, moe_gate.serve and `--agent hf:GATE_DIR` find it from any working directory;
+    anything else (a hub name such as `Qwen/Qwen3-0.6B`, or "") as given."""
+    name = str(getattr(base.config, "_name_or_path", "") or "")
+    if name and Path(name).expanduser().is_dir():
+        return str(Path(name).expanduser().resolve())
+    return name
+
+
+ARCHITECTURE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")
+
+
+def _base_identity(base: nn.Module, weights_sha256: str, name_or_path: str) -> dict[str, Any]:
     """What a gate must match: architecture numbers and the hash of every weight (`base_weights_sha256`).
     The embedding probe is for the serving router (moe_gate/serve.py), which loads the embedding only."""
     config = base.config
     probe = base.get_input_embeddings().weight[:4, :8].detach().float().cpu()
     return {
-        "name_or_path": str(getattr(config, "_name_or_path", "") or ""),
+        "name_or_path": name_or_path,
         "model_type": config.model_type,
         "hidden_size": config.hidden_size,
         "num_hidden_layers": config.num_hidden_layers,
@@ -199,6 +214,16 @@ def _base_identity(base: nn.Module, weights_sha256: str) -> dict[str, Any]:
         "weights_sha256": weights_sha256,
         "embedding_probe": probe.tolist(),
     }
+
+
+def check_adapter_names(names: Sequence[str]) -> None:
+    """Adapter (slot) names must be unique and never "base": that name means the base model to the serving front
+    (moe_gate/serve.py sends slot "base" to the base model) and to the KL reference (train/gate_policy.py), with
+    or without a base slot, so an adapter under it would be taken for the base."""
+    names = list(names)
+    if len(set(names)) != len(names) or BASE_SLOT in names:
+        raise GateError(f"adapter names must be unique and not {BASE_SLOT!r} (the name of the base model, reserved "
+                        f"even with include_base_slot false); got {names}: rename the adapter")
 
 
 class CapabilityModel(nn.Module):
@@ -213,45 +238,58 @@ class CapabilityModel(nn.Module):
         if not adapters:
             raise GateError("build_capability_model needs at least one adapter: {name: peft_adapter_dir}")
         names = [a.name for a in adapters]
-        if len(set(names)) != len(names) or (include_base_slot and BASE_SLOT in names):
-            raise GateError(f"adapter names must be unique and not {BASE_SLOT!r} (the base slot); got {names}")
+        check_adapter_names(names)
         if soft and mode != "global":
             raise GateError("soft routing is only for mode='global' (layer gates are top-1)")
-        for parameter in base.parameters():
-            parameter.requires_grad_(False)
-        self.base = base
+        if any(isinstance(module, MultiLoRAGatedLinear) for module in base.modules()):
+            raise GateError("this base model is already routed (an earlier build_capability_model wrapped its Linears "
+                            "in place); load a fresh base model for each routed model")
         self.mode, self.include_base_slot, self.soft = mode, include_base_slot, soft
         self.adapters = adapters
         self.slot_names = ([BASE_SLOT] if include_base_slot else []) + names
         first = 1 if include_base_slot else 0
         hidden = base.config.hidden_size
+        n_slots = len(self.slot_names)
 
+        # Everything that can refuse the inputs runs before the base is touched: the gates (options, slot count),
+        # where each LoRA goes, and the gated modules (shapes); only then are the Linears swapped in place.
         layers = _decoder_layers(base)
+        if mode == "global":
+            gate: nn.Module = TrajectoryGlobalRouter(hidden, n_slots, soft=soft, estimator=estimator, tau=tau)
+        else:
+            gate = nn.ModuleList(LayerCapabilityGater(hidden, n_slots, granularity=mode, estimator=estimator, tau=tau)
+                                 for _ in layers)
         self.routes = [LayerRoute(index) for index in range(len(layers))]
         wanted = {module for adapter in adapters for module in adapter.modules}
+        swaps: list[tuple[nn.Module, str, nn.Module, MultiLoRAGatedLinear]] = []  # (parent, attribute, old, new)
         placed: set[str] = set()
         for index, (prefix, layer) in enumerate(layers):
-            for name, module in list(layer.named_modules()):
+            for name, module in layer.named_modules():
                 path = f"{prefix}.{name}"
                 if path not in wanted:
                     continue
                 slot_weights = [None] * first + [adapter.modules.get(path) for adapter in adapters]
                 parent = layer.get_submodule(name.rsplit(".", 1)[0]) if "." in name else layer
-                setattr(parent, name.rsplit(".", 1)[-1], MultiLoRAGatedLinear(module, slot_weights, self.routes[index]))
+                swaps.append((parent, name.rsplit(".", 1)[-1], module,
+                              MultiLoRAGatedLinear(module, slot_weights, self.routes[index])))
                 placed.add(path)
         outside = sorted(wanted - placed)
         if outside:
             raise GateError(f"LoRA weights on {outside[:4]}{'...' if len(outside) > 4 else ''} are not inside a "
                             "decoder layer (or not in this model); gates route per layer, so train the capability "
                             "adapters on decoder-layer modules only (e.g. q_proj, v_proj, down_proj), not lm_head")
-        n_slots = len(self.slot_names)
-        if mode == "global":
-            self.gate: nn.Module = TrajectoryGlobalRouter(hidden, n_slots, soft=soft, estimator=estimator, tau=tau)
-        else:
-            self.gate = nn.ModuleList(
-                LayerCapabilityGater(hidden, n_slots, granularity=mode, estimator=estimator, tau=tau)
-                for _ in layers
-            )
+
+        # From here on the base is changed in place; `_restore_base` undoes all of it.
+        self.base = base
+        self.base_name_or_path = recorded_name_or_path(base)  # before any wrapping: as the caller loaded it
+        self._requires_grad = [(parameter, parameter.requires_grad) for parameter in base.parameters()]
+        for parameter in base.parameters():
+            parameter.requires_grad_(False)
+        self._swapped: list[tuple[nn.Module, str, nn.Module]] = []
+        for parent, attribute, old, new in swaps:
+            setattr(parent, attribute, new)
+            self._swapped.append((parent, attribute, old))
+        self.gate = gate
         device = next(base.parameters()).device
         self.gate.to(device)
 
@@ -267,9 +305,21 @@ class CapabilityModel(nn.Module):
         self._new_sequence = True
         self._stored: dict[int, tuple[Selection, torch.Tensor]] = {}  # trajectory/global decisions, per layer key
         self._base_sha256: str | None = None  # base_weights_sha256, computed on first use (the base is frozen)
-        base.register_forward_pre_hook(self._before_model, with_kwargs=True)
+        self._hook_handles = [base.register_forward_pre_hook(self._before_model, with_kwargs=True)]
         for index, (_, layer) in enumerate(layers):
-            layer.register_forward_pre_hook(self._before_layer(index), with_kwargs=True)
+            self._hook_handles.append(layer.register_forward_pre_hook(self._before_layer(index), with_kwargs=True))
+
+    def _restore_base(self) -> None:
+        """Undo what building did to the base model: the original Linears back in place, the routing hooks
+        removed, each parameter's requires_grad as it was. The routed model cannot be used afterwards; the base can
+        be routed again (build_capability_model does this when loading a gate fails)."""
+        for handle in self._hook_handles:
+            handle.remove()
+        for parent, attribute, original in reversed(self._swapped):
+            setattr(parent, attribute, original)
+        for parameter, flag in self._requires_grad:
+            parameter.requires_grad_(flag)
+        self._hook_handles, self._swapped, self._requires_grad = [], [], []
 
     # -- Hugging Face surface ------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -463,10 +513,24 @@ class CapabilityModel(nn.Module):
 # ----------------------------------------------------------------------------------------------------
 def build_capability_model(base: nn.Module, adapters: Mapping[str, str | os.PathLike], gate: str | os.PathLike | None = None,
                            mode: str | None = None, include_base_slot: bool | None = None, *,
-                           estimator: str = "straight_through", tau: float = 1.0, soft: bool = False) -> CapabilityModel:
+                           estimator: str | None = None, tau: float | None = None,
+                           soft: bool | None = None) -> CapabilityModel:
     """Compose `base` (changed in place, frozen) with the PEFT LoRA adapters `{name: folder}` (slot order =
     mapping order, after slot 0 "base" when `include_base_slot`) under fresh zero-init gates, or the gate
-    saved in `gate` (whose mode and slots then apply; passing a different mode or adapter list is refused).
+    saved in `gate`.
+
+    An option left None takes the saved gate's value, or without a gate the default: mode "token",
+    include_base_slot True, estimator "straight_through", tau 1.0, soft False. With a saved gate:
+    - mode, include_base_slot and soft (and the adapter list) are part of what the gate learned: an explicit
+      value that differs from the saved one is refused (GateError), as are other adapters or another order;
+    - estimator and tau only say how the gates are trained (moe_gate/gater.py), not what they learned: an
+      explicit value is used even where the gate was saved with another, and is what the next `save_gate`
+      records. So a caller that insists on straight-through updates (train/grpo_gater.py) gets them whatever
+      estimator warm-started the gate, and loading a gate for inference needs no options at all.
+
+    The saved gate's slots, mode, adapter weights and base architecture are checked before the base is touched;
+    should a later check fail (the hash of the base's weights, the gate weights), the base is restored as it was
+    (original Linears, no hooks, requires_grad unchanged), so the same base object can be routed again.
     """
     saved = read_gate_config(gate) if gate is not None else None
     if saved is not None:
@@ -474,14 +538,50 @@ def build_capability_model(base: nn.Module, adapters: Mapping[str, str | os.Path
             raise GateError(f"{gate}: the gate was trained for mode {saved['mode']!r}, not {mode!r}")
         if include_base_slot is not None and include_base_slot != saved["include_base_slot"]:
             raise GateError(f"{gate}: the gate has include_base_slot={saved['include_base_slot']}")
-        mode, include_base_slot = saved["mode"], saved["include_base_slot"]
-        estimator, tau, soft = saved.get("estimator", estimator), saved.get("tau", tau), saved.get("soft", soft)
+        if soft is not None and soft != saved.get("soft", False):
+            raise GateError(f"{gate}: the gate was trained with soft={saved.get('soft', False)}, not soft={soft}; "
+                            "leave soft unset to load it as saved, or train a new gate")
+        mode, include_base_slot, soft = saved["mode"], saved["include_base_slot"], saved.get("soft", False)
+        estimator = saved.get("estimator", "straight_through") if estimator is None else estimator
+        tau = saved.get("tau", 1.0) if tau is None else tau
+        requested = ([BASE_SLOT] if include_base_slot else []) + [str(name) for name in adapters]
+        if saved["slots"] != requested:
+            raise GateError(f"{gate}: the gate routes slots {saved['slots']} but this model has {requested}; "
+                            "pass the same adapters in the same order")
+    check_adapter_names([str(name) for name in adapters])  # before any adapter file is read
     files = [read_peft_adapter(name, path) for name, path in adapters.items()]
-    model = CapabilityModel(base, files, mode=mode or "token", include_base_slot=True if include_base_slot is None
-                            else include_base_slot, estimator=estimator, tau=tau, soft=soft)
+    if saved is not None:  # cheap checks of the saved gate, before the base is changed
+        _check_adapter_weights(gate, saved, files)
+        _check_architecture(gate, saved, base)
+    model = CapabilityModel(base, files, mode=mode or "token",
+                            include_base_slot=True if include_base_slot is None else include_base_slot,
+                            estimator="straight_through" if estimator is None else estimator,
+                            tau=1.0 if tau is None else tau, soft=bool(soft))
     if gate is not None:
-        load_gate(model, gate)
+        loaded = False
+        try:
+            load_gate(model, gate)
+            loaded = True
+        finally:
+            if not loaded:  # refused (or interrupted): leave the caller's base as it was given
+                model._restore_base()
     return model
+
+
+def _check_adapter_weights(directory: str | os.PathLike, saved: Mapping[str, Any],
+                           adapters: Sequence[AdapterFile]) -> None:
+    for old, new in zip(saved["adapters"], adapters):
+        if old["sha256"] != new.sha256:
+            raise GateError(f"{directory}: adapter {new.name!r} at {Path(new.path).resolve()} is not the one the gate "
+                            f"was trained with ({old['path']}, different weights); retrain the gate or pass that adapter")
+
+
+def _check_architecture(directory: str | os.PathLike, saved: Mapping[str, Any], base: nn.Module) -> None:
+    for key in ARCHITECTURE_KEYS:
+        mine = getattr(base.config, key, None)
+        if saved["base_model"][key] != mine:
+            raise GateError(f"{directory}: the gate was trained on base model {saved['base_model']['name_or_path']!r} "
+                            f"({key}={saved['base_model'][key]}), this base has {key}={mine}")
 
 
 def gate_config(model: CapabilityModel) -> dict[str, Any]:
@@ -496,7 +596,7 @@ def gate_config(model: CapabilityModel) -> dict[str, Any]:
         "slots": list(model.slot_names),
         "adapters": [{"name": a.name, "path": str(Path(a.path).resolve()), "sha256": a.sha256,
                       "target_modules": a.target_modules} for a in model.adapters],
-        "base_model": _base_identity(model.base, model.base_sha256),
+        "base_model": _base_identity(model.base, model.base_sha256, model.base_name_or_path),
         "num_parameters": sum(p.numel() for p in model.gate_parameters()),
     }
 
@@ -556,18 +656,12 @@ def read_gate_weights(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
 def load_gate(model: CapabilityModel, directory: str | os.PathLike) -> None:
     """Load a saved gate into `model`, refusing one trained for other adapters, slots or another base model."""
     saved = read_gate_config(directory)
-    mine = gate_config(model)
-    if saved["slots"] != mine["slots"]:
-        raise GateError(f"{directory}: the gate routes slots {saved['slots']} but this model has {mine['slots']}; "
+    if saved["slots"] != model.slot_names:
+        raise GateError(f"{directory}: the gate routes slots {saved['slots']} but this model has {model.slot_names}; "
                         "pass the same adapters in the same order")
-    for old, new in zip(saved["adapters"], mine["adapters"]):
-        if old["sha256"] != new["sha256"]:
-            raise GateError(f"{directory}: adapter {new['name']!r} at {new['path']} is not the one the gate was "
-                            f"trained with ({old['path']}, different weights); retrain the gate or pass that adapter")
-    for key in ("model_type", "hidden_size", "num_hidden_layers", "vocab_size"):
-        if saved["base_model"][key] != mine["base_model"][key]:
-            raise GateError(f"{directory}: the gate was trained on base model {saved['base_model']['name_or_path']!r} "
-                            f"({key}={saved['base_model'][key]}), this base has {key}={mine['base_model'][key]}")
+    _check_adapter_weights(directory, saved, model.adapters)
+    _check_architecture(directory, saved, model.base)
+    mine = gate_config(model)  # hashes the base's weights (once per model)
     differ = (f"{directory}: the base model's weights differ from {saved['base_model']['name_or_path']!r}, "
               "which the gate was trained on; load that base model")
     if "weights_sha256" in saved["base_model"]:

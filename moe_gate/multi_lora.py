@@ -60,6 +60,9 @@ _UNSUPPORTED = {
     "layer_replication": None,
     "trainable_token_indices": None,
     "modules_to_save": None,
+    # activated LoRA (aLoRA): the adapter acts only from its invocation tokens on; composed here it would act on
+    # every token, so such an adapter is refused rather than silently applied everywhere
+    "alora_invocation_tokens": None,
 }
 
 

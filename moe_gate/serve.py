@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from jinja2 import TemplateError
 
 from common.cli import exit_code
 from common.chat_render import render_messages
@@ -120,8 +121,21 @@ class GlobalRouterFront:
     def request_text(self, path: str, body: dict[str, Any]) -> str:
         """The prompt text of a chat request (rendered, with the generation prompt) or a completion request."""
         if path.endswith("/chat/completions"):
-            text = render_messages(self.tokenizer, body.get("messages") or [], body.get("tools"),
-                                   add_generation_prompt=True)
+            messages, tools = body.get("messages"), body.get("tools")
+            if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+                raise GateError('a chat request needs `messages`: a non-empty list of message objects, e.g. '
+                                '[{"role": "user", "content": "..."}]')
+            if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
+                raise GateError('`tools` must be a list of tool objects ({"type": "function", "function": {...}}) '
+                                "or left out")
+            try:
+                text = render_messages(self.tokenizer, messages, tools, add_generation_prompt=True)
+            except TemplateError as err:  # the template's own raise_exception, or a template that breaks on them
+                raise GateError(f"the chat template cannot render these messages: {err}; fix the messages (roles, "
+                                "order) or send a /v1/completions request with the rendered prompt") from None
+            except (ValueError, TypeError, KeyError) as err:  # no chat template; a template that breaks on the data
+                raise GateError(f"cannot render this chat request: {err}; send a /v1/completions request with the "
+                                "rendered prompt instead") from None
         else:
             text = body.get("prompt")
             if isinstance(text, list):
@@ -157,6 +171,21 @@ def make_server(front: GlobalRouterFront, upstream: str, host: str = "127.0.0.1"
         def _error(self, status: int, message: str) -> None:
             self._send(status, json.dumps({"error": {"message": message, "type": "routing_error"}}).encode())
 
+        def _json_body(self) -> dict[str, Any]:
+            """The request body: a JSON object, else GateError saying what to send."""
+            length = (self.headers.get("Content-Length") or "0").strip()
+            if not length.isdecimal():
+                raise GateError(f"Content-Length must be the body's size in bytes (a whole number), got {length!r}")
+            raw = self.rfile.read(int(length))
+            try:
+                body = json.loads(raw or b"{}")
+            except (json.JSONDecodeError, UnicodeDecodeError) as err:
+                raise GateError(f"the request body is not valid JSON ({err}); send a JSON object") from None
+            if not isinstance(body, dict):
+                raise GateError(f"the request body must be a JSON object (with `messages` or `prompt`), got a JSON "
+                                f"{type(body).__name__}")
+            return body
+
         def do_GET(self) -> None:
             if self.path.rstrip("/") in ("/v1/models", "/models"):
                 models = [{"id": front.name, "object": "model", "owned_by": "moe_gate"}]
@@ -171,11 +200,11 @@ def make_server(front: GlobalRouterFront, upstream: str, host: str = "127.0.0.1"
                 self._error(404, f"no route {self.path}")
                 return
             try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                body = self._json_body()
                 if body.get("stream"):
                     raise GateError("streaming is not supported by the routing front; send stream: false")
                 slot = front.slot_for_request(path, body)
-            except (json.JSONDecodeError, GateError) as err:
+            except GateError as err:  # the request's fault: a 400 with the message, never a dropped connection
                 self._error(400, str(err))
                 return
             body["model"] = front.upstream_model(slot)
