@@ -14,6 +14,9 @@ script itself:
   file_prefix  optional: replaces run_name in the output's file name (the reference's key)
   template     template path under prompts/ (optional; per-stage default in DEFAULT_TEMPLATES)
   stage        optional guard: when present it must equal --stage
+  capabilities_file, else output_dir
+               the selected-capabilities list (`selected_list_path`); the templates get it as `selected_list`
+               (its report as `selected_list_report`), so the prompt exports the file `--run` checks
 The output goes to --out FILE, or to -o/--output-dir DIR (the reference's flag) under the default
 file name, or by default to prompts/rendered/.
 
@@ -375,6 +378,12 @@ def render_prompt(config_path: str | Path, stage: str) -> RenderedPrompt:
     check_unknown_keys(config, path, env, template_name)
     context = dict(config)
     context["stage"] = stage
+    if config.get("capabilities_file") or config.get("output_dir"):
+        # The selected list the prompt exports to / reads is the one `--run` checks: one function gives both.
+        # Without either key it is left undefined, so a template that needs it names the missing 'output_dir'.
+        selected = selected_list_path(config)
+        context["selected_list"] = selected.as_posix()
+        context["selected_list_report"] = selected.with_name(f"{selected.stem}_report.json").as_posix()
     context["config_file"] = _display_path(path)
     context["template"] = template_name
     try:

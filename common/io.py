@@ -317,9 +317,30 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 2)
     return _atomic_write_bytes(Path(path), _encode_json(json.dumps(obj, indent=indent, ensure_ascii=False) + "\n"))
 
 
+# Characters str.splitlines() breaks at besides \n and \r that json.dumps(..., ensure_ascii=False) writes raw.
+_RAW_LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
+
+
+def json_line(obj: Any) -> str:
+    """`obj` as one JSONL line (newline included): non-ASCII text kept readable, but U+2028, U+2029 and U+0085
+    (which can only occur inside a JSON string) written as their `\\uXXXX` escapes, so a reader that splits at
+    every Unicode line break (str.splitlines) still sees one record per line."""
+    text = json.dumps(obj, ensure_ascii=False)
+    for raw, escaped in _RAW_LINE_BREAKS.items():
+        text = text.replace(raw, escaped)
+    return text + "\n"
+
+
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of JSONL text, split at newlines only. str.splitlines() also splits at U+2028, U+2029 and U+0085,
+    which JSON allows raw inside a string (files written before `json_line` escaped them, or by other tools, hold
+    them), so it would cut a valid record in two."""
+    return text.split("\n")
+
+
 def atomic_write_jsonl(path: str | os.PathLike, records: list[Any]) -> Path:
-    """Write one JSON object per line, atomically."""
-    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    """Write one JSON object per line (see `json_line`), atomically."""
+    text = "".join(json_line(r) for r in records)
     return _atomic_write_bytes(Path(path), _encode_json(text))
 
 
@@ -369,7 +390,7 @@ def load_jsonl(path: str | os.PathLike) -> list[Any]:
     """Read a JSONL file (blank lines skipped); broken lines raise InputError with the line number."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = jsonl_lines(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"{path}: file not found") from None
     except (OSError, UnicodeDecodeError) as err:

@@ -255,8 +255,18 @@ class Snapshot:
         return _stamp(path) is not None and (_stamp(path) != stamp or _sha(path) != sha)
 
 
-def check_selection(selected: Path, snapshot: Snapshot) -> list[dict]:
-    """The capability stage's artifact: a fresh, valid export (all PENDING) with its report; AgentRunError otherwise."""
+def _statuses(selected: Path) -> dict[str, str]:
+    """skill -> status of the selected list at `selected` ({} when there is none or it cannot be read)."""
+    try:
+        return {entry["skill"]: entry["status"] for entry in load_selected(selected)} if selected.exists() else {}
+    except InputError:
+        return {}
+
+
+def check_selection(selected: Path, snapshot: Snapshot, before: dict[str, str] | None = None) -> list[dict]:
+    """The capability stage's artifact: a fresh, valid export with its report; AgentRunError otherwise. Every entry
+    is PENDING, or keeps the status it had in the list before the agent ran (`before`: skill -> status), as the
+    aggregation keeps Step 2's progress on a capability selected again."""
     if not selected.exists():
         raise AgentRunError(f"{selected} was not written (the prompt's Phase 3 exports it)")
     if not snapshot.changed(selected):
@@ -273,8 +283,9 @@ def check_selection(selected: Path, snapshot: Snapshot) -> list[dict]:
         for key, types in EXPORT_FIELDS.items():
             if (isinstance(entry[key], bool) and bool not in types) or not isinstance(entry[key], types):
                 raise AgentRunError(f"{where}: {key} is {entry[key]!r}, expected {'/'.join(t.__name__ for t in types)}")
-        if entry["status"] != "PENDING":
-            raise AgentRunError(f"{where} has status {entry['status']}; a fresh export marks every entry PENDING")
+        if entry["status"] != "PENDING" and (before or {}).get(entry["skill"]) != entry["status"]:
+            raise AgentRunError(f"{where} has status {entry['status']}; a fresh export marks a new entry PENDING "
+                                "(only a capability the previous list held keeps its status)")
     report_path = selected.with_name(f"{selected.stem}_report.json")
     if not snapshot.changed(report_path):
         raise AgentRunError(f"{report_path} was not (re)written; the export and its report come from one "
@@ -398,8 +409,9 @@ def run_capability_stage(agent: AgentSpec, ctx: RunContext) -> int:
     """Step 1 through the agent; 0 when a valid new selection was exported."""
     report_path = ctx.selected.with_name(f"{ctx.selected.stem}_report.json")
     snapshot = Snapshot([ctx.selected, report_path])
+    before = _statuses(ctx.selected)
     _run_agent(agent, ctx, "capability", None)
-    entries = check_selection(ctx.selected, snapshot)
+    entries = check_selection(ctx.selected, snapshot, before)
     names = ", ".join(e["skill"] for e in entries) or "none (nothing passed the thresholds)"
     ctx.say(f"capability selection done: {len(entries)} selected in {ctx.selected}: {names}")
     return 0

@@ -44,6 +44,10 @@ Usage (as a script or with -m):
         --candidates candidates.json --rho 0.10 --delta 0.20 --k 8 --export pipeline/selected_capabilities.json
 writes the selected list to --export and every candidate with its verdict to `<export stem>_report.json`.
 Both output paths are checked before any run file is read; a bad one exits 2 and nothing is written.
+An export already there is Step 2's queue (pipeline/capabilities.py sets IN_PROGRESS / DONE): a capability
+selected again keeps its status and Step 2's fields, one no longer selected leaves the list (named when it was
+IN_PROGRESS or DONE, its entry kept in the report under `queue.no_longer_selected`); an existing export that is
+not a selected list is refused (exit 2) before any run file is read.
 """
 from __future__ import annotations
 
@@ -65,6 +69,7 @@ import numpy as np
 from common.cli import cli_entry, exit_code, seed_value
 from common.io import Inputs, atomic_write_json, check_output_path, load_json
 from common.validation import InputError
+from pipeline.capabilities import load_selected
 
 CATEGORIES = ("NA", "PRESENT", "LACKING")  # category code = position, used for Fleiss' κ
 FAILED_KEYS = ("na_failed", "present_failed", "lacking_failed")  # same order as CATEGORIES
@@ -115,8 +120,9 @@ class AggregationConfig:
 
 def exact_threshold(value: float) -> Fraction:
     """The number a threshold was written as (0.2 -> 1/5), not the binary float nearest to it (which is
-    0.200000000000000011...): `repr` of a float is the shortest decimal that reads back to it."""
-    return Fraction(repr(value))
+    0.200000000000000011...): `repr` of a float is the shortest decimal that reads back to it. The value is made a
+    plain float first: numpy 2 writes repr(np.float64(0.1)) as 'np.float64(0.1)', which Fraction cannot read."""
+    return Fraction(repr(float(value)))
 
 
 def _is_int(value: Any) -> bool:
@@ -607,8 +613,15 @@ def aggregate(run_paths: Sequence[str | Path], candidates: str | Path | dict | N
     }
 
 
+# The fields of an export entry this step writes; every other field (`status`, and whatever Step 2 adds, e.g.
+# environment_path) belongs to Step 2 and is kept when the capability is selected again.
+STEP1_FIELDS = ("skill", "description", "mean_cov", "std_cov", "mean_delta", "std_delta", "n_runs_passed",
+                "n_runs_total", "passes_consistency", "example_failed_cases")
+
+
 def selected_entries(report: dict) -> list[dict]:
-    """The export list: selected capabilities, highest mean Δ first, each marked PENDING."""
+    """The export list: selected capabilities, highest mean Δ first, each marked PENDING (see `merge_queue` for
+    an export that already exists)."""
     return [{"skill": e["skill"], "description": e["description"], "mean_cov": e["mean_cov"],
              "std_cov": e["std_cov"], "mean_delta": e["mean_delta"], "std_delta": e["std_delta"],
              "n_runs_passed": e["n_runs_passed"], "n_runs_total": e["n_runs_total"], "passes_consistency": True,
@@ -627,14 +640,80 @@ def check_outputs(export_path: str | Path, flag: str = "--export", inputs: Input
     `inputs` ((what, path) pairs); call it before any work."""
     check_output_path(export_path, flag, inputs)
     check_output_path(report_path_for(export_path), f"{flag}'s report", inputs)
+    previous_export(export_path)  # an existing export that cannot be merged is refused now, not after the work
+
+
+def previous_export(export_path: str | Path) -> list[dict] | None:
+    """The entries of the export already at `export_path` (Step 2's queue, statuses set by pipeline.capabilities),
+    or None when there is none; InputError when the file is there but is not a selected list, since writing the
+    new selection would lose what it holds."""
+    path = Path(export_path)
+    if not path.exists():
+        return None
+    try:
+        return load_selected(path)
+    except InputError as err:
+        raise InputError(f"{err}. The existing export is Step 2's queue and would be replaced: fix it, or move it "
+                         "aside (or pass another --export) and run again") from None
+
+
+def merge_queue(fresh: list[dict], previous: list[dict] | None) -> tuple[list[dict], dict]:
+    """(export entries, account) of a new selection over the export already there.
+
+    A capability selected again keeps its status and every field Step 2 added (everything but STEP1_FIELDS), so
+    a DONE capability is not queued again; its Step-1 numbers are the new ones. A capability no longer selected
+    leaves the queue; its previous entry goes into the account (`no_longer_selected`), which the report keeps and
+    the CLIs name when it was IN_PROGRESS or DONE. The account: {"kept": {skill: kept fields},
+    "no_longer_selected": [previous entries]}."""
+    before = {entry["skill"]: entry for entry in previous or []}
+    merged, kept = [], {}
+    for entry in fresh:
+        old = before.get(entry["skill"])
+        carried = {key: value for key, value in (old or {}).items() if key not in STEP1_FIELDS}
+        if carried and carried != {"status": "PENDING"}:
+            kept[entry["skill"]] = carried
+        merged.append({**entry, **carried})
+    names = {entry["skill"] for entry in fresh}
+    return merged, {"kept": kept, "no_longer_selected": [e for e in previous or [] if e["skill"] not in names]}
+
+
+def _with_status(entry: dict) -> str:
+    return f"{entry['skill']} ({entry.get('status')})"
+
+
+def queue_messages(report: dict, export_path: str | Path) -> tuple[list[str], list[str]]:
+    """(information, warnings) about what `write_outputs` kept from, and dropped of, the previous export."""
+    queue = report.get("queue") or {}
+    info, warnings = [], []
+    kept = queue.get("kept") or {}
+    if kept:
+        statuses = ", ".join(f"{name} ({fields.get('status', 'PENDING')})" for name, fields in kept.items())
+        info.append(f"kept Step 2's status and fields of {len(kept)} capabilities selected again, from the previous "
+                    f"{export_path}: {statuses}; `python -m pipeline.capabilities mark NAME PENDING --file "
+                    f"{export_path}` queues one again")
+    dropped = queue.get("no_longer_selected") or []
+    worked = [e for e in dropped if e.get("status") != "PENDING"]
+    if worked:
+        warnings.append(f"{len(worked)} capabilities Step 2 worked on are no longer selected and left the queue "
+                        f"{export_path}: {', '.join(_with_status(e) for e in worked)}; their "
+                        f"previous entries are kept in {report_path_for(export_path)} under queue.no_longer_selected")
+    if len(dropped) > len(worked):
+        info.append(f"{len(dropped) - len(worked)} PENDING capabilities of the previous {export_path} are no longer "
+                    "selected and left the queue")
+    return info, warnings
 
 
 def write_outputs(report: dict, export_path: str | Path) -> tuple[Path, Path]:
     """Write the selected list to `export_path` and the full report next to it (both atomically); both paths
-    are checked first, so a bad one raises InputError before either file is written."""
+    are checked first, so a bad one raises InputError before either file is written.
+
+    An export already there is Step 2's queue: it is merged (`merge_queue`), not replaced, and the account is
+    added to `report` as report["queue"] (also written to the report file; `queue_messages` words it)."""
     check_outputs(export_path)
+    entries, account = merge_queue(selected_entries(report), previous_export(export_path))
+    report["queue"] = account
     report_path = atomic_write_json(report_path_for(export_path), report)
-    return atomic_write_json(export_path, selected_entries(report)), report_path
+    return atomic_write_json(export_path, entries), report_path
 
 
 def _fmt(value: float | None, spec: str = ".3f") -> str:
@@ -687,6 +766,11 @@ def main(argv: Iterable[str] | None = None) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     print(format_table(report))
     export_path, report_path = write_outputs(report, args.export)
+    info, warnings = queue_messages(report, export_path)
+    for line in info:
+        print(line)
+    for line in warnings:
+        print(f"warning: {line}", file=sys.stderr)
     print(f"wrote {export_path} ({len(report['selected'])} selected) and {report_path}")
     return 0
 

@@ -21,12 +21,17 @@ answers; pairs still unlabeled then are recorded as NA and counted in `DIR/label
 
 Outputs: `DIR/run_01.json` ... `run_NN.json` in the aggregation schema (built by `labels_to_run`,
 checked by `aggregate_capabilities.validate_run`), `DIR/labeling_report.json`, then the aggregation
-(`--export`, default `DIR/selected_capabilities.json`, and its `_report.json`) with its table printed.
+(`--export`, default `DIR/selected_capabilities.json`, and its `_report.json`) with its table printed. Run
+files in DIR beyond run_NN (an earlier labeling with more runs) are refused before any call: the aggregation's
+`DIR/run_*.json` would count them. A repeated run keeps the Step-2 status of the capabilities still selected
+(see `aggregate_capabilities.write_outputs`).
 
 Resuming: every finished call is appended to `DIR/label_cache.jsonl`, keyed by sha256 of (model, hash
 of the prompt and sampling parameters, trajectory id, capability set, run); an interrupted or repeated
-invocation pays only for what is missing. Ctrl-C stops at once (exit 130): the calls in flight are dropped, the
-finished ones stay in the cache, no run file is written. Every flag, path and the --base-url (http:// or https://)
+invocation pays only for what is missing, and for the calls whose pairs were defaulted to NA when --max-attempts
+is now larger than they were made with (the new answer replaces the cached one; the same --max-attempts asks
+nothing again). Ctrl-C stops at once (exit 130): the calls in flight are dropped, the finished ones stay in the
+cache, no run file is written. Every flag, path and the --base-url (http:// or https://)
 are checked before the summary is read, `--dry-run` included. `--dry-run` prints the calls it would make and an
 estimate of their prompt tokens, and makes none. HTTP retries, Retry-After, --requests-per-minute: see
 `common/llm_client.py`. The API key is read from the variable named by --api-key-env and is never
@@ -53,11 +58,11 @@ from tqdm import tqdm
 
 from common.cli import INTERRUPTED, cli_entry, exit_code, seed_value
 from common.run_folder import claimed_run_folder
-from common.io import append_line, atomic_write_json, check_output_folder, load_jsonl
+from common.io import append_line, atomic_write_json, check_output_folder, json_line, jsonl_lines, load_jsonl
 from common.validation import InputError, check_number, check_url
 from pipeline.summarize import truncate_middle
 from pipeline.aggregate_capabilities import (CATEGORIES, AggregationConfig, aggregate, check_outputs, format_table,
-                                             load_candidates, validate_run, write_outputs)
+                                             load_candidates, queue_messages, validate_run, write_outputs)
 from pipeline.labels_to_run import SkippedTrajectoryWarning, labels_to_run
 from common.llm_client import ChatClient, FatalAPIError, RateLimiter, RetryPolicy
 
@@ -382,7 +387,8 @@ def sha256_json(obj: Any) -> str:
 class LabelCache:
     """Finished calls, one JSON line each, appended (and fsynced) as they finish; thread-safe.
 
-    A line cut short by a kill is ignored on load (that call is simply made again).
+    A line cut short by a kill is ignored on load (that call is simply made again). A later line with the same key
+    (a call made again, see `reusable`) replaces the earlier one.
     """
 
     def __init__(self, path: Path) -> None:
@@ -397,7 +403,7 @@ class LabelCache:
         if path.exists():
             text = path.read_text(encoding="utf-8")
             self._starts_mid_line = bool(text) and not text.endswith("\n")
-            for line in text.splitlines():
+            for line in jsonl_lines(text):  # not splitlines(): a reason may hold U+2028 and the like
                 if not line.strip():
                     continue
                 try:
@@ -417,7 +423,7 @@ class LabelCache:
             self._closed = True
 
     def put(self, entry: dict) -> None:
-        line = json.dumps(entry, ensure_ascii=False) + "\n"
+        line = json_line(entry)
         with self._lock:
             if self._closed:
                 return
@@ -513,7 +519,8 @@ def label_one(client: ChatClient, job: LabelJob, descriptions: dict[str, str], c
         labels[name] = {"label": "NA", "reason": f"defaulted to NA: no valid label after {attempts} answers"}
     entry = {"key": job.key, "kind": "label", "model": config.model, "run": job.run,
              "trajectory_id": job.trajectory.id, "labels": {name: labels[name] for name in names},
-             "defaulted": defaulted, "attempts": attempts, "http_retries": retries, "invalid_answers": invalid,
+             "defaulted": defaulted, "attempts": attempts, "max_attempts": config.max_attempts,
+             "http_retries": retries, "invalid_answers": invalid,
              "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
     with lock:
         for name, value in _entry_counters(entry).items():
@@ -521,9 +528,26 @@ def label_one(client: ChatClient, job: LabelJob, descriptions: dict[str, str], c
     return entry
 
 
+def reusable(entry: dict | None, config: LabelingConfig) -> bool:
+    """Whether a cached label entry answers its job under `config` without a new call.
+
+    An entry whose pairs were all labeled always does. One with pairs defaulted to NA does only while
+    `config.max_attempts` is not larger than the max_attempts it was made with: a rerun with a larger
+    --max-attempts asks again (and the new entry replaces it), a rerun with the same one stays free. Entries
+    written before `max_attempts` was stored fall back on their `attempts`, which equals the max_attempts they
+    were made with whenever a pair was defaulted (the answers ran out)."""
+    if entry is None:
+        return False
+    if not entry.get("defaulted"):
+        return True
+    made_with = entry.get("max_attempts", entry.get("attempts"))
+    return _is_int(made_with) and made_with >= config.max_attempts
+
+
 def run_jobs(client: ChatClient, jobs: Sequence[LabelJob], descriptions: dict[str, str], config: LabelingConfig,
              cache: LabelCache, stats: dict[int, RunStats]) -> dict[str, dict]:
-    """Label every job (cached ones without a call), `config.concurrency` at a time; key -> cache entry.
+    """Label every job (cached ones without a call, see `reusable`), `config.concurrency` at a time; key -> cache
+    entry.
 
     The first FatalAPIError stops new calls, lets the running ones finish (their results are cached) and is
     re-raised; a rerun resumes from the cache. Ctrl-C (KeyboardInterrupt in this, the main thread) closes the
@@ -537,7 +561,7 @@ def run_jobs(client: ChatClient, jobs: Sequence[LabelJob], descriptions: dict[st
     n_todo = 0
     for job in jobs:
         entry = cache.get(job.key)
-        if entry is not None:
+        if reusable(entry, config):
             results[job.key] = entry
             stats[job.run].trajectories_from_cache += 1
         else:
@@ -627,6 +651,13 @@ def build_run(run: int, jobs: Sequence[LabelJob], results: dict[str, dict], traj
 # Phase 1
 # ----------------------------------------------------------------------------------------------
 
+def propose_key(messages: Sequence[dict[str, str]], config: LabelingConfig) -> str:
+    """The cache key of the Phase-1 call with these first-attempt messages."""
+    return sha256_json(["propose", config.model, sha256_json({"messages": messages, "json_mode": config.json_mode,
+                                                              "temperature": config.temperature(1),
+                                                              "seed": config.seed, "max_tokens": config.max_tokens})])
+
+
 def propose_candidates(client: ChatClient, trajectories: Sequence[Trajectory], config: LabelingConfig,
                        cache: LabelCache) -> tuple[dict, dict]:
     """(candidates object, call statistics) from one discovery call, asked again with the problems up to
@@ -634,9 +665,7 @@ def propose_candidates(client: ChatClient, trajectories: Sequence[Trajectory], c
     failed, passed = propose_sample(trajectories, config)
     messages = propose_messages(failed, passed, config)
     fmt = response_format(config.json_mode, "capability_candidates", candidates_schema())
-    key = sha256_json(["propose", config.model, sha256_json({"messages": messages, "json_mode": config.json_mode,
-                                                             "temperature": config.temperature(1),
-                                                             "seed": config.seed, "max_tokens": config.max_tokens})])
+    key = propose_key(messages, config)
     entry = cache.get(key)
     if entry is not None:
         return entry["candidates"], {"requests": 0, "from_cache": True}
@@ -733,21 +762,56 @@ def _dry_run(trajectories: Sequence[Trajectory], descriptions: dict[str, str] | 
              cache: LabelCache, propose: bool) -> None:
     """Print what a real invocation would call (cached calls are not counted as to-be-made)."""
     n_propose_tokens = 0
+    propose_cached = False
     if propose:
         failed, passed = propose_sample(trajectories, config)
-        n_propose_tokens = _estimate_tokens(propose_messages(failed, passed, config))
+        messages = propose_messages(failed, passed, config)
+        entry = cache.get(propose_key(messages, config))
+        if entry is not None:  # the real run takes Phase 1's answer from the cache too: Phase 2 is known exactly
+            descriptions = load_candidates(entry["candidates"])
+            propose_cached = True
+        else:
+            n_propose_tokens = _estimate_tokens(messages)
     placeholder = descriptions is None
     if placeholder:  # Phase 2 depends on Phase 1's answer: estimate with max_candidates made-up descriptions
         descriptions = {f"candidate_{i}": "x" * 300 for i in range(config.max_candidates)}
     jobs = make_jobs(trajectories, descriptions, config)
-    todo = [job for job in jobs if placeholder or cache.get(job.key) is None]
+    todo = [job for job in jobs if placeholder or not reusable(cache.get(job.key), config)]
     tokens = sum(_estimate_tokens(job.messages) for job in todo)
+    phase1 = ""
+    if propose_cached:
+        phase1 = f"; Phase 1 cached ({len(descriptions)} candidates, no call)"
+    elif propose:
+        phase1 = f"; plus 1 Phase-1 proposal call (~{n_propose_tokens:,} prompt tokens)"
     print(f"dry run: {config.runs} runs x {len(trajectories)} trajectories = {len(jobs)} labeling calls "
-          f"({len(jobs) - len(todo)} cached, {len(todo)} to make), {len(descriptions)} capabilities each"
-          + (f"; plus 1 Phase-1 proposal call (~{n_propose_tokens:,} prompt tokens)" if propose else ""))
+          f"({len(jobs) - len(todo)} cached, {len(todo)} to make), {len(descriptions)} capabilities each" + phase1)
     print(f"estimated prompt tokens of the calls to make: ~{tokens + n_propose_tokens:,} (an estimate: characters/"
           f"{CHARS_PER_TOKEN} of the first attempt; retries, answers and the server's tokenizer not counted)"
           + ("; Phase 2 estimated with placeholder candidates, since Phase 1 has not run" if placeholder else ""))
+
+
+RUN_FILE = re.compile(r"run_(\d+)\.json")
+
+
+def check_stale_runs(out: Path, runs: int) -> None:
+    """InputError when --out holds run files this invocation will not rewrite (`run_*.json` beyond run_NN, from an
+    earlier labeling with more runs): `aggregate_capabilities --runs 'DIR/run_*.json'` would count them as labelers
+    of this one. Nothing is deleted; the message says how to move them aside."""
+    if not out.is_dir():
+        return
+    ours = {f"run_{run:02d}.json" for run in range(1, runs + 1)}
+    stale = sorted((path.name for path in out.glob("run_*.json") if path.name not in ours),
+                   key=lambda name: (len(name), name))
+    if not stale:
+        return
+    numbers = [int(match.group(1)) for name in stale if (match := RUN_FILE.fullmatch(name))]
+    relabel = f", or pass --runs {max(numbers)} to label them again (cached calls are free)" if numbers \
+        and len(numbers) == len(stale) and max(numbers) > runs else ""
+    shown = ", ".join(stale[:6]) + (f" ... ({len(stale)} files)" if len(stale) > 6 else "")
+    raise InputError(f"--out {out} holds run files that --runs {runs} does not write: {shown}; "
+                     f"aggregate_capabilities --runs '{out}/run_*.json' would count them as labelers of this run. "
+                     f"Move them aside first (e.g. mkdir {out}/old_runs && mv {out}/{stale[0]} ... {out}/old_runs/)"
+                     f"{relabel}")
 
 
 def _write_report(out: Path, report: dict) -> Path:
@@ -793,6 +857,7 @@ def _label(args: argparse.Namespace, out: Path) -> int:
         check_url(args.base_url, "--base-url")
     inputs = [("the summary", args.summary), ("--candidates", args.candidates)]
     check_output_folder(out, "--out", inputs)
+    check_stale_runs(out, config.runs)
     check_outputs(export, inputs=inputs)  # before any call is paid for
     trajectories, skipped = load_summary(args.summary)
     descriptions = load_candidates(args.candidates) if args.candidates else None
@@ -873,6 +938,11 @@ def _label(args: argparse.Namespace, out: Path) -> int:
             print(f"warning: {warning}", file=sys.stderr)
         print(format_table(aggregation))
         export_path, aggregation_report = write_outputs(aggregation, export)
+        info, queue_warnings = queue_messages(aggregation, export_path)
+        for line in info:
+            print(line)
+        for line in queue_warnings:
+            print(f"warning: {line}", file=sys.stderr)
         totals = report["totals"]["this_invocation"]
         print(f"wrote {len(run_paths)} run files to {out}, {report_path}, {export_path} "
               f"({len(aggregation['selected'])} selected) and {aggregation_report}")

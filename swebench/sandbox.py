@@ -567,7 +567,7 @@ def run_pytest_batch(trees: list[dict[str, str]], config: SandboxConfig | None =
             output = output.replace(f"{workdir}/t{index}/", "").replace(f"{workdir}/v{index}/", "")
         output = output.replace(str(workdir), "<sandbox>")
         statuses = {}
-        for line in b"".join(received).decode("utf-8", errors="replace").splitlines():
+        for line in b"".join(received).decode("utf-8", errors="replace").split("\n"):  # (not splitlines: U+2028)
             try:
                 item = json.loads(line)
             except json.JSONDecodeError:
