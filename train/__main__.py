@@ -39,7 +39,6 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -54,7 +53,7 @@ from train.config import GRPOConfig, config_values, load_config
 from train.distributed import exit_worker, world
 from train.episodes import ChatTokenizer
 from train.grpo import GRPOTrainer, check_prompts_fit, open_run_trackers
-from train.policy import LoraPolicy, count_parameters, load_base_model
+from train.policy import LoraPolicy, count_parameters, load_base_model, load_tokenizer
 from train.tracking import MetricLogger, require_trackers
 from train.vllm_backend import VLLMError, VLLMSettings, vllm_settings_from_env
 
@@ -154,23 +153,6 @@ def main(argv: list[str] | None = None) -> int:
         if plan and os.environ.get("RANK", "0") == "0":  # a later attempt's files go aside before anything loads
             set_aside_after(output_dir, plan.done)
         return _train(config, spec, plan, vllm)
-
-
-def load_tokenizer(model: str) -> Any:
-    """The model's tokenizer alone (as load_base_model sets it up), for the checks that need no weights."""
-    from huggingface_hub.errors import HFValidationError
-    from transformers import AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model)
-    except HFValidationError as err:  # neither a folder nor a valid hub id
-        raise InputError(f"cannot load model {model!r}: no such folder, and not a hub id ({err})") from None
-    except OSError as err:
-        where = "this directory" if Path(model).is_dir() else "the Hugging Face hub (no network here?)"
-        raise InputError(f"cannot load the tokenizer of {model!r} from {where}: {err}") from None
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
 
 
 def _train(config: GRPOConfig, spec: GameSpec, plan: ResumePlan | None, vllm: VLLMSettings | None) -> int:

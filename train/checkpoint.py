@@ -110,20 +110,12 @@ def save_checkpoint(
         if final.exists():
             shutil.rmtree(final)
         os.replace(staging, final)  # the staging folder becomes the checkpoint (nothing left to remove)
-        fsync_folder(directory)  # the rename itself
+        fsync_path(directory)  # the rename itself
     return final
 
 
-def fsync_folder(folder: Path) -> None:
-    """Make the entries of `folder` (names created, renamed or removed there) durable."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_file(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """Make a file's bytes, or a folder's entries (names created, renamed or removed there), durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -140,9 +132,9 @@ def fsync_tree(root: Path) -> None:
         if entry.is_dir():
             folders.append(entry)
             continue
-        _fsync_file(entry)
+        fsync_path(entry)
     for folder in sorted(folders, key=lambda f: len(f.parts), reverse=True):
-        fsync_folder(folder)
+        fsync_path(folder)
 
 
 def _jsonable_random_state(state: tuple) -> list:
@@ -520,10 +512,10 @@ def set_aside_after(run_dir: Path, done: int) -> Path | None:
             for name in adapter_names:  # the run folder's adapter is its latest checkpoint's again
                 staged = run_dir / f".{name}.restore"
                 shutil.copyfile(resumed / name, staged)
-                _fsync_file(staged)
+                fsync_path(staged)
                 os.replace(staged, run_dir / name)
             moved.append(f"the top-level adapter ({', '.join(adapter_names)}; now {resumed.parent.name}'s again)")
-        fsync_folder(run_dir)
+        fsync_path(run_dir)
     print(f"resuming {run_dir} at iteration {done}: set aside what an earlier attempt wrote after it "
           f"({'; '.join(moved)}) in {aside}; nothing was deleted", flush=True)
     return aside

@@ -25,10 +25,13 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 def load_tokenizer(model: str):
     """The tokenizer of a local directory or hub id (pad token set), without the weights: what a process needs
     that only renders prompts while a vLLM server samples."""
+    from huggingface_hub.errors import HFValidationError
     from transformers import AutoTokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(model)
+    except HFValidationError as err:  # neither a folder nor a valid hub id
+        raise InputError(f"cannot load model {model!r}: no such folder, and not a hub id ({err})") from None
     except OSError as err:
         where = "this directory" if Path(model).is_dir() else "the Hugging Face hub (no network here?)"
         raise InputError(f"cannot load the tokenizer of {model!r} from {where}: {err}") from None
