@@ -28,7 +28,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from common.validation import InputError
-from common.io import atomic_write_text, same_path, staging_folder, tensor_bytes
+from common.io import atomic_write_text, jsonl_lines, same_path, staging_folder, tensor_bytes
 from common.run_folder import check_output_dir, follow_umask, looks_local, run_entries, sigint_deferred
 from train.config import GRPOConfig, load_config
 
@@ -420,7 +420,7 @@ def metrics_lines(path: Path) -> list[tuple[str, dict[str, Any] | None]]:
         return []
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
-        lines = [line for line in text.split("\n") if line.strip()]  # (not splitlines: JSON may hold U+2028 raw)
+        lines = [line for line in jsonl_lines(text) if line.strip()]
     except OSError as err:
         raise InputError(f"{path}: cannot read ({err})") from None
     out: list[tuple[str, dict[str, Any] | None]] = []

@@ -196,6 +196,14 @@ TRUE_WORDS = ("true", "1", "yes")
 BOOL_WORDS = (*TRUE_WORDS, "false", "0", "no")
 
 
+def _number_text(text: str) -> int | float:
+    """The number `text` writes: an int when it is one (exact, however large), else a float; ValueError if neither."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
 def typed_value(kind: str, value: Any, name: str, *, from_text: bool = True) -> Any:
     """`value` as a field of declared type `kind` ("int", "float", "bool", "str", "list[...]", "dict[...]"), or
     InputError naming `name` (e.g. `--micro_batch_size`, `run.yaml: iterations`) and the fix.
@@ -213,33 +221,22 @@ def typed_value(kind: str, value: Any, name: str, *, from_text: bool = True) -> 
     """
     if not from_text and kind in ("int", "float", "bool") and isinstance(value, str):
         raise InputError(f"{name} expects {kind}, got the string {value!r}: pass the value itself, not text")
-    if kind == "int":
+    if kind in ("int", "float"):
+        expects = f"{name} expects " + ("int (a whole number)" if kind == "int" else "float (a number)")
         number = value
         if isinstance(value, str):
             try:
-                number = int(value.strip())
+                number = _number_text(value.strip())
             except ValueError:
-                try:
-                    number = float(value.strip())
-                except ValueError:
-                    raise InputError(f"{name} expects int (a whole number), got {value!r}") from None
-        if isinstance(number, float) and math.isfinite(number) and number.is_integer():
-            return int(number)
-        if isinstance(number, int) and not isinstance(number, bool):
-            return number
-        hint = (f": write {math.floor(number)} or {math.ceil(number)}"
-                if isinstance(number, float) and math.isfinite(number) else "")
-        raise InputError(f"{name} expects int (a whole number), got {value!r}{hint}")
-    if kind == "float":
-        number = value
-        if isinstance(value, str):
-            try:
-                number = float(value.strip())
-            except ValueError:
-                raise InputError(f"{name} expects float (a number), got {value!r}") from None
+                raise InputError(f"{expects}, got {value!r}") from None
         if isinstance(number, bool) or not isinstance(number, (int, float)) or math.isnan(number):
-            raise InputError(f"{name} expects float (a number), got {value!r}")
-        return float(number)
+            raise InputError(f"{expects}, got {value!r}")
+        if kind == "float":
+            return float(number)
+        if isinstance(number, int) or (math.isfinite(number) and number.is_integer()):
+            return int(number)
+        hint = f": write {math.floor(number)} or {math.ceil(number)}" if math.isfinite(number) else ""
+        raise InputError(f"{expects}, got {value!r}{hint}")
     if kind == "bool":
         if isinstance(value, bool):
             return value

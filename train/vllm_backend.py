@@ -393,28 +393,23 @@ def vllm_settings_from_env() -> VLLMSettings | None:
         raise InputError("VLLM_BASE_URLS is set but VLLM_MODEL is not: set it to the served base model name")
     settings = VLLMSettings(
         tuple(urls), model,
-        timeout=env_number("VLLM_REQUEST_TIMEOUT", float, 600.0),
-        max_retries=env_number("VLLM_MAX_RETRIES", int, 5),
-        backoff=env_number("VLLM_RETRY_BACKOFF", float, 1.0),
-        max_concurrent_requests=env_number("VLLM_MAX_CONCURRENT_REQUESTS", int, 64),
+        timeout=env_number("VLLM_REQUEST_TIMEOUT", float, VLLMSettings.timeout),
+        max_retries=env_number("VLLM_MAX_RETRIES", int, VLLMSettings.max_retries),
+        backoff=env_number("VLLM_RETRY_BACKOFF", float, VLLMSettings.backoff),
+        max_concurrent_requests=env_number("VLLM_MAX_CONCURRENT_REQUESTS", int, VLLMSettings.max_concurrent_requests),
     )
-    for name, value, ok, rule in (
-        ("VLLM_REQUEST_TIMEOUT", settings.timeout, math.isfinite(settings.timeout) and settings.timeout > 0,
-         "a finite number of seconds > 0"),
-        ("VLLM_MAX_RETRIES", settings.max_retries, settings.max_retries >= 0, "an integer >= 0"),
-        ("VLLM_RETRY_BACKOFF", settings.backoff, math.isfinite(settings.backoff) and settings.backoff >= 0,
-         "a finite number of seconds >= 0"),
-        ("VLLM_MAX_CONCURRENT_REQUESTS", settings.max_concurrent_requests, settings.max_concurrent_requests >= 1,
-         "an integer >= 1"),
+    for name, ok, rule, default in (
+        ("VLLM_REQUEST_TIMEOUT", math.isfinite(settings.timeout) and settings.timeout > 0,
+         "a finite number of seconds > 0", VLLMSettings.timeout),
+        ("VLLM_MAX_RETRIES", settings.max_retries >= 0, "an integer >= 0", VLLMSettings.max_retries),
+        ("VLLM_RETRY_BACKOFF", math.isfinite(settings.backoff) and settings.backoff >= 0,
+         "a finite number of seconds >= 0", VLLMSettings.backoff),
+        ("VLLM_MAX_CONCURRENT_REQUESTS", settings.max_concurrent_requests >= 1, "an integer >= 1",
+         VLLMSettings.max_concurrent_requests),
     ):
         if not ok:
-            raise InputError(f"{name}={os.environ.get(name)!r}: must be {rule}; fix or unset it (default "
-                             f"{getattr(VLLMSettings, _SETTING_OF[name])})")
+            raise InputError(f"{name}={os.environ.get(name)!r}: must be {rule}; fix or unset it (default {default})")
     return settings
-
-
-_SETTING_OF = {"VLLM_REQUEST_TIMEOUT": "timeout", "VLLM_MAX_RETRIES": "max_retries", "VLLM_RETRY_BACKOFF": "backoff",
-               "VLLM_MAX_CONCURRENT_REQUESTS": "max_concurrent_requests"}
 
 
 def backend_from_env(adapter_dir: Path, seed: int) -> VLLMBackend | None:
