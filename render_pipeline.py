@@ -339,8 +339,9 @@ def check_config_values(config: dict[str, Any], path: Path) -> None:
             check_url(str(config["smoke_test"][key]), f"{path}: config key 'smoke_test.{key}'")
 
 
-def render_prompt(config_path: str | Path, stage: str) -> RenderedPrompt:
-    """Render the template a config names for `stage`; raises InputError on any bad input."""
+def render_prompt(config_path: str | Path, stage: str, selected: str | Path | None = None) -> RenderedPrompt:
+    """Render the template a config names for `stage`; raises InputError on any bad input. `selected` (--selected)
+    replaces the config's selected-capabilities list, by absolute path (the agent may work in another folder)."""
     if stage not in STAGES:
         raise InputError(f"{config_path}: unknown stage {stage!r}; use one of {', '.join(STAGES)}")
     path = Path(config_path)
@@ -378,10 +379,10 @@ def render_prompt(config_path: str | Path, stage: str) -> RenderedPrompt:
     check_unknown_keys(config, path, env, template_name)
     context = dict(config)
     context["stage"] = stage
-    if config.get("capabilities_file") or config.get("output_dir"):
+    if selected is not None or config.get("capabilities_file") or config.get("output_dir"):
         # The selected list the prompt exports to / reads is the one `--run` checks: one function gives both.
         # Without either key it is left undefined, so a template that needs it names the missing 'output_dir'.
-        selected = selected_list_path(config)
+        selected = Path(selected).resolve() if selected is not None else selected_list_path(config)
         context["selected_list"] = selected.as_posix()
         context["selected_list_report"] = selected.with_name(f"{selected.stem}_report.json").as_posix()
     context["config_file"] = _display_path(path)
@@ -491,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
         from pipeline import agent_runner
 
         agent_runner.get_agent(args.agents or agent_runner.DEFAULT_AGENTS_FILE, args.run)
-    prompt = render_prompt(args.config, args.stage)
+    prompt = render_prompt(args.config, args.stage, selected=args.selected)
     if args.out:
         out_path, flag = Path(args.out), "--out"
     elif args.output_dir:

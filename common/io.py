@@ -404,3 +404,36 @@ def load_jsonl(path: str | os.PathLike) -> list[Any]:
         except json.JSONDecodeError as err:
             raise InputError(f"{path}: broken JSON on line {number}: {err.msg}") from None
     return records
+
+
+def fsync_path(path: Path) -> None:
+    """Make a file's bytes, or a folder's entries (names created, renamed or removed there), durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file under `root`, then every folder (deepest first, `root` last)."""
+    folders = [root]
+    for entry in sorted(root.rglob("*")):
+        if entry.is_symlink():
+            continue
+        if entry.is_dir():
+            folders.append(entry)
+            continue
+        fsync_path(entry)
+    for folder in sorted(folders, key=lambda f: len(f.parts), reverse=True):
+        fsync_path(folder)
+
+
+def publish_staged(staging: Path, directory: Path, names: Iterable[str] | None = None) -> None:
+    """Move the files staged in `staging` into `directory` (in the order of `names`, default all of them),
+    durably: they are fsynced before the first rename and `directory` after the last, so a power loss leaves the
+    old files or the new ones, never a renamed name whose bytes had not reached the disk."""
+    fsync_tree(staging)
+    for name in list(os.listdir(staging) if names is None else names):
+        os.replace(staging / name, directory / name)
+    fsync_path(directory)

@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from torch import nn
 
-from common.io import staging_folder, tensor_bytes
+from common.io import publish_staged, staging_folder, tensor_bytes
 from common.run_folder import follow_umask
 from moe_gate.gater import LayerCapabilityGater, Selection, TrajectoryGlobalRouter
 from moe_gate.multi_lora import AdapterFile, GateError, LayerRoute, MultiLoRAGatedLinear, Route, read_peft_adapter
@@ -607,7 +607,7 @@ def gate_state(model: CapabilityModel) -> dict[str, torch.Tensor]:
 
 def save_gate(model: CapabilityModel, directory: str | os.PathLike, state: dict[str, torch.Tensor] | None = None,
               extra: dict[str, Any] | None = None) -> Path:
-    """Write gate.safetensors + gate_config.json into `directory` (staged, then renamed file by file)."""
+    """Write gate.safetensors + gate_config.json into `directory` (staged and fsynced, then renamed file by file)."""
     from safetensors.torch import save_file
 
     directory = Path(directory)
@@ -621,8 +621,7 @@ def save_gate(model: CapabilityModel, directory: str | os.PathLike, state: dict[
         save_file(state, str(staging / GATE_WEIGHTS), metadata={"format": GATE_FORMAT})
         (staging / GATE_CONFIG).write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
         follow_umask(staging)  # safetensors writes 0600 files: give the gate the user's usual modes
-        for name in (GATE_WEIGHTS, GATE_CONFIG):  # config last: a folder with a config has its weights
-            os.replace(staging / name, directory / name)
+        publish_staged(staging, directory, (GATE_WEIGHTS, GATE_CONFIG))  # config last: with a config, its weights
     return directory
 
 

@@ -36,10 +36,12 @@ decoder layer by the model, see `model_builder.py`) says per token which slot to
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -52,18 +54,42 @@ class GateError(InputError):
     InputError, so a command refuses it as any bad input: `error: ...`, exit 2."""
 
 
-# PEFT LoRA features this composition does not implement, with the value that means "off".
-_UNSUPPORTED = {
-    "use_dora": False,
-    "fan_in_fan_out": False,
-    "lora_bias": False,
-    "layer_replication": None,
-    "trainable_token_indices": None,
-    "modules_to_save": None,
-    # activated LoRA (aLoRA): the adapter acts only from its invocation tokens on; composed here it would act on
-    # every token, so such an adapter is refused rather than silently applied everywhere
-    "alora_invocation_tokens": None,
+# LoraConfig fields this composition reads, or that do not change what a saved plain LoRA computes (metadata,
+# module selection, training-time dropout and initialisation, placement). Any other field away from LoraConfig's
+# default is a variant moe_gate does not implement -- DoRA, aLoRA (acts from its invocation tokens on), QALoRA,
+# Arrow, KaSA, LoRA on parameters, trained biases or whole modules, and the options later PEFT versions add -- so
+# such an adapter is refused rather than composed as if it were plain LoRA.
+_PLAIN_LORA_FIELDS = {
+    "task_type", "peft_type", "auto_mapping", "peft_version", "base_model_name_or_path", "revision",
+    "inference_mode", "r", "lora_alpha", "use_rslora", "rank_pattern", "alpha_pattern", "target_modules",
+    "exclude_modules", "layers_to_transform", "layers_pattern", "lora_dropout", "bias", "init_lora_weights",
+    "loftq_config", "eva_config", "corda_config", "lora_ga_config", "qalora_group_size", "runtime_config",
+    "megatron_core", "ensure_weight_tying",
 }
+# Initialisations whose adapter applies to the unchanged base. PiSSA, OLoRA, CorDA, LoftQ and LoRA-GA rewrite the
+# base weights the adapter was trained on, unless the adapter was saved with PEFT's
+# path_initial_model_for_weight_conversion (which records init_lora_weights: true); MiCA is a variant.
+_INITS_ON_THE_BASE = (True, False, "gaussian", "eva", "orthogonal")
+
+
+def _check_plain_lora(name: str, folder: Path, config: Any) -> None:
+    """GateError unless `config` (a LoraConfig) describes a plain LoRA on the unchanged base."""
+    from peft import LoraConfig
+
+    default = LoraConfig()
+    for option in dataclasses.fields(LoraConfig):
+        value = getattr(config, option.name, None)
+        if option.name not in _PLAIN_LORA_FIELDS and value != getattr(default, option.name) \
+                and value not in (None, False, [], {}):
+            raise GateError(f"adapter {name!r} at {folder} uses {option.name}={value!r}, which moe_gate does not "
+                            f"implement (it composes plain LoRA); retrain it without {option.name}")
+    if config.bias != "none":
+        raise GateError(f"adapter {name!r} at {folder} trains biases (bias={config.bias!r}); retrain with bias='none'")
+    if config.init_lora_weights not in _INITS_ON_THE_BASE:
+        raise GateError(f"adapter {name!r} at {folder} was initialised with init_lora_weights="
+                        f"{config.init_lora_weights!r}, which changes the base weights it was trained on; save it "
+                        "with PEFT's path_initial_model_for_weight_conversion (a plain LoRA of the unchanged base), "
+                        "or retrain it with the default initialisation")
 
 
 @dataclass(frozen=True)
@@ -108,13 +134,7 @@ def read_peft_adapter(name: str, path: str | Path) -> AdapterFile:
     config = LoraConfig.from_pretrained(str(folder))
     if str(config.peft_type.value if hasattr(config.peft_type, "value") else config.peft_type) != "LORA":
         raise GateError(f"adapter {name!r} at {folder} is a {config.peft_type} adapter; only LoRA adapters compose")
-    for option, off in _UNSUPPORTED.items():
-        value = getattr(config, option, off)
-        if value not in (off, None, False, [], {}):
-            raise GateError(f"adapter {name!r} at {folder} uses {option}={value!r}, which moe_gate does not "
-                            f"implement; retrain it without {option}")
-    if config.bias != "none":
-        raise GateError(f"adapter {name!r} at {folder} trains biases (bias={config.bias!r}); retrain with bias='none'")
+    _check_plain_lora(name, folder, config)
     state = load_peft_weights(str(folder), device="cpu")
     pairs: dict[str, dict[str, torch.Tensor]] = {}
     for key, tensor in state.items():

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -48,6 +49,50 @@ from moe_gate.model_builder import (GATE_WEIGHTS, assistant_header_text, first_p
 from moe_gate.multi_lora import GateError
 
 _SKIPPED_MODEL_TYPES = ("gemma", "gemma2", "gemma3")  # embeddings scaled by sqrt(hidden) inside the model
+
+
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+
+
+def check_chat_request(messages: Any, tools: Any) -> None:
+    """GateError unless `messages` and `tools` have the OpenAI chat shape the renderer reads: messages a non-empty
+    list of objects with a known string `role`, `content` a string, a list of parts or null, `tool_calls` a list
+    of {"function": {"name": str, ...}}; `tools` a list of objects or left out. A request that passes renders, or
+    its template refuses it; anything else failing while it renders is the server's fault."""
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise GateError('a chat request needs `messages`: a non-empty list of message objects, e.g. '
+                        '[{"role": "user", "content": "..."}]')
+    if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
+        raise GateError('`tools` must be a list of tool objects ({"type": "function", "function": {...}}) '
+                        "or left out")
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if message.get("role") not in CHAT_ROLES:
+            raise GateError(f"{where}.role must be one of {', '.join(CHAT_ROLES)}, got {message.get('role')!r}")
+        content = message.get("content")
+        if not (content is None or isinstance(content, str)
+                or isinstance(content, list) and all(isinstance(part, dict) for part in content)):
+            raise GateError(f"{where}.content must be a string, a list of content parts or null, got "
+                            f"{type(content).__name__}")
+        calls = message.get("tool_calls")
+        if calls is None:
+            continue
+        if not isinstance(calls, list) or not all(
+                isinstance(call, dict) and isinstance(call.get("function"), dict)
+                and isinstance(call["function"].get("name"), str) for call in calls):
+            raise GateError(f'{where}.tool_calls must be a list of {{"function": {{"name": "...", "arguments": '
+                            '...}} objects, or left out')
+
+
+def _raised_in_the_template(err: BaseException) -> bool:
+    """Whether `err` came out of the chat template's own code (jinja compiles a template string into frames named
+    <template>): the template breaking on this request's data, not a fault of the server's code."""
+    frame = err.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_code.co_filename == "<template>":
+            return True
+        frame = frame.tb_next
+    return False
 
 
 def _load_embedding(model_dir: Path) -> torch.Tensor:
@@ -122,20 +167,20 @@ class GlobalRouterFront:
         """The prompt text of a chat request (rendered, with the generation prompt) or a completion request."""
         if path.endswith("/chat/completions"):
             messages, tools = body.get("messages"), body.get("tools")
-            if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-                raise GateError('a chat request needs `messages`: a non-empty list of message objects, e.g. '
-                                '[{"role": "user", "content": "..."}]')
-            if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
-                raise GateError('`tools` must be a list of tool objects ({"type": "function", "function": {...}}) '
-                                "or left out")
+            check_chat_request(messages, tools)
+            if not self.tokenizer.chat_template:
+                raise GateError("the base model's tokenizer has no chat template, so chat requests cannot be "
+                                "routed; send a /v1/completions request with the rendered prompt instead")
             try:
                 text = render_messages(self.tokenizer, messages, tools, add_generation_prompt=True)
             except TemplateError as err:  # the template's own raise_exception, or a template that breaks on them
                 raise GateError(f"the chat template cannot render these messages: {err}; fix the messages (roles, "
                                 "order) or send a /v1/completions request with the rendered prompt") from None
-            except (ValueError, TypeError, KeyError) as err:  # no chat template; a template that breaks on the data
-                raise GateError(f"cannot render this chat request: {err}; send a /v1/completions request with the "
-                                "rendered prompt instead") from None
+            except (ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
+                if not _raised_in_the_template(err):  # our renderer's fault on a well-formed request: a 500
+                    raise
+                raise GateError(f"the chat template cannot render these messages: {err}; send a /v1/completions "
+                                "request with the rendered prompt instead") from None
         else:
             text = body.get("prompt")
             if isinstance(text, list):
@@ -206,6 +251,11 @@ def make_server(front: GlobalRouterFront, upstream: str, host: str = "127.0.0.1"
                 slot = front.slot_for_request(path, body)
             except GateError as err:  # the request's fault: a 400 with the message, never a dropped connection
                 self._error(400, str(err))
+                return
+            except Exception as err:  # a bug here: logged whole (not hidden), and the client still gets an answer
+                traceback.print_exc(file=sys.stderr)
+                self._error(500, f"the routing front failed on this request ({type(err).__name__}: {err}); this is "
+                                 "a bug of moe_gate.serve, not of the request: the traceback is in the server's log")
                 return
             body["model"] = front.upstream_model(slot)
             request = urllib.request.Request(upstream + path, data=json.dumps(body).encode(),

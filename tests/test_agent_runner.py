@@ -110,6 +110,16 @@ def test_capability_stage_rejects_a_stale_export(world, capsys):
     assert "is unchanged" in capsys.readouterr().err
 
 
+def test_selected_names_the_list_the_prompt_exports_and_the_run_checks(world, capsys):
+    chosen = world["tmp"] / "elsewhere" / "my_selection.json"  # --selected: not the config's path
+    assert _run(world, "capability", "good", "--selected", str(chosen)) == 0, capsys.readouterr().err
+    assert str(chosen) in (world["tmp"] / "capability.md").read_text()
+    assert sorted(e["skill"] for e in load_selected(chosen)) == ["echo_back", "repeat_code"]
+    assert not (world["work"] / "pipeline" / "selected_capabilities.json").exists()
+    assert _run(world, "environment", "good", "--selected", str(chosen), *SEEDS) == 0, capsys.readouterr().err
+    assert [e["status"] for e in load_selected(chosen)] == ["DONE", "PENDING"]
+
+
 # ----------------------------------------------------------------------------------------------
 # Step 2
 # ----------------------------------------------------------------------------------------------

@@ -137,16 +137,42 @@ def test_serve_answers_malformed_requests_with_a_400_that_says_what_to_send(fron
         (chat, b'{"messages": [1, 2]}', None, "non-empty list of message objects"),
         (chat, json.dumps({"messages": user, "tools": "find_order"}).encode(), None, "`tools` must be a list"),
         (chat, json.dumps({"messages": [{"role": "narrator", "content": "x"}] + user}).encode(), None,
-         "chat template cannot render these messages: unknown role narrator"),
+         "messages[0].role must be one of system, user, assistant, tool, got 'narrator'"),
+        (chat, json.dumps({"messages": [{"role": "assistant", "tool_calls": [1]}] + user}).encode(), None,
+         "messages[0].tool_calls must be a list of"),
+        (chat, json.dumps({"messages": [{"role": "user", "content": 5}]}).encode(), None,
+         "messages[0].content must be a string, a list of content parts or null, got int"),
         ("/v1/completions", b'"hi"', None, "must be a JSON object"),
         ("/v1/completions", b"\xff\xfe{", None, "not valid JSON"),
     ]
     for path, body, length, message in cases:
         status, payload = _post(port, path, body, length)
         assert status == 400 and message in payload["error"]["message"], (body, payload)
+    template = front.tokenizer.chat_template
+    front.tokenizer.chat_template = "{{ raise_exception('roles must alternate') }}"  # the template's own refusal
+    status, payload = _post(port, chat, json.dumps({"messages": user}).encode())
+    assert status == 400 and "cannot render these messages: roles must alternate" in payload["error"]["message"]
+    front.tokenizer.chat_template = "{{ messages[0]['content'] + 1 }}"  # breaks on this data, in the template
+    status, payload = _post(port, chat, json.dumps({"messages": user}).encode())
+    assert status == 400 and "cannot render these messages: can only concatenate" in payload["error"]["message"]
     front.tokenizer.chat_template = None  # a base whose tokenizer has no chat template: chat requests cannot render
     status, payload = _post(port, chat, json.dumps({"messages": user}).encode())
     assert status == 400 and "no chat template" in payload["error"]["message"]
+    front.tokenizer.chat_template = template
+
+
+def test_serve_answers_its_own_bug_with_a_500_and_logs_it(front_url, monkeypatch, capfd):
+    front, port = front_url
+
+    def broken_renderer(*args, **kwargs):
+        raise TypeError("a bug in the renderer")
+
+    monkeypatch.setattr("moe_gate.serve.render_messages", broken_renderer)
+    status, payload = _post(port, "/v1/chat/completions", json.dumps({"messages": [{"role": "user",
+                                                                                   "content": "hi"}]}).encode())
+    assert status == 500 and "TypeError: a bug in the renderer" in payload["error"]["message"], payload
+    assert "bug of moe_gate.serve" in payload["error"]["message"]
+    assert "Traceback" in capfd.readouterr().err
 
 
 # 4 ------------------------------------------------------------------------------------------------------------
@@ -160,16 +186,29 @@ def test_an_adapter_named_base_is_refused_even_without_a_base_slot(adapters):
 
 
 # 5 ------------------------------------------------------------------------------------------------------------
-def test_an_activated_lora_adapter_is_refused(adapters, tmp_path):
-    folder = shutil.copytree(adapters["alpha"], tmp_path / "alora")
+@pytest.mark.parametrize("option, value, refused", [
+    ("alora_invocation_tokens", [5, 7], "alora_invocation_tokens=\\[5, 7\\].*retrain it without"),
+    ("use_qalora", True, "use_qalora=True, which moe_gate does not implement"),
+    ("use_dora", True, "use_dora=True"),
+    ("target_parameters", ["mlp.experts.weight"], "target_parameters="),
+    ("arrow_config", {"top_k": 2}, "arrow_config="),
+    ("init_lora_weights", "pissa", "changes the base weights it was trained on.*path_initial_model_for_weight"),
+    ("init_lora_weights", "olora", "changes the base weights"),
+    ("lora_dropout", 0.1, None),  # training-time only
+    ("init_lora_weights", "gaussian", None),  # the base unchanged
+    ("alora_invocation_tokens", None, None),  # the field present but off: a plain LoRA
+    ("use_qalora", False, None),
+])
+def test_a_lora_variant_or_a_base_changing_initialisation_is_refused(adapters, tmp_path, option, value, refused):
+    folder = shutil.copytree(adapters["alpha"], tmp_path / "variant")
     config = json.loads((folder / "adapter_config.json").read_text())
-    config["alora_invocation_tokens"] = [5, 7]
+    config[option] = value
     (folder / "adapter_config.json").write_text(json.dumps(config))
-    with pytest.raises(GateError, match="alora_invocation_tokens=\\[5, 7\\].*retrain it without"):
-        read_peft_adapter("alora", folder)
-    config["alora_invocation_tokens"] = None  # the field present but off: a plain LoRA
-    (folder / "adapter_config.json").write_text(json.dumps(config))
-    assert read_peft_adapter("alora", folder).modules
+    if refused is None:
+        assert read_peft_adapter("variant", folder).modules
+        return
+    with pytest.raises(GateError, match=refused):
+        read_peft_adapter("variant", folder)
 
 
 # 6 ------------------------------------------------------------------------------------------------------------

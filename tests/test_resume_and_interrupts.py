@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import stat
@@ -297,6 +298,22 @@ def test_ctrl_c_in_grpo_gater_says_how_to_resume(gate_run, tmp_path, monkeypatch
     monkeypatch.setattr("train.grpo.GRPOTrainer._run_iterations", _interrupt)
     code, _, err = _run(main, ["--resume", run, "--grpo_iterations", "2"], capsys)
     _one_interrupted_line(code, err, f"resume with: python -m train.grpo_gater --resume {run}")
+
+
+def test_a_grpo_gater_resume_into_a_new_folder_stopped_early_reruns_as_its_hint_says(gate_run, tmp_path, monkeypatch,
+                                                                                    capsys):
+    from train.grpo_gater import main
+
+    run, new = tmp_path / "gate", tmp_path / "continued"
+    shutil.copytree(gate_run[0], run)
+    monkeypatch.setattr("train.grpo.GRPOTrainer._run_iterations", _interrupt)
+    code, _, err = _run(main, ["--resume", run, "--output_dir", new, "--grpo_iterations", "2"], capsys)
+    _one_interrupted_line(code, err, f"no checkpoint in {new} yet")
+    monkeypatch.undo()
+    hint = err.strip().splitlines()[-1].split("python -m train.grpo_gater ", 1)[1]
+    code, out, err = _run(main, shlex.split(hint), capsys)
+    assert code == 0, err[-2000:]
+    assert [json.loads(line)["iteration"] for line in (new / "metrics.jsonl").read_text().splitlines()] == [2]
 
 
 def _router_config(tmp_path: Path, tiny_model_dir: Path) -> Path:

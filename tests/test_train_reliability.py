@@ -6,9 +6,11 @@ The fast tests build run folders by hand (train.checkpoint.save_checkpoint on a 
 the CLI where the model would load; one slow test trains the tiny model through an interrupted resume."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ from train import __main__ as train_cli
 from train.checkpoint import (ABANDONED_NAME, check_resumable, latest_checkpoint, metrics_rows, plan_resume,
                               rank_state, save_checkpoint, set_aside_after)
 from train.config import GRPOConfig, load_config, save_config
-from train.grpo import GRPOTrainer
+from train.grpo import GRPOTrainer, lr_factor_schedule
 
 GAME = "capability_fake_game"
 MODEL = "org/some-model"  # a hub id: left to the loader, which these tests never reach
@@ -304,7 +306,8 @@ def test_a_resume_into_a_folder_with_another_runs_lines_is_still_refused(tmp_pat
 # ------------------------------------------------------------------------------------------------------
 # 5. Checkpoints on disk before they are renamed in; damaged checkpoints and metrics lines
 # ------------------------------------------------------------------------------------------------------
-def test_checkpoint_files_are_fsynced_before_the_rename(tmp_path, monkeypatch):
+def _fsyncs_and_renames(monkeypatch) -> list[tuple[str, str]]:
+    """The ("fsync", path) and ("replace", destination) calls made from now on, in order."""
     events: list[tuple[str, str]] = []
     real_fsync, real_replace = os.fsync, os.replace
 
@@ -318,12 +321,31 @@ def test_checkpoint_files_are_fsynced_before_the_rename(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
+    return events
+
+
+def test_checkpoint_files_are_fsynced_before_the_rename(tmp_path, monkeypatch):
+    events = _fsyncs_and_renames(monkeypatch)
     final = _checkpoint(tmp_path, 3)
     renamed = events.index(("replace", str(final)))
     synced = {Path(path).name for kind, path in events[:renamed] if kind == "fsync"}
     assert {"trainer_state.json", "trainer_state.safetensors", "adapter_model.safetensors",
             "adapter_config.json", "adapter"} <= synced, events
     assert ("fsync", str(tmp_path / "checkpoints")) in events[renamed:]  # the rename itself
+
+
+def test_an_adapter_written_at_the_top_of_a_run_is_on_disk_before_its_names_are(tmp_path, monkeypatch):
+    from peft import LoraConfig
+
+    from train.policy import write_peft_adapter
+
+    events = _fsyncs_and_renames(monkeypatch)
+    write_peft_adapter(LoraConfig(r=2, target_modules=["q_proj"]), {"w": torch.zeros(2)}, tmp_path / "run")
+    renames = [i for i, (kind, _) in enumerate(events) if kind == "replace"]
+    assert [Path(events[i][1]).name for i in renames] == ["adapter_config.json", "adapter_model.safetensors"]
+    synced_first = {Path(path).name for kind, path in events[:renames[0]] if kind == "fsync"}
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= synced_first, events
+    assert ("fsync", str(tmp_path / "run")) in events[renames[-1]:], events  # the renames themselves
 
 
 def test_a_damaged_newest_checkpoint_is_passed_over_with_a_warning(tmp_path, no_model, monkeypatch, capsys):
@@ -345,6 +367,45 @@ def test_a_damaged_newest_checkpoint_is_passed_over_with_a_warning(tmp_path, no_
     assert (aside / "checkpoints" / "iter_000004").is_dir()  # kept, out of the way
     assert latest_checkpoint(run) == run / "checkpoints" / "iter_000002"  # no damaged one left to warn about
     assert "warning" not in capsys.readouterr().err
+
+
+def _two_numbers(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    save_file({"w": torch.zeros(2)}, str(folder / "adapter_model.safetensors"))
+
+
+def test_a_resume_with_more_iterations_takes_the_replanned_rate_from_its_first_step(tmp_path):
+    """The optimizer state holds the old plan's decayed rate; the resumed run's first step must not use it."""
+    short = _config(tmp_path / "run", iterations=4, save_every=2, lr_schedule="linear", learning_rate=1.0)
+    longer = dataclasses.replace(short, iterations=8)
+
+    def optimizer_and_schedule(config):
+        param = torch.nn.Parameter(torch.zeros(2))
+        optimizer = torch.optim.AdamW([param], lr=config.learning_rate)
+        return param, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor_schedule(config))
+
+    param, optimizer, scheduler = optimizer_and_schedule(short)
+    steps = 2 * short.steps_per_iteration
+    for _ in range(steps):
+        param.grad = torch.ones(2)
+        optimizer.step()
+        scheduler.step()
+    checkpoint = save_checkpoint(tmp_path / "run" / "checkpoints", iteration=2, write_adapter=_two_numbers,
+                                 optimizer_state=optimizer.state_dict(), scheduler=scheduler,
+                                 rank_states=[rank_state({})])
+    _, optimizer, scheduler = optimizer_and_schedule(longer)
+    trainer = SimpleNamespace(  # what GRPOTrainer.resume_from touches besides the schedule: the model side
+        scheduler=scheduler, optimizer=optimizer, rank=0, world_size=1, output_dir=tmp_path / "run",
+        policy=SimpleNamespace(load_optimizer_state=lambda opt, state: opt.load_state_dict(state)),
+        backend=SimpleNamespace(load_state_dict=lambda state: None, sync_weights=lambda policy, iteration: None))
+    GRPOTrainer.resume_from(trainer, checkpoint)
+    replanned, old = lr_factor_schedule(longer)(steps), lr_factor_schedule(short)(steps)
+    assert old < replanned
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(replanned)
+    assert scheduler.get_last_lr() == [pytest.approx(replanned)]
+    save_config(short, tmp_path / "run" / "config.yaml")
+    plan = plan_resume(tmp_path / "run", {"iterations": 8}, world_size=1)
+    assert "linear learning-rate decay now ends at iteration 8" in "; ".join(plan.changes), plan.changes
 
 
 def test_a_metrics_line_cut_short_is_skipped_by_the_readers(tmp_path):

@@ -100,16 +100,19 @@ def setup_distributed() -> torch.device:
     return torch.device("cpu")
 
 
-def resume_hint(output_dir: Path, world_size: int, command: str = "-m train", plan: ResumePlan | None = None) -> str:
+def resume_hint(output_dir: Path, world_size: int, command: str = "-m train", plan: ResumePlan | None = None,
+                rerun_args: list[str] | None = None) -> str:
     """What to run after an interruption: the resume command when a checkpoint exists, else the command that starts
-    the same work again (a new run: with --overwrite; a resume into another folder, `plan`: that resume again)."""
+    the same work again (a new run: with --overwrite; a resume into another folder, `plan`: that resume again, with
+    `rerun_args` when given, else with python -m train's flags for the plan's changes)."""
     launcher = "python" if world_size == 1 else f"torchrun --nproc_per_node={world_size}"
     try:
         latest_checkpoint(output_dir)
     except InputError:
         if plan is not None and plan.elsewhere:  # --resume RUN --output_dir NEW, stopped before NEW's first checkpoint
-            again = shlex.join([*command.split(), "--resume", str(plan.checkpoint), "--output_dir", str(output_dir),
-                                *plan.flags])
+            args = rerun_args if rerun_args is not None else \
+                ["--resume", str(plan.checkpoint), "--output_dir", str(output_dir), *plan.flags]
+            again = shlex.join([*command.split(), *args])
             return (f"no checkpoint in {output_dir} yet: continue {plan.checkpoint} there again with: {launcher} "
                     f"{again}")
         return f"no checkpoint in {output_dir} yet: run the same command with --overwrite to start over"

@@ -28,7 +28,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from common.validation import InputError
-from common.io import atomic_write_text, jsonl_lines, same_path, staging_folder, tensor_bytes
+from common.io import (atomic_write_text, fsync_path, fsync_tree, jsonl_lines, same_path, staging_folder,
+                       tensor_bytes)
 from common.run_folder import check_output_dir, follow_umask, looks_local, run_entries, sigint_deferred
 from train.config import GRPOConfig, load_config
 
@@ -112,29 +113,6 @@ def save_checkpoint(
         os.replace(staging, final)  # the staging folder becomes the checkpoint (nothing left to remove)
         fsync_path(directory)  # the rename itself
     return final
-
-
-def fsync_path(path: Path) -> None:
-    """Make a file's bytes, or a folder's entries (names created, renamed or removed there), durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_tree(root: Path) -> None:
-    """fsync every file under `root`, then every folder (deepest first, `root` last)."""
-    folders = [root]
-    for entry in sorted(root.rglob("*")):
-        if entry.is_symlink():
-            continue
-        if entry.is_dir():
-            folders.append(entry)
-            continue
-        fsync_path(entry)
-    for folder in sorted(folders, key=lambda f: len(f.parts), reverse=True):
-        fsync_path(folder)
 
 
 def _jsonable_random_state(state: tuple) -> list:
@@ -317,7 +295,7 @@ def _same_value(name: str, a: object, b: object) -> bool:
 
 
 def plan_resume(resume: Path, requested: dict[str, object], world_size: int, saved_path: Path | None = None,
-                prefix: str = "--") -> ResumePlan:
+                prefix: str = "--", start_files: tuple[str, ...] = ()) -> ResumePlan:
     """What `--resume RUN` does: continue RUN's latest checkpoint (or the checkpoint named) in RUN, with the GRPO
     config RUN saved (`saved_path`, default RUN/config.yaml). Checks only metadata: call it before any model loads.
 
@@ -325,7 +303,8 @@ def plan_resume(resume: Path, requested: dict[str, object], world_size: int, sav
     checkpoint was written by another number of processes, when a requested field differs from the saved one and
     is not in RESUME_MAY_CHANGE (naming each, as `prefix` + field: --learning_rate, grpo.learning_rate), when
     iterations is below what is done, or when `output_dir` names another folder that is not empty (a new or empty
-    one gets the continued run; RUN then stays as it is).
+    one gets the continued run, and so does one holding only what an interrupted attempt at this same resume wrote
+    before its first checkpoint: RESUME_START_ENTRIES and the command's own `start_files`; RUN then stays as it is).
     """
     checkpoint = latest_checkpoint(resume)
     check_resumable(checkpoint, world_size)
@@ -352,12 +331,15 @@ def plan_resume(resume: Path, requested: dict[str, object], world_size: int, sav
         raise InputError(f"{prefix}iterations {wanted.iterations}: {checkpoint} has already done {done} iterations; "
                          f"pass {prefix}iterations above {done} to train on, or leave it out")
     changes = [f"{name} {json.dumps(getattr(saved, name))} -> {json.dumps(getattr(wanted, name))}" for name in differ]
+    if "iterations" in differ and wanted.lr_schedule != "constant":  # train.grpo.apply_scheduled_rate
+        changes.append(f"the {wanted.lr_schedule} learning-rate decay now ends at iteration {wanted.iterations}: "
+                       f"the rate goes on from what that schedule gives at iteration {done}")
     flags = [item for name in differ for item in (f"--{name}", _flag_value(getattr(wanted, name)))]
     target = run_dir
     if output and not same_path(output, run_dir):
         target = check_output_dir(output, "--output_dir")
         # (rank 0 may hold it already: its lock is no run file)
-        if target.is_dir() and run_entries(target) and not _own_start(target, saved, done):
+        if target.is_dir() and run_entries(target) and not _own_start(target, saved, done, start_files):
             raise InputError(f"--output_dir {output}: a resume continues in its own run folder {run_dir}; leave out "
                              f"--output_dir, or give a new empty folder to continue {checkpoint.name} there "
                              f"({run_dir} then stays as it is)")
@@ -379,12 +361,12 @@ RESUME_START_ENTRIES = {"config.yaml", METRICS_NAME, "rollouts", "checkpoints", 
                         "vllm_adapters", ABANDONED_NAME}
 
 
-def _own_start(target: Path, saved: GRPOConfig, done: int) -> bool:
+def _own_start(target: Path, saved: GRPOConfig, done: int, start_files: tuple[str, ...] = ()) -> bool:
     """Whether `target` holds nothing but an earlier, interrupted attempt at this same resume (continuing a
     checkpoint of `done` iterations of the run `saved` describes) that wrote no checkpoint: its config.yaml (if
     any) is the run's, and its metrics lines and rollouts are all of iterations after `done`. Running the resume
     again there is safe: `set_aside_after` moves those files aside before training."""
-    if not set(run_entries(target)) <= RESUME_START_ENTRIES:
+    if not set(run_entries(target)) <= RESUME_START_ENTRIES | set(start_files):
         return False
     try:
         latest_checkpoint(target)

@@ -153,6 +153,17 @@ def lr_factor_schedule(config: GRPOConfig) -> Callable[[int], float]:
     return factor
 
 
+def apply_scheduled_rate(scheduler: torch.optim.lr_scheduler.LambdaLR) -> None:
+    """Set the optimizer's rate to what this run's schedule gives at the restored step.
+
+    A restored optimizer state carries the rate of the schedule it was saved under, and LambdaLR cannot save its
+    function: a resume with more --iterations re-plans a linear/cosine decay (lr_factor_schedule), and without
+    this its first step would take the old plan's rate and the second jump to the new one's.
+    """
+    scheduler.last_epoch -= 1  # step() advances it back and sets every group's lr (and get_last_lr) from it
+    scheduler.step()
+
+
 def pad_batch(sequences: list[Sequence], pad_token_id: int, device: torch.device) -> RolloutBatch:
     """Right-padded RolloutBatch; column t of every tensor is about token t."""
     longest = max(len(s.token_ids) for s in sequences)
@@ -296,6 +307,7 @@ class GRPOTrainer:
         iteration, optimizer_state, backend_state = load_checkpoint(
             checkpoint, scheduler=self.scheduler, rank=self.rank, world_size=self.world_size)
         self.policy.load_optimizer_state(self.optimizer, optimizer_state)
+        apply_scheduled_rate(self.scheduler)
         self.backend.load_state_dict(backend_state)
         self.backend.sync_weights(self.policy, iteration)
         self.start_iteration = iteration

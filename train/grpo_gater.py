@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report_to", "--report-to", default=None,
                         help="trackers, comma-separated: tensorboard, wandb, trackio, mlflow, or none "
                              "(overrides the config)")
+    argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]
     args = parser.parse_args(argv)
     if args.grpo_iterations is not None:
         check_int(args.grpo_iterations, "--grpo_iterations", 1)
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             requested.pop("output_dir")
         if not requested.get("game"):  # grpo.game "" (the game came from --game): the saved one
             requested.pop("game", None)
-        plan = plan_resume(args.resume, requested, world_size=1, prefix="grpo.")
+        plan = plan_resume(args.resume, requested, world_size=1, prefix="grpo.", start_files=(GATE_FILE,))
         grpo = plan.config
         config = dataclasses.replace(saved_gate, output_dir=grpo.output_dir, report_to=grpo.report_to)
     else:
@@ -140,11 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     # One folder, one run: a second process is refused, and a new run does not mix its files with another's.
     with claimed_run_folder(output, "output_dir", fresh=plan is None, overwrite=args.overwrite,
                             continue_hint=f"pass --resume {output} to continue it"):
-        return _train_gates(config, grpo, spec, plan, output)
+        return _train_gates(config, grpo, spec, plan, output, argv)
 
 
 def _train_gates(config: MoEGateConfig, grpo: GRPOConfig, spec: GameSpec, plan: ResumePlan | None,
-                 output: Path) -> int:
+                 output: Path, argv: list[str]) -> int:
     try:
         torch.manual_seed(grpo.seed)
         base, tokenizer = load_base_model(grpo.model, grpo.dtype)
@@ -166,7 +167,9 @@ def _train_gates(config: MoEGateConfig, grpo: GRPOConfig, spec: GameSpec, plan: 
               + (f"; changed since the run was saved: {', '.join(plan.changes)}" if plan and plan.changes else ""))
         trainer.run()
     except KeyboardInterrupt:
-        raise Interrupted(resume_hint(output, 1, "-m train.grpo_gater")) from None
+        # A resume into a new folder stopped before its first checkpoint: the command as typed runs it again (its
+        # --grpo_iterations, --config and --report_to are not python -m train's flags for the plan's changes).
+        raise Interrupted(resume_hint(output, 1, "-m train.grpo_gater", plan=plan, rerun_args=argv)) from None
     return 0
 
 

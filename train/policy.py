@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import torch
 
-from common.io import staging_folder, tensor_bytes
+from common.io import publish_staged, staging_folder, tensor_bytes
 from common.validation import InputError
 from common.run_folder import follow_umask
 from train.distributed import world
@@ -173,7 +173,8 @@ class LoraPolicy(Policy):
 
 
 def write_peft_adapter(peft_config: Any, state: dict[str, torch.Tensor], directory: str | Path) -> None:
-    """What `PeftModel.save_pretrained` writes, from a state dict we already hold (it may come from FSDP)."""
+    """What `PeftModel.save_pretrained` writes, from a state dict we already hold (it may come from FSDP),
+    staged and fsynced, then renamed in file by file, config first."""
     from safetensors.torch import save_file
 
     directory = Path(directory)
@@ -184,8 +185,7 @@ def write_peft_adapter(peft_config: Any, state: dict[str, torch.Tensor], directo
         save_file(tensors, str(staging / "adapter_model.safetensors"), metadata={"format": "pt"})
         peft_config.save_pretrained(str(staging))
         follow_umask(staging)  # safetensors writes 0600 files: give the adapter the user's usual modes
-        for name in sorted(os.listdir(staging), key=lambda n: n != "adapter_config.json"):  # config first
-            os.replace(staging / name, directory / name)
+        publish_staged(staging, directory, sorted(os.listdir(staging), key=lambda n: n != "adapter_config.json"))
 
 
 def count_parameters(model: torch.nn.Module) -> tuple[int, int]:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import random
 import sys
 import time
@@ -49,7 +48,7 @@ import torch
 from tqdm import tqdm
 
 from common.cli import Interrupted, cli_entry, exit_code
-from common.io import atomic_write_json, check_model_folder, load_jsonl, staging_folder, tensor_bytes
+from common.io import atomic_write_json, check_model_folder, load_jsonl, publish_staged, staging_folder, tensor_bytes
 from common.validation import InputError
 from common.run_folder import add_overwrite_flag, check_output_dir, claimed_run_folder, follow_umask, sigint_deferred
 from train.logprobs import logits_after_prefix
@@ -272,8 +271,7 @@ def save_model(model: Any, tokenizer: Any, out: Path, info: dict[str, Any]) -> N
         tokenizer.save_pretrained(staging)
         follow_umask(staging)  # safetensors writes 0600 files
         with sigint_deferred():
-            for name in os.listdir(staging):
-                os.replace(staging / name, out / name)
+            publish_staged(staging, out)
             atomic_write_json(out / INFO_FILE, info)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -9,7 +10,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 from pipeline import capabilities
 
-SELECTED = Path("pipeline/selected_capabilities.json")  # relative to the agent's cwd, as in the prompts
+_SELECTED: list[Path] = []  # the selected-capabilities list the prompt names (read_prompt)
 TEMPLATE = Path(__file__).with_name("tiny_game.py.txt")
 
 
@@ -23,13 +24,23 @@ def read_prompt(expected_title: str) -> str:
     if expected_title not in text:
         print(f"stand-in agent: the prompt is not '{expected_title}'", flush=True)
         sys.exit(3)
+    named = re.search(r"mark \S+ \S+ --file ([^\s`]+)", text)
+    if named is None:
+        print("stand-in agent: the prompt names no selected-capabilities list", flush=True)
+        sys.exit(3)
+    _SELECTED[:] = [Path(named.group(1))]  # relative to the agent's cwd, or absolute (--selected)
     print(f"stand-in agent: read {len(text)} characters of prompt", flush=True)
     return text
 
 
+def selected_file() -> Path:
+    """The selected-capabilities list the prompt read by `read_prompt` names."""
+    return _SELECTED[0]
+
+
 def take_next_capability() -> str:
     """What the Step-2 prompt says: `capabilities next`, then mark it IN_PROGRESS."""
-    entry = capabilities.next_pending(capabilities.load_selected(SELECTED))
+    entry = capabilities.next_pending(capabilities.load_selected(selected_file()))
     if entry is None:
         print("all capabilities done", flush=True)
         sys.exit(0)
@@ -37,7 +48,7 @@ def take_next_capability() -> str:
     if name != os.environ.get("TRACE_CAPABILITY"):
         print(f"stand-in agent: next is {name}, runner expected {os.environ.get('TRACE_CAPABILITY')}", flush=True)
         sys.exit(4)
-    capabilities.main(["mark", name, "IN_PROGRESS", "--file", str(SELECTED)])
+    capabilities.main(["mark", name, "IN_PROGRESS", "--file", str(selected_file())])
     return name
 
 
@@ -52,4 +63,4 @@ def write_game(name: str, oracle_ok: bool) -> Path:
 
 
 def mark(name: str, status: str) -> None:
-    capabilities.main(["mark", name, status, "--file", str(SELECTED)])
+    capabilities.main(["mark", name, status, "--file", str(selected_file())])

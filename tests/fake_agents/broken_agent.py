@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-from _common import SELECTED, mark, read_prompt, take_next_capability, write_game
+from _common import mark, read_prompt, selected_file, take_next_capability, write_game
 
 mode = os.environ.get("FAKE_AGENT_MODE", "broken")
 stage = os.environ["TRACE_STAGE"]
@@ -23,8 +23,8 @@ if mode == "crash":
 if mode == "sleep":
     time.sleep(60)
 elif mode == "broken" and stage == "capability":
-    SELECTED.parent.mkdir(parents=True, exist_ok=True)
-    SELECTED.write_text(json.dumps([{"skill": "repeat_code", "status": "PENDING", "mean_delta": 0.5}]))
+    selected_file().parent.mkdir(parents=True, exist_ok=True)
+    selected_file().write_text(json.dumps([{"skill": "repeat_code", "status": "PENDING", "mean_delta": 0.5}]))
 elif mode in ("broken", "not_done") and stage == "environment":
     name = take_next_capability()
     write_game(name, oracle_ok=mode == "not_done")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from _common import SELECTED, mark, read_prompt, take_next_capability, write_game
+from _common import mark, read_prompt, selected_file, take_next_capability, write_game
 
 from common.io import atomic_write_json
 from pipeline.aggregate_capabilities import aggregate, write_outputs
@@ -34,7 +34,7 @@ def select() -> None:
             records.append({"trajectory_id": outcome["id"], "capability": "small_talk", "label": "PRESENT"})
         paths.append(atomic_write_json(folder / f"run_0{attempt}.json", labels_to_run(records, OUTCOMES, attempt)))
     report = aggregate(paths, rho=0.1, delta=0.2, k=2)
-    write_outputs(report, SELECTED)
+    write_outputs(report, selected_file())
     print(f"stand-in agent: exported {report['selected']}", flush=True)
 
 
