@@ -102,8 +102,11 @@ def load_config(config_path: str | Path) -> dict[str, Any]:
 
 def apply_reference_keys(config: dict[str, Any], source: str | Path) -> dict[str, Any]:
     """Set our key from the reference's (eval_results -> results_files, ...); InputError when both are given
-    with different values. `eval_results` may be one path or a list, as in the reference."""
+    with different values. `eval_results` and `results_files` may be one path or a list, as in the reference
+    (one path becomes a list of it: the templates loop over the paths)."""
     config = dict(config)
+    if isinstance(config.get("results_files"), str):
+        config["results_files"] = [config["results_files"]]
     for theirs, ours in REFERENCE_KEYS.items():
         if theirs not in config:
             continue
@@ -334,6 +337,11 @@ def check_config_values(config: dict[str, Any], path: Path) -> None:
         if not 1 <= len(shares) <= 2 or not all(math.isfinite(x) and 0.0 <= x < 1.0 for x in shares):
             raise InputError(f"{path}: config key 'hint_ratio' must be a share in [0, 1) or a range LOW-HIGH of them, "
                              f"e.g. \"0.25\", got {config['hint_ratio']!r}")
+    files = config.get("results_files")
+    if "results_files" in config and (not isinstance(files, list) or not files
+                                      or not all(isinstance(f, str) and f.strip() for f in files)):
+        raise InputError(f"{path}: config key 'results_files' must be a results file's path or a list of them, "
+                         f"got {files!r}")
     for key in ("base_url",):
         if isinstance(config.get("smoke_test"), dict) and key in config["smoke_test"]:
             check_url(str(config["smoke_test"][key]), f"{path}: config key 'smoke_test.{key}'")
@@ -449,6 +457,8 @@ def _agent_flags_problem(args: argparse.Namespace) -> str | None:
         return f"{', '.join(used)} only apply with --run AGENT" if used else None
     if args.all and args.stage != "environment":
         return "--all loops over PENDING capabilities: it needs --stage environment"
+    if args.validate_seeds is not None and args.stage != "environment":
+        return "--validate-seeds sets validate_game's seeds for a new game: it needs --stage environment"
     if args.validate_seeds is not None and args.validate_seeds < 1:
         return f"--validate-seeds must be >= 1 (got {args.validate_seeds})"
     if args.agent_timeout is not None and not (math.isfinite(args.agent_timeout) and args.agent_timeout > 0):

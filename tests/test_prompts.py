@@ -308,6 +308,24 @@ def test_capability_prompt_uses_config_values(tmp_path):
     assert "{{" not in text and "{%" not in text
 
 
+def test_one_results_file_given_as_a_string_is_one_path(tmp_path):
+    # Before: the templates looped over the string, one character per "path" (`python -m pipeline._summarize r u n s`).
+    for config, stage in (("configs/capability_selection.yaml", "capability"),
+                          ("configs/environment_generation.yaml", "environment")):
+        path = _copy_config(tmp_path, config, results_files="runs/demo2/eval/base/a.json")
+        text = render_pipeline.render(path, stage)
+        assert "`runs/demo2/eval/base/a.json`" in text or "_summarize runs/demo2/eval/base/a.json" in text, stage
+        assert "`r`, `u`" not in text and " r u n s" not in text, stage
+
+
+def test_validate_seeds_is_refused_outside_the_environment_stage(tmp_path, capsys):
+    out = tmp_path / "prompt.md"
+    code = render_pipeline.main([str(GENERAL_CAPABILITY), "--stage", "capability", "--out", str(out),
+                                 "--run", "good", "--validate-seeds", "5"])
+    assert code == 2 and "--validate-seeds sets validate_game's seeds" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_summarize_flags_follow_the_config(tmp_path):
     path = _copy_config(tmp_path, "configs/capability_selection.yaml",
                         summarize={"max_chars": 900, "reports_dir": "runs/x/reports"})
@@ -699,6 +717,8 @@ def test_bad_output_dir_is_named(tmp_path, capsys, value, fragment):
      "'rollouts.samples' must be an integer >= 1, got 0"),
     ("configs/swebench/environment_generation.yaml",
      {"smoke_test": {"base_url": "localhost:8000/v1", "samples": 10, "temperature": 1.0}}, "add http://"),
+    ("configs/capability_selection.yaml", {"results_files": []}, "'results_files' must be a results file's path"),
+    ("configs/environment_generation.yaml", {"results_files": [3]}, "'results_files' must be a results file's path"),
 ])
 def test_nonsense_values_and_unknown_keys_exit_2_and_write_nothing(config, changes, message, tmp_path, capsys):
     # Before: rendered "Spawn -1 subagents", "K = 20 of 10", "Cov(c) ≥ nan", an inverted band, port 99999, exit 0.
