@@ -398,6 +398,7 @@ def prompt_variant(messages: list[dict[str, Any]], spec: GameSpec, hinted: bool)
 # --------------------------------------------------------------------------------------------------
 _REGISTRY: dict[str, GameSpec] = {}
 _LOADED_FILES: set[Path] = set()
+_FAILED_FILES: dict[Path, str] = {}  # game file -> why it failed to import, raised again on every later lookup
 _DISCOVERED = False
 
 
@@ -423,6 +424,8 @@ def game_dirs() -> list[Path]:
 
 def _import_game_file(path: Path) -> None:
     path = path.resolve()
+    if path in _FAILED_FILES:  # not run twice: a file that registered its game before failing would fail otherwise
+        raise GameImportError(_FAILED_FILES[path])
     if path in _LOADED_FILES:
         return
     _LOADED_FILES.add(path)
@@ -436,11 +439,13 @@ def _import_game_file(path: Path) -> None:
         spec.loader.exec_module(module)
     except Exception as err:  # re-raised with the file name: a broken game is never swallowed
         sys.modules.pop(module_name, None)
-        raise GameImportError(f"{path}: failed to import game: {type(err).__name__}: {err}") from err
+        _FAILED_FILES[path] = f"{path}: failed to import game: {type(err).__name__}: {err}"
+        raise GameImportError(_FAILED_FILES[path]) from err
 
 
 def discover_games() -> None:
-    """Import built-in game modules and every game file in `game_dirs()` (once)."""
+    """Import built-in game modules and every game file in `game_dirs()` (once it has gone through: after a game
+    failed to import, every later call raises that error again rather than leave the later files unimported)."""
     global _DISCOVERED
     if _DISCOVERED:
         return
@@ -449,7 +454,6 @@ def discover_games() -> None:
             raise GameImportError(f"TRACE_GAMES_DIRS names {folder} ({folder.resolve()}), which is not a folder; "
                                   "fix or remove that entry (entries are separated by "
                                   f"{os.pathsep!r}, relative ones start at the current folder)")
-    _DISCOVERED = True
     for module in BUILTIN_GAME_MODULES:
         if importlib.util.find_spec(module.rsplit(".", 1)[0]) is not None:
             importlib.import_module(module)
@@ -457,6 +461,7 @@ def discover_games() -> None:
         if folder.is_dir():
             for path in sorted(folder.glob(GAME_FILE_GLOB)):
                 _import_game_file(path)
+    _DISCOVERED = True
 
 
 def get_game(name: str) -> GameSpec:

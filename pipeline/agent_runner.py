@@ -12,18 +12,23 @@ under that folder and echoed to stderr. Afterwards the stage's artifact must exi
   `pipeline/selected_capabilities.json`; `--selected` overrides it), rewritten during the run, in the
   export schema of `aggregate_capabilities` (every entry PENDING), with its `_report.json` beside it.
 - environment (tool_use): a new or rewritten `capability_<name>_game.py` in the work folder or a game
-  folder (`game_registry.game_dirs()`), which `python -m pipeline.validate_game capability_<name>` passes,
-  and the capability marked DONE. (code_edit: a new `pipeline/swebench/<name>/scenarios_parsed.json`
+  folder (`game_registry.game_dirs()`), which `python -m pipeline.validate_game capability_<name>` passes
+  (run in the work folder, where the prompt's relative paths such as the target tool schemas point), and
+  the capability marked DONE. (code_edit: a new `pipeline/swebench/<name>/scenarios_parsed.json`
   list of scenarios, and DONE.) The capability is the one `pipeline.capabilities next` names before the
   agent starts — the prompt tells the agent to take exactly that one.
 
 `--all` (environment only) repeats this for every PENDING capability, one agent invocation each, and
-stops at the first failure. Exit codes: 0 done, 1 the agent or its artifact failed (the reason is
-printed), 2 bad input (agents file, unknown agent, no selected list).
+stops at the first failure. A capability whose run fails or is interrupted (Ctrl-C) is put back to
+PENDING, whatever the agent marked it, so the next run takes it again; a capability found IN_PROGRESS
+(claimed by an agent still working, or one killed with its runner) stops the run until it is marked
+PENDING again. Exit codes: 0 done, 1 the agent or its artifact failed (the reason is printed), 2 bad
+input (agents file, unknown agent, no selected list, a capability IN_PROGRESS), 130 interrupted.
 """
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import shlex
@@ -40,10 +45,11 @@ from typing import Any, Callable
 import yaml
 
 from game_registry import game_dirs
+from common.cli import Interrupted
 from common.paths import REPO_ROOT
-from common.io import load_json
+from common.io import atomic_write_json, load_json
 from common.validation import InputError
-from pipeline.capabilities import load_selected, next_pending
+from pipeline.capabilities import load_selected, mark, next_pending
 
 DEFAULT_AGENTS_FILE = REPO_ROOT / "configs" / "agents.yaml"
 SELECTED_RELATIVE = Path("pipeline") / "selected_capabilities.json"
@@ -105,23 +111,35 @@ def load_agents(path: str | Path) -> dict[str, AgentSpec]:
         unknown = set(entry) - AGENT_KEYS
         if unknown:
             raise InputError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(AGENT_KEYS))}")
-        command = entry.get("command")
-        if isinstance(command, str):
-            command = shlex.split(command)
+        command = _command_list(entry.get("command"), where)
         if not isinstance(command, list) or not command or not all(isinstance(a, (str, int, float)) for a in command):
             raise InputError(f"{where}.command must be a non-empty list of arguments, e.g. [codex, exec, '-']")
         stdin = entry.get("stdin", True)
         if not isinstance(stdin, bool):
             raise InputError(f"{where}.stdin must be true or false")
         timeout = entry.get("timeout_s")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-            raise InputError(f"{where}.timeout_s must be a positive number of seconds or null")
+        # YAML reads .inf and .nan as floats: neither can arm the timer (it would die and leave the agent unbounded)
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not math.isfinite(timeout) or timeout <= 0):
+            raise InputError(f"{where}.timeout_s must be a finite positive number of seconds, or null for none "
+                             f"(got {timeout!r})")
         env = entry.get("env") or {}
         if not isinstance(env, dict) or not all(isinstance(k, str) for k in env):
             raise InputError(f"{where}.env must map variable names to values")
         agents[str(name)] = AgentSpec(str(name), tuple(str(a) for a in command), stdin,
                                       None if timeout is None else float(timeout), {k: str(v) for k, v in env.items()})
     return agents
+
+
+def _command_list(command: Any, where: str) -> Any:
+    """A command given as one string, split the way a shell would; any other value is returned as it is."""
+    if not isinstance(command, str):
+        return command
+    try:
+        return shlex.split(command)
+    except ValueError as err:  # e.g. "No closing quotation": a typo in the agents file, not a bug of the runner
+        raise InputError(f"{where}.command {command!r} cannot be split into arguments ({err}); close the quote, "
+                         "or write the command as a list, e.g. [claude, -p, '...']") from None
 
 
 def get_agent(path: str | Path, name: str) -> AgentSpec:
@@ -321,20 +339,27 @@ def _status_of(selected: Path, name: str) -> str:
     raise AgentRunError(f"{selected}: capability {name!r} disappeared from the list")
 
 
-def validate_game_file(game_file: Path, game: str, seeds: int, log_path: Path) -> str:
-    """Run `python -m pipeline.validate_game` in a fresh process (a fresh registry finds the new file);
+def _absolute_entries(variable: str) -> list[str]:
+    """The os.pathsep-separated entries of an environment variable, made absolute against this process's folder
+    (the validation runs in another folder, where a relative entry would name something else)."""
+    return [str(Path(p).resolve()) for p in os.environ.get(variable, "").split(os.pathsep) if p]
+
+
+def validate_game_file(game_file: Path, game: str, seeds: int, log_path: Path, cwd: Path) -> str:
+    """Run `python -m pipeline.validate_game` in a fresh process (a fresh registry finds the new file) in `cwd`,
+    the agent's work folder, where the prompt's relative paths (the game's `target` schemas file) point;
     returns its verdict line, raises AgentRunError when it does not pass."""
-    extra = os.environ.get("TRACE_GAMES_DIRS", "")
-    dirs = [p for p in extra.split(os.pathsep) if p]
-    if str(game_file.parent) not in dirs:
-        dirs.append(str(game_file.parent))
-    env = {**os.environ, "TRACE_GAMES_DIRS": os.pathsep.join(dirs), "PYTHONPATH": os.pathsep.join(
-        p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    report_file = log_path.with_name(f"{log_path.stem}_validate.json")
+    dirs = _absolute_entries("TRACE_GAMES_DIRS")
+    if str(game_file.parent.resolve()) not in dirs:
+        dirs.append(str(game_file.parent.resolve()))
+    # REPO_ROOT first: pipeline.validate_game and game_registry are imported from the repository, whatever cwd is
+    python_path = [str(REPO_ROOT), *_absolute_entries("PYTHONPATH")]
+    env = {**os.environ, "TRACE_GAMES_DIRS": os.pathsep.join(dirs), "PYTHONPATH": os.pathsep.join(python_path)}
+    report_file = log_path.resolve().with_name(f"{log_path.stem}_validate.json")  # absolute: cwd is not ours
     argv = [sys.executable, "-m", "pipeline.validate_game", game, "--seeds", str(seeds), "--no-progress",
             "--json-output", str(report_file)]
     try:
-        result = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+        result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
                                 timeout=VALIDATE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise AgentRunError(f"validate_game {game} ran past {VALIDATE_TIMEOUT_S}s") from None
@@ -398,8 +423,12 @@ def _run_agent(agent: AgentSpec, ctx: RunContext, stage: str, capability: str | 
     ctx.say(f"running agent {agent.name!r} for stage {stage}{f' ({capability})' if capability else ''}; "
             f"log: {log_path}")
     timeout = ctx.timeout_s if ctx.timeout_s is not None else agent.timeout_s
-    code = launch(agent, argv, cwd=ctx.workdir, env=env, prompt_text=ctx.prompt_text, log_path=log_path,
-                  timeout_s=timeout, echo=ctx.echo)
+    try:
+        code = launch(agent, argv, cwd=ctx.workdir, env=env, prompt_text=ctx.prompt_text, log_path=log_path,
+                      timeout_s=timeout, echo=ctx.echo)
+    except KeyboardInterrupt:  # the default "nothing was saved" would be untrue: the agent may have written files
+        raise Interrupted(f"agent {agent.name!r} was stopped; what it wrote so far is kept, unchecked; "
+                          f"log: {log_path}") from None
     if code != 0:
         raise AgentRunError(f"agent {agent.name!r} exited with code {code}; see {log_path}")
     return log_path
@@ -437,7 +466,8 @@ def _environment_once(agent: AgentSpec, ctx: RunContext, name: str) -> str:
         if len(written) > 1:
             raise AgentRunError(f"capability_{name}_game.py was written in several folders: "
                                 f"{', '.join(map(str, written))}; keep one")
-        verdict = validate_game_file(written[0], f"capability_{name}", ctx.validate_seeds, log_path)
+        verdict = validate_game_file(written[0], f"capability_{name}", ctx.validate_seeds, log_path,
+                                     ctx.workdir)
         account = f"{written[0]} passes validate_game ({verdict or 'PASS'})"
     status = _status_of(ctx.selected, name)
     if status != "DONE":
@@ -446,17 +476,67 @@ def _environment_once(agent: AgentSpec, ctx: RunContext, name: str) -> str:
     return account
 
 
+def put_back(selected: Path, name: str) -> str:
+    """Set capability `name` back to PENDING after a failed or interrupted run, as the next run (and the prompt's
+    `capabilities next`) takes PENDING ones only; returns a clause saying what became of it. The agent log, which
+    the failure message names, is the record of the failed try (the list's schema has no field for one)."""
+    try:
+        entries = load_selected(selected)
+        status = next((entry["status"] for entry in entries if entry["skill"] == name), None)
+        if status is None:
+            return f"{name} is no longer in {selected}"
+        if status == "PENDING":
+            return f"{name} is still PENDING in {selected}"
+        atomic_write_json(selected, mark(entries, name, "PENDING"))
+    except (InputError, OSError) as err:  # the agent broke the list, or it cannot be written: say so, keep the cause
+        return (f"{name} could not be put back to PENDING ({err}); fix {selected}, then run `python -m "
+                f"pipeline.capabilities mark {name} PENDING --file {selected}`")
+    return f"{name} was put back from {status} to PENDING in {selected}, so the next run takes it again"
+
+
+def _refuse_claimed(entries: list[dict], selected: Path) -> None:
+    """InputError when a capability is IN_PROGRESS: the runner puts its own failures back to PENDING, so one left
+    IN_PROGRESS was claimed by an agent that is still working or died with its runner; `next` would skip it."""
+    claimed = [entry["skill"] for entry in entries if entry["status"] == "IN_PROGRESS"]
+    if claimed:
+        verb = "is" if len(claimed) == 1 else "are"
+        raise InputError(f"{selected}: {', '.join(claimed)} {verb} IN_PROGRESS (claimed by an agent that is still "
+                         f"working or was killed); if none is working on it, run `python -m pipeline.capabilities mark "
+                         f"{claimed[0]} PENDING --file {selected}` and run again")
+
+
+def _environment_or_put_back(agent: AgentSpec, ctx: RunContext, name: str) -> str:
+    """`_environment_once`, putting `name` back to PENDING when it fails or is interrupted (the agent may have
+    marked it IN_PROGRESS or DONE before its work turned out unfinished or invalid)."""
+    try:
+        return _environment_once(agent, ctx, name)
+    except AgentRunError as err:
+        raise AgentRunError(f"{err}; {put_back(ctx.selected, name)}") from None
+    except KeyboardInterrupt as err:  # also while validate_game runs; the message says what the list now holds
+        stopped = str(err) if isinstance(err, Interrupted) and str(err) else "stopped while checking the agent's work"
+        raise Interrupted(f"{stopped}; {put_back(ctx.selected, name)}") from None
+
+
 def run_environment_stage(agent: AgentSpec, ctx: RunContext, run_all: bool) -> int:
-    """Step 2 through the agent for the next PENDING capability, or (run_all) every PENDING one in turn."""
+    """Step 2 through the agent for the next PENDING capability, or (run_all) every PENDING one in turn. A failed
+    or interrupted capability is put back to PENDING; a capability found IN_PROGRESS stops the run (see
+    `_refuse_claimed`)."""
     done = 0
     seen: set[str] = set()
     while True:
         try:
-            entry = next_pending(load_selected(ctx.selected))
+            entries = load_selected(ctx.selected)
         except InputError as err:
             if done:
                 raise AgentRunError(f"the selected list became unreadable: {err}") from None
             raise InputError(f"{err} (run Step 1 first, or pass --selected FILE)") from None
+        try:
+            _refuse_claimed(entries, ctx.selected)
+        except InputError as err:
+            if done:  # claimed during this run, by something else than the agents it started
+                raise AgentRunError(str(err)) from None
+            raise
+        entry = next_pending(entries)
         if entry is None:
             if done or run_all:
                 ctx.say(f"no PENDING capability left in {ctx.selected}; {done} done in this run")
@@ -467,7 +547,7 @@ def run_environment_stage(agent: AgentSpec, ctx: RunContext, run_all: bool) -> i
         if name in seen:  # cannot happen after a successful check (it demands DONE); a guard against loops
             raise AgentRunError(f"capability {name!r} is PENDING again after its run")
         seen.add(name)
-        account = _environment_once(agent, ctx, name)
+        account = _environment_or_put_back(agent, ctx, name)
         done += 1
         ctx.say(f"capability {name}: DONE; {account}")
         if not run_all:

@@ -13,6 +13,9 @@ The reference implementation's flag names work too: --mean-min/--mean-max, --suc
 (which k to report) and --group-size N: the samples each task should have; a group with fewer is a failed
 band (collect with --samples N), a warning with --allow-partial-groups.
 
+--max-frac-constant and --min-frac-informative are one limit seen from two sides (a group is informative
+when it is not constant): give either one and the other follows; both only when they agree (exit 2 otherwise).
+
 ROLLOUTS.json is τ²-bench results JSON whose simulations carry `task_id` (the seed), `sample_idx` (or
 `trial`) and `reward_info.reward`; the samples sharing a task_id form a group (GRPO learns only from groups
 whose rewards differ, hence the constant/informative shares).
@@ -44,6 +47,8 @@ REFERENCE_FLAGS = {
     "min_frac_informative": "--min-informative-groups",
 }
 CONSTANT_TOLERANCE = 1e-12  # rewards closer than this count as equal
+DEFAULT_MAX_FRAC_CONSTANT = 0.5  # also the default --min-frac-informative (1 - 0.5)
+PAIRED_BANDS = ("max_frac_constant", "min_frac_informative")  # one limit: frac_informative = 1 - frac_constant
 
 
 @dataclass(frozen=True)
@@ -244,13 +249,17 @@ class Bands:
     min_reward_std: float = 0.05
     max_frac_all_success: float = 0.2
     max_frac_all_zero: float = 0.2
-    max_frac_constant: float = 0.5
-    min_frac_informative: float = 0.5
+    # One limit seen from two sides (frac_informative = 1 - frac_constant): give either, the other follows
+    # (None); both default to 0.5, and a pair that disagrees is refused (`_pair_constant_informative`).
+    max_frac_constant: float | None = None
+    min_frac_informative: float | None = None
     min_pass_at_k: dict[int, float] = field(default_factory=dict)  # k -> lowest allowed unbiased pass@k
     max_pass_at_k: dict[int, float] = field(default_factory=dict)  # k -> highest allowed unbiased pass@k
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
+            if value is None and name in PAIRED_BANDS:
+                continue  # follows from the other one of the pair, below
             if name.endswith("pass_at_k"):
                 for k, bound in value.items():
                     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -262,6 +271,23 @@ class Bands:
         for low, high in (("min_mean_reward", "max_mean_reward"), ("min_success_rate", "max_success_rate")):
             if getattr(self, low) > getattr(self, high):
                 raise InputError(f"{low} ({getattr(self, low)}) is above {high} ({getattr(self, high)}); swap them")
+        self._pair_constant_informative()
+
+    def _pair_constant_informative(self) -> None:
+        """Fill in whichever of max_frac_constant / min_frac_informative is None from the other: set alone, either
+        would be overruled by the other's default. InputError when both are set and disagree."""
+        constant, informative = self.max_frac_constant, self.min_frac_informative
+        if constant is None and informative is None:
+            constant, informative = DEFAULT_MAX_FRAC_CONSTANT, 1.0 - DEFAULT_MAX_FRAC_CONSTANT
+        elif informative is None:
+            informative = 1.0 - constant
+        elif constant is None:
+            constant = 1.0 - informative
+        elif abs(constant + informative - 1.0) > 1e-9:
+            raise InputError(f"max_frac_constant ({constant}) and min_frac_informative ({informative}) disagree: "
+                             "informative groups are the non-constant ones, so one is 1 - the other; give only one "
+                             "of --max-frac-constant and --min-frac-informative")
+        self.max_frac_constant, self.min_frac_informative = constant, informative
 
 
 # (metric, bound attribute, "min" or "max", flag)
@@ -292,7 +318,8 @@ def check_bands(metrics: dict[str, Any], bands: Bands) -> tuple[list[str], list[
         value, bound = metrics[metric], getattr(bands, attribute)
         if (side == "min" and value < bound) or (side == "max" and value > bound):
             word = "below the minimum" if side == "min" else "above the maximum"
-            errors.append(f"{metric} = {value:.4f} is {word} {bound} ({_flag(attribute)})")
+            # rounded for display only: a bound derived as 1 - 0.7 reads 0.3, not 0.30000000000000004
+            errors.append(f"{metric} = {value:.4f} is {word} {round(bound, 12)} ({_flag(attribute)})")
     for attribute, side in (("min_pass_at_k", "min"), ("max_pass_at_k", "max")):
         for k, bound in sorted(getattr(bands, attribute).items()):
             value = metrics["pass_at_k"].get(str(k))
@@ -383,8 +410,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--success-threshold", type=float, default=1.0, help="success = reward >= this (default 1.0)")
     defaults = Bands()
     for _, attribute, _ in _SCALAR_BANDS:
+        note = f"default {getattr(defaults, attribute)}"
+        paired = attribute in PAIRED_BANDS  # None: Bands derives it from the other one of the pair
+        if paired:
+            note += ", or 1 - the other of " + " / ".join(map(_flag, PAIRED_BANDS)) + " when only that is given"
         parser.add_argument(_flag(attribute), REFERENCE_FLAGS[attribute], dest=attribute, type=float,
-                            default=getattr(defaults, attribute), help=f"default {getattr(defaults, attribute)}")
+                            default=None if paired else getattr(defaults, attribute), help=note)
     parser.add_argument("--min-pass-at-k", type=_k_bounds, action="extend", default=[], metavar="K=VALUE[,K=VALUE]")
     parser.add_argument("--max-pass-at-k", type=_k_bounds, action="extend", default=[], metavar="K=VALUE[,K=VALUE]")
     parser.add_argument("--pass-at-k", type=_k_list, default=None, metavar="K[,K]",
@@ -402,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     # Flags and the output path first: a typo must not cost a run.
     check_number(args.success_threshold, "--success-threshold", 0.0, 1.0, low_open=True)
     for _, attribute, _ in _SCALAR_BANDS:
-        check_number(getattr(args, attribute), _flag(attribute), 0.0, 1.0)
+        if getattr(args, attribute) is not None:  # None: a paired band left to Bands
+            check_number(getattr(args, attribute), _flag(attribute), 0.0, 1.0)
     for flag, bounds in (("--min-pass-at-k", args.min_pass_at_k), ("--max-pass-at-k", args.max_pass_at_k)):
         for k, bound in bounds:
             check_number(bound, f"the VALUE of {flag} {k}=VALUE", 0.0, 1.0)

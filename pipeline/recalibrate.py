@@ -18,7 +18,8 @@ first mistakes of its failed episodes; out of the band, the value nearest the ba
 its first mistakes, or, counted over fewer than 30 failed episodes, a request for more rollouts there before
 calling the game *not trainable with this agent* (JSON: "not_in_band").
 Exit 0 when a value is in the band, 1 when not, 2 on bad input (flags, NaN included, and the --json-output
-path are checked before any file is read; nothing is written).
+path are checked before any file is read; nothing is written), a --json-output that names the game's own file,
+and a rollouts file whose info.game_overrides records another value of the knob than its VALUE.
 
 Search mode (library): `search_knob(spec, knob, values, collect, band)` bisects a sorted candidate list,
 calling `collect(spec, {knob: value}) -> simulations` (τ²-bench simulations) for each probe. The rollout
@@ -38,10 +39,11 @@ from typing import Any, Callable, Sequence
 
 from game_registry import DifficultyKnob, Game, GameSpec, lookup_game
 from common.cli import cli_entry, exit_code
-from common.io import atomic_write_json, check_output_path, load_json
+from common.io import atomic_write_json, check_not_an_input, check_output_path, load_json
 from common.validation import InputError, check_number
 from pipeline.calibrate_environment import compute_metrics, estimate_reward_spread
 from pipeline.probes import class_shares
+from pipeline.validate_game import game_input_files
 
 # The base agent's full-success rate a knob value should give: sometimes a win (GRPO needs groups with one, router
 # SFT successful rollouts), not mostly wins (issue 41: measured on one-request games, 0.10 is within reach).
@@ -88,6 +90,34 @@ def declared_knob(spec: GameSpec, knob: str) -> DifficultyKnob:
                          f"declare it in the game's GameSpec(difficulty_knobs=(DifficultyKnob({knob!r}, 'increase'),)) "
                          "if raising or lowering it makes the capability harder rather than changing a class mix")
     return declared
+
+
+def _field_default(config_cls: type, name: str) -> Any:
+    """The default of dataclass field `name`, or dataclasses.MISSING when it has none."""
+    spec_field = next(f for f in dataclasses.fields(config_cls) if f.name == name)
+    if spec_field.default_factory is not dataclasses.MISSING:
+        return spec_field.default_factory()
+    return spec_field.default
+
+
+def check_recorded_value(spec: GameSpec, knob: str, value: Any, info: Any, path: str) -> None:
+    """InputError when the rollouts file at `path` records another value of `knob` than the VALUE it is given as.
+
+    collect_rollouts and train.evaluate record the config fields they set in info.game_overrides; a field left out
+    was played at the config's default. Without the record (hand-made or older files) the VALUE=FILE label is all
+    there is, and it is trusted."""
+    overrides = info.get("game_overrides") if isinstance(info, dict) else None
+    if not isinstance(overrides, dict):
+        return
+    if knob in overrides:
+        recorded, where = overrides[knob], "info.game_overrides"
+    else:
+        recorded, where = _field_default(spec.config_cls, knob), "the config's default; info.game_overrides omits it"
+        if recorded is dataclasses.MISSING:
+            return
+    if recorded != value:
+        raise InputError(f"{path}: rollouts played with {knob}={recorded!r} ({where}), but --rollouts gives them as "
+                         f"{knob}={value!r}; pass them as {recorded}={path}")
 
 
 def parse_knob_value(spec: GameSpec, knob: str, text: str) -> Any:
@@ -173,7 +203,9 @@ def decide(
     warnings: list[str] = []
     inferred = infer_harder(measurements)
     if harder is not None and inferred is not None and harder != inferred:
-        warnings.append(f"--harder {harder} disagrees with the measurements, which say {inferred}")
+        # `harder` is the knob's declared direction (the CLI passes the declaration, not a flag of the user's)
+        warnings.append(f"the declared direction (harder as the knob {harder}s) disagrees with the measurements, "
+                        f"which get harder as it {inferred}s")
     harder = harder or inferred
     numeric = all(_is_number(m["value"]) for m in measurements)
     ordered = sorted(measurements, key=lambda m: m["value"]) if numeric else list(measurements)
@@ -523,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
         check_output_path(args.json_output, "--json-output",
                           [("a --rollouts file", item.partition("=")[2]) for item in args.rollouts])
     spec = lookup_game(args.game)
+    if args.json_output is not None:  # the game is known only now: its own files are inputs too
+        check_not_an_input(args.json_output, "--json-output", game_input_files(spec))
     declared = declared_knob(spec, args.knob)
     if args.harder is not None and args.harder != declared.harder:
         raise InputError(f"--harder {args.harder} contradicts the game's declaration of {args.knob!r} "
@@ -545,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         if played is not None and played != spec.name:  # collect_rollouts and train.evaluate record the game
             raise InputError(f"{path}: rollouts of game {played!r}, not of --game {spec.name}; give the rollouts "
                              f"collected on {spec.name} (python -m train.collect_rollouts --game {spec.name} ...)")
+        check_recorded_value(spec, args.knob, value, data.get("info"), path)
         measurement = _measurement(value, data["simulations"], args.success_threshold, path, args.group_size)
         measurement["file"] = path
         measurements.append(measurement)

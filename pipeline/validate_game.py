@@ -10,8 +10,9 @@ Usage:
                                           [--game-overrides '{"storefront": "configs/storefront/cpu_demo.yaml"}']
 
 Exit codes: 0 every check passed (warnings allowed), 1 some check failed (each failure listed),
-2 unknown game, a game whose make_env raises, a bad flag or an unwritable --json-output (all checked before
-any episode; nothing written). `validate(spec, ...)` returns the same report as a dict.
+2 unknown game, a game whose make_env raises, a bad flag, an unwritable --json-output or one that names the
+game's own source or target file (all checked before any episode; nothing written). `validate(spec, ...)`
+returns the same report as a dict.
 
 Every episode is driven the way the trainer drives it: model text -> `spec.extract_action` -> `game.step`,
 until `game.done` or `spec.max_turns` turns.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import math
 import random
@@ -35,7 +37,7 @@ from tqdm import tqdm
 
 from game_registry import REPO_ROOT, Action, Game, GameSpec, get_game, lookup_game
 from common.cli import cli_entry, exit_code
-from common.io import atomic_write_json, check_output_path, load_json
+from common.io import atomic_write_json, check_not_an_input, check_output_path, load_json
 from common.validation import InputError, check_number
 from pipeline.probes import (
     DEFAULT_TOLERANCE,
@@ -419,16 +421,27 @@ def _schema_name(schema: Any) -> str | None:
     return None
 
 
+def target_is_path(target: str) -> bool:
+    """Whether `target` names a tool-schema file rather than a registered benchmark (game names have neither)."""
+    return target.endswith(".json") or "/" in target
+
+
+def target_file(target: str) -> Path | None:
+    """The existing file `target` names, from the current folder or the repo root; None when there is none."""
+    if not target:
+        return None
+    return next((p for p in (Path(target), REPO_ROOT / target) if p.is_file()), None)
+
+
 def load_target_schemas(target: str) -> tuple[list[Any] | None, str]:
     """Tool schemas of `target` (a JSON file or a registered game name), or (None, why not)."""
-    candidates = [Path(target), REPO_ROOT / target]
-    path = next((p for p in candidates if p.is_file()), None)
+    path = target_file(target)
     if path is not None:
         data = load_json(path)  # InputError on broken JSON: the caller reports it as a failure
         if not isinstance(data, list):
             raise InputError(f"{path}: target tool schemas must be a JSON list, got {type(data).__name__}")
         return data, f"file {path}"
-    if target.endswith(".json") or "/" in target:
+    if target_is_path(target):
         return None, f"target file {target} not found"
     try:
         target_spec = get_game(target)
@@ -503,6 +516,14 @@ def _baselines_check(run: _Run, max_baseline: float) -> tuple[dict[str, Any], li
     return check, randoms
 
 
+def _fresh_tool_facts(spec: GameSpec, seed: int) -> tuple[Any, list[str], list[str]]:
+    """`tool_facts` of a new instance reset to `seed`: a game may know its tools only once an instance is drawn.
+    Exceptions of the game propagate; each caller reports them as a failure of its check."""
+    fresh = spec.make_env()
+    fresh.reset(seed)
+    return tool_facts(spec, fresh)
+
+
 def _probes_check(run: _Run, oracle_episodes: list[Episode], tolerance: float) -> dict[str, Any]:
     """Generic and game-specific reward-hacking probes (pipeline/probes.py) each succeed on at most their
     expected share of the applicable seeds plus `tolerance`; a probe episode that raises is a failure.
@@ -513,9 +534,7 @@ def _probes_check(run: _Run, oracle_episodes: list[Episode], tolerance: float) -
     t0, spec = time.perf_counter(), run.spec
     problems, warnings = suite_problems(spec)
     try:
-        fresh = spec.make_env()
-        fresh.reset(run.seeds[0])
-        facts, fact_problems, fact_warnings = tool_facts(spec, fresh)
+        facts, fact_problems, fact_warnings = _fresh_tool_facts(spec, run.seeds[0])
     except Exception as err:  # noqa: BLE001 -- the game raised: reported as a failure of this check
         return _check(FAIL, f"a fresh game raised while asked for its tool facts: {_describe(err)}",
                       time.perf_counter() - t0)
@@ -594,6 +613,37 @@ def instance_classes(spec: GameSpec, seeds: list[int]) -> list[Any]:
     return classes
 
 
+def _knob_ablations(run: _Run, label: str, variant: GameSpec, row: dict[str, Any], failures: list[str],
+                    undecided: list[str]) -> None:
+    """The oracle and the ablations at one knob value (`variant`) over the run's seeds: each ablation's result goes
+    into row["ablations"]; a failed oracle, a game that raises and a failed ablation into `failures`, an ablation
+    with too few seeds to judge into `undecided`."""
+    sub = _Run(variant, run.seeds, False)
+    oracle, oracle_episodes = _oracle_check(sub, ORACLE_MIN_SUCCESS)
+    if oracle["status"] == FAIL:  # a knob value the game declares (so training may use) must be winnable too
+        failures.append(f"{label}: oracle {oracle['detail']}")
+    probed = [e for e in oracle_episodes if e.error is None]
+    try:
+        facts, _, _ = _fresh_tool_facts(variant, run.seeds[0])
+    except Exception as err:  # noqa: BLE001 -- game code may raise anything; reported, as in _probes_check
+        failures.append(f"{label}: a fresh game raised while asked for its tool facts: {_describe(err)}")
+        return
+    errors = Problems()
+
+    def play(seed: int, policy: Policy, name: str, index: int) -> Episode:
+        return sub.play(seed, policy, _policy_rng(10 + index, seed), f"{label} ablation {name}", errors)
+
+    results = evaluate_probes(variant, run.seeds, {e.seed: e.texts for e in probed}, facts, play,
+                              shares=episode_class_shares(variant, probed), only_ablations=True)
+    for result in results:
+        data = result.to_dict()
+        row["ablations"][result.name] = data
+        if data["status"] == FAIL:
+            failures.append(f"{label}: {summarize([result], [], [])[1]}")
+        elif result.too_few_seeds:
+            undecided.append(f"{label}: {summarize([result], [], [])[1]}")
+
+
 def _class_prior_check(run: _Run, instances: int) -> dict[str, Any]:
     """The class-prior rule (pipeline/probes.py) at the configured setting and every declared knob value: the
     decision classes' shares over `instances` instances, each at most MAX_CLASS_SHARE; and at each knob value the
@@ -619,25 +669,7 @@ def _class_prior_check(run: _Run, instances: int) -> dict[str, Any]:
                             f"(limit {MAX_CLASS_SHARE:.0%}): {shares_text(shares)}; a constant decision would win that "
                             f"share, so level the classes (a class-prior field of the config)")
         if label != "as configured" and spec.ablations:
-            sub = _Run(variant, run.seeds, False)
-            _, oracle_episodes = _oracle_check(sub, ORACLE_MIN_SUCCESS)
-            probed = [e for e in oracle_episodes if e.error is None]
-            seed_shares = episode_class_shares(variant, probed)
-            facts, _, _ = tool_facts(variant, variant.make_env())
-            errors = Problems()
-
-            def play(seed: int, policy: Policy, name: str, index: int, sub: _Run = sub) -> Episode:
-                return sub.play(seed, policy, _policy_rng(10 + index, seed), f"{label} ablation {name}", errors)
-
-            results = evaluate_probes(variant, run.seeds, {e.seed: e.texts for e in probed}, facts, play,
-                                      shares=seed_shares, only_ablations=True)
-            for result in results:
-                data = result.to_dict()
-                row["ablations"][result.name] = data
-                if data["status"] == FAIL:
-                    failures.append(f"{label}: {summarize([result], [], [])[1]}")
-                elif result.too_few_seeds:
-                    undecided.append(f"{label}: {summarize([result], [], [])[1]}")
+            _knob_ablations(run, label, variant, row, failures, undecided)
         rows.append(row)
     detail = (f"{len(rows)} settings; largest class share {max(max(r['class_shares'].values()) for r in rows):.2f} "
               f"(limit {MAX_CLASS_SHARE})" if rows else "no setting could be drawn")
@@ -873,7 +905,12 @@ def _check_tool_schemas(spec: GameSpec) -> dict[str, Any]:
         target_schemas, source = load_target_schemas(spec.target)
     except (InputError, ImportError) as err:  # ImportError: the target game module is broken
         return _check(FAIL, f"target {spec.target!r} cannot be loaded: {err}", 0.0)
-    if target_schemas is None:
+    if target_schemas is None and target_is_path(spec.target):
+        # A path is the author's own file: missing, it is a typo or a file left out, not an optional benchmark.
+        return _check(FAIL, f"target file {spec.target} not found (looked in the current folder and {REPO_ROOT}); "
+                            "fix GameSpec.target to the target's tool-schema JSON file, or set it to '' to skip "
+                            "the comparison", 0.0)
+    if target_schemas is None:  # a registered benchmark that is not installed here: nothing to compare against
         return _check(WARN, f"target {spec.target!r} not available ({source}); not compared", 0.0)
     by_name = {_schema_name(s): canonical(s) for s in map(_wrap_schema, target_schemas) if _schema_name(s)}
     problems = Problems()
@@ -917,16 +954,35 @@ def with_overrides(spec: GameSpec, overrides: dict[str, Any]) -> GameSpec:
     return dataclasses.replace(spec, make_env=lambda config=None: spec.make_env(config or spec.config_cls(**overrides)))
 
 
-def _buildable_game(name: str) -> GameSpec:
-    """The registered game `name`, once `make_env()` has built an instance; InputError otherwise (an unknown
-    game, a game file that fails to import, or a make_env that raises: nothing could be validated)."""
-    spec = lookup_game(name)
+def _source_file(obj: Any) -> str | None:
+    """The Python file that defines `obj` (a class or function), or None (built-ins, partials, the REPL)."""
+    try:
+        return inspect.getsourcefile(obj)
+    except TypeError:  # no file behind it: nothing on disk to protect
+        return None
+
+
+def game_input_files(spec: GameSpec) -> list[tuple[str, Any]]:
+    """(what, path) pairs of the files a command on `spec` reads: the game's source (where make_env and the config
+    class are defined) and its target tool-schema file. An output flag must name none of them (check_output_path):
+    writing a report there would replace the game with JSON."""
+    files = [("the game's source file", _source_file(spec.make_env))]
+    if spec.config_cls is not None:
+        files.append(("the game's config source file", _source_file(spec.config_cls)))
+    target = target_file(spec.target)
+    if target is not None:
+        files.append(("the game's target tool-schema file", target))
+    return files
+
+
+def _check_buildable(spec: GameSpec) -> None:
+    """InputError unless `spec.make_env()` builds an instance (a make_env that raises: nothing could be
+    validated)."""
     try:
         spec.make_env()
     except Exception as err:  # noqa: BLE001 -- game code may raise anything; it is the reason we report
-        raise InputError(f"game {name!r} cannot be built: make_env() raised {_describe(err)}; "
+        raise InputError(f"game {spec.name!r} cannot be built: make_env() raised {_describe(err)}; "
                          "fix the game's make_env, then validate again") from None
-    return spec
 
 
 @cli_entry
@@ -952,9 +1008,12 @@ def main(argv: list[str] | None = None) -> int:
         raise InputError(f"--fuzz-actions must be >= 0, got {args.fuzz_actions}")
     check_number(args.max_baseline, "--max-baseline", 0.0, 1.0, low_open=True)
     check_number(args.probe_tolerance, "--probe-tolerance", 0.0, 1.0)
+    if args.json_output is not None:  # the path alone first: a typo must not cost importing the game
+        check_output_path(args.json_output, "--json-output")
+    spec = lookup_game(args.name)  # InputError: an unknown game or a game file that fails to import
     if args.json_output is not None:
-        check_output_path(args.json_output, "--json-output", [("the game", args.name)])  # a game file's path
-    spec = _buildable_game(args.name)
+        check_not_an_input(args.json_output, "--json-output", game_input_files(spec))
+    _check_buildable(spec)
     try:
         overrides = json.loads(args.game_overrides)
     except json.JSONDecodeError as err:

@@ -42,6 +42,8 @@ def world(tmp_path, monkeypatch):
         "broken": {"command": [sys.executable, str(AGENTS / "broken_agent.py")]},
         "lazy": {"command": [sys.executable, str(AGENTS / "broken_agent.py")], "env": {"FAKE_AGENT_MODE": "nothing"}},
         "stuck": {"command": [sys.executable, str(AGENTS / "broken_agent.py")], "env": {"FAKE_AGENT_MODE": "not_done"}},
+        "wrong_target": {"command": [sys.executable, str(AGENTS / "broken_agent.py")],
+                         "env": {"FAKE_AGENT_MODE": "bad_target"}},
         "crash": {"command": [sys.executable, str(AGENTS / "broken_agent.py")], "env": {"FAKE_AGENT_MODE": "crash"}},
         "slow": {"command": [sys.executable, str(AGENTS / "broken_agent.py")], "env": {"FAKE_AGENT_MODE": "sleep"},
                  "timeout_s": 1},
@@ -59,13 +61,13 @@ def _run(world, stage, agent, *extra):
                                  *extra])
 
 
-def _write_selection(world, names):
-    """A selected list as the aggregation exports it, every entry PENDING."""
+def _write_selection(world, names, statuses=None):
+    """A selected list as the aggregation exports it, every entry PENDING unless `statuses` ({name: status})."""
     path = world["work"] / "pipeline" / "selected_capabilities.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     entries = [{"skill": name, "description": f"{name} skill", "mean_cov": 0.5, "std_cov": 0.0,
                 "mean_delta": 0.9 - i / 10, "std_delta": 0.0, "n_runs_passed": 2, "n_runs_total": 2,
-                "passes_consistency": True, "example_failed_cases": [], "status": "PENDING"}
+                "passes_consistency": True, "example_failed_cases": [], "status": (statuses or {}).get(name, "PENDING")}
                for i, name in enumerate(names)]
     path.write_text(json.dumps(entries), encoding="utf-8")
     return path
@@ -133,7 +135,9 @@ def test_environment_stage_validates_the_new_game_and_needs_done(world, capsys):
     assert [e["status"] for e in load_selected(selected)] == ["DONE", "PENDING"]  # one capability per run
     [log] = _logs(world)
     assert "repeat_code" in log.name and "validate_game exit code: 0" in log.read_text()
-    assert list(log.parent.glob("*_validate.json"))
+    [report] = log.parent.glob("*_validate.json")
+    # The game's target is the prompt's relative schemas path, which the agent wrote in its work folder: compared.
+    assert json.loads(report.read_text())["checks"]["tool_schemas"]["status"] == "PASS"
 
 
 def test_environment_all_loops_over_pending_capabilities(world, capsys):
@@ -151,18 +155,83 @@ def test_environment_all_loops_over_pending_capabilities(world, capsys):
 
 
 def test_environment_stage_rejects_a_game_that_fails_validation(world, capsys):
-    _write_selection(world, ["repeat_code", "echo_back"])
+    selected = _write_selection(world, ["repeat_code", "echo_back"])
     assert _run(world, "environment", "broken", "--all", *SEEDS) == 1
     err = capsys.readouterr().err
     assert "validate_game capability_repeat_code failed" in err and "oracle" in err
     assert len(_logs(world)) == 1  # --all stops at the first failure
+    # The agent marked it DONE; the runner puts it back, so a rerun takes it again (before: skipped, exit 0).
+    assert "repeat_code was put back from DONE to PENDING" in err
+    assert [e["status"] for e in load_selected(selected)] == ["PENDING", "PENDING"]
+    assert _run(world, "environment", "good", *SEEDS) == 0  # the rerun takes it again
+    assert [e["status"] for e in load_selected(selected)] == ["DONE", "PENDING"]
+    assert "capability repeat_code: DONE" in capsys.readouterr().err
 
 
 def test_environment_stage_needs_the_capability_done(world, capsys):
     selected = _write_selection(world, ["repeat_code"])
     assert _run(world, "environment", "stuck", *SEEDS) == 1
-    assert "is IN_PROGRESS, not DONE" in capsys.readouterr().err
-    assert load_selected(selected)[0]["status"] == "IN_PROGRESS"
+    err = capsys.readouterr().err
+    assert "is IN_PROGRESS, not DONE" in err and "put back from IN_PROGRESS to PENDING" in err
+    assert load_selected(selected)[0]["status"] == "PENDING"  # before: left IN_PROGRESS, skipped by every rerun
+
+
+def test_validation_runs_in_the_work_folder(world, capsys):
+    """The game's target schemas file is the prompt's relative path, written by the agent in --workdir: the
+    validation must read that one (before: it ran in the repository root, found none and skipped the check)."""
+    selected = _write_selection(world, ["repeat_code"])
+    assert _run(world, "environment", "wrong_target", *SEEDS) == 1
+    err = capsys.readouterr().err
+    assert "validate_game capability_repeat_code failed" in err and "must be a JSON list" in err
+    assert load_selected(selected)[0]["status"] == "PENDING"
+
+
+def test_interrupt_puts_the_capability_back_and_says_so(world, capsys, monkeypatch):
+    """Ctrl-C after the agent claimed its capability: the list is put back and the message says what it holds
+    (before: "nothing was saved by this run", with the capability left IN_PROGRESS)."""
+    from common.cli import exit_code
+
+    selected = _write_selection(world, ["repeat_code"])
+    real_launch = agent_runner.launch
+
+    def launch_then_ctrl_c(*args, **kwargs):
+        real_launch(*args, **kwargs)  # the stand-in marks repeat_code IN_PROGRESS and exits
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(agent_runner, "launch", launch_then_ctrl_c)
+    argv = [str(ENVIRONMENT_CONFIG), "--stage", "environment", "--out", str(world["tmp"] / "e.md"), "--run", "stuck",
+            "--agents", str(world["agents"]), "--workdir", str(world["work"]), *SEEDS]
+    assert exit_code(render_pipeline.main, argv) == 130
+    err = capsys.readouterr().err
+    assert "nothing was saved" not in err and "interrupted; agent 'stuck' was stopped" in err
+    assert "repeat_code was put back from IN_PROGRESS to PENDING" in err
+    assert load_selected(selected)[0]["status"] == "PENDING"
+
+
+def test_interrupted_capability_stage_does_not_claim_nothing_was_saved(world, capsys, monkeypatch):
+    from common.cli import exit_code
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(agent_runner, "launch", ctrl_c)
+    argv = [str(CAPABILITY_CONFIG), "--stage", "capability", "--out", str(world["tmp"] / "c.md"), "--run", "good",
+            "--agents", str(world["agents"]), "--workdir", str(world["work"])]
+    assert exit_code(render_pipeline.main, argv) == 130
+    err = capsys.readouterr().err
+    assert "nothing was saved" not in err and "what it wrote so far is kept, unchecked" in err
+
+
+@pytest.mark.parametrize("extra", [[], ["--all"]])
+def test_a_capability_left_in_progress_is_not_skipped(world, capsys, extra):
+    """IN_PROGRESS left by a runner that was killed: refused with the reset command (before: --all skipped it
+    and said "no PENDING capability left", exit 0; a single run started the next one)."""
+    selected = _write_selection(world, ["repeat_code", "echo_back"],
+                                {"repeat_code": "IN_PROGRESS", "echo_back": "PENDING" if not extra else "DONE"})
+    assert _run(world, "environment", "good", *extra, *SEEDS) == 2
+    err = capsys.readouterr().err
+    assert f"mark repeat_code PENDING --file {selected}" in err and len(err.strip().splitlines()) == 1
+    assert not _logs(world)  # no agent started
 
 
 def test_environment_stage_needs_a_new_game_file(world, capsys):
@@ -216,6 +285,21 @@ def test_agents_file_problems_are_named(tmp_path):
         agent_runner.load_agents(bad)
     with pytest.raises(agent_runner.InputError, match="agents file not found"):
         agent_runner.load_agents(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("entry, expected", [
+    ("{command: \"claude -p 'oops\"}", r"agents.x.command .* cannot be split .*No closing quotation.*close the quote"),
+    ("{command: [a], timeout_s: .inf}", "agents.x.timeout_s must be a finite positive number"),
+    ("{command: [a], timeout_s: .nan}", "agents.x.timeout_s must be a finite positive number"),
+    ("{command: [a], timeout_s: 0}", "agents.x.timeout_s must be a finite positive number"),
+])
+def test_agents_file_bad_command_string_and_timeout(tmp_path, entry, expected):
+    """Before: a traceback (ValueError) for the unclosed quote; .inf passed and the timer thread died
+    (OverflowError), leaving the agent without a timeout."""
+    bad = tmp_path / "agents.yaml"
+    bad.write_text(f"agents:\n  x: {entry}\n", encoding="utf-8")
+    with pytest.raises(agent_runner.InputError, match=expected):
+        agent_runner.load_agents(bad)
 
 
 def test_shipped_agents_file_parses_and_fills_placeholders():

@@ -52,11 +52,30 @@ def take_next_capability() -> str:
     return name
 
 
-def write_game(name: str, oracle_ok: bool) -> Path:
-    """capability_<name>_game.py in the first TRACE_GAMES_DIRS folder (the tests' stand-in for the repo root)."""
+def target_schemas(prompt: str) -> str:
+    """The target tool schemas file the prompt names for `GameSpec(target=...)` (relative to the work folder)."""
+    named = re.search(r'target="([^"]+)"', prompt)
+    if named is None:
+        print("stand-in agent: the prompt names no target tool schemas file", flush=True)
+        sys.exit(3)
+    return named.group(1)
+
+
+def save_target_schemas(target: str, content: str = "[]") -> None:
+    """The prompt's "save the target's tool schemas once" step, in the agent's cwd (the runner's --workdir)."""
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content, encoding="utf-8")
+    print(f"stand-in agent: wrote {path} in {Path.cwd()}", flush=True)
+
+
+def write_game(name: str, oracle_ok: bool, target: str = "") -> Path:
+    """capability_<name>_game.py in the first TRACE_GAMES_DIRS folder (the tests' stand-in for the repo root);
+    `target`: the GameSpec's target tool schemas file ("" for none)."""
     folders = [p for p in os.environ.get("TRACE_GAMES_DIRS", "").split(os.pathsep) if p]
     path = Path(folders[0] if folders else ".") / f"capability_{name}_game.py"
-    text = TEMPLATE.read_text(encoding="utf-8").replace("__NAME__", name).replace("__ORACLE_OK__", str(oracle_ok))
+    text = (TEMPLATE.read_text(encoding="utf-8").replace("__NAME__", name).replace("__ORACLE_OK__", str(oracle_ok))
+            .replace("__TARGET__", repr(target)))
     path.write_text(text, encoding="utf-8")
     print(f"stand-in agent: wrote {path}", flush=True)
     return path

@@ -3,6 +3,8 @@
 broken (default): capability -> a selected list not in the export schema; environment -> a game whose
   oracle loses (validate_game fails), marked DONE anyway.
 not_done: environment -> a valid game, but the capability is left IN_PROGRESS.
+bad_target: environment -> a valid game whose target tool schemas file (the prompt's, in the cwd) is not a
+  list, marked DONE (validate_game fails, if it looks in the agent's work folder).
 nothing: reads the prompt, writes nothing, exits 0.  crash: exits 5.  sleep: sleeps 60 s.
 """
 from __future__ import annotations
@@ -12,11 +14,12 @@ import os
 import sys
 import time
 
-from _common import mark, read_prompt, selected_file, take_next_capability, write_game
+from _common import (mark, read_prompt, save_target_schemas, selected_file, take_next_capability, target_schemas,
+                     write_game)
 
 mode = os.environ.get("FAKE_AGENT_MODE", "broken")
 stage = os.environ["TRACE_STAGE"]
-read_prompt("TRACE Step 1" if stage == "capability" else "TRACE Step 2")
+prompt = read_prompt("TRACE Step 1" if stage == "capability" else "TRACE Step 2")
 if mode == "crash":
     print("stand-in agent: boom", flush=True)
     sys.exit(5)
@@ -30,3 +33,9 @@ elif mode in ("broken", "not_done") and stage == "environment":
     write_game(name, oracle_ok=mode == "not_done")
     if mode == "broken":
         mark(name, "DONE")
+elif mode == "bad_target" and stage == "environment":
+    target = target_schemas(prompt)
+    name = take_next_capability()
+    save_target_schemas(target, content='{"not": "a list"}')
+    write_game(name, oracle_ok=True, target=target)
+    mark(name, "DONE")

@@ -2,14 +2,16 @@
 
 capability (TRACE_STAGE): labels a few trajectories by a fixed rule into two run files and exports the
 selection with the real aggregation (pipeline/selected_capabilities.json and its report, in the cwd).
-environment: takes the next PENDING capability, writes a valid capability_<name>_game.py and marks it DONE.
+environment: takes the next PENDING capability, saves the target tool schemas the prompt names (relative to
+its cwd), writes a valid capability_<name>_game.py comparing against them and marks it DONE.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from _common import mark, read_prompt, selected_file, take_next_capability, write_game
+from _common import (mark, read_prompt, save_target_schemas, selected_file, take_next_capability, target_schemas,
+                     write_game)
 
 from common.io import atomic_write_json
 from pipeline.aggregate_capabilities import aggregate, write_outputs
@@ -39,9 +41,10 @@ def select() -> None:
 
 
 def environment() -> None:
-    read_prompt("TRACE Step 2")
+    target = target_schemas(read_prompt("TRACE Step 2"))
     name = take_next_capability()
-    write_game(name, oracle_ok=True)
+    save_target_schemas(target)  # the tiny game offers no tools: an empty list holds them all
+    write_game(name, oracle_ok=True, target=target)
     mark(name, "DONE")
 
 
