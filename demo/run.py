@@ -60,6 +60,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import shutil
 import statistics
 import sys
@@ -771,6 +772,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             raise InputError(str(err)) from None
     require_trackers(config.report_to)  # a missing package stops the demo before any step runs
+    check_labeler_key(config.select)
     check_output_dir(run_dir, "--run-dir")
     # One folder, one demo: a second demo on this run folder is refused at once (a rerun resumes its steps).
     with claimed_run_folder(run_dir, "--run-dir", fresh=False):
@@ -780,6 +782,22 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             raise Interrupted(f"the steps that completed are kept in {run_dir}: run the same command again to "
                               "resume from the interrupted step") from None
+
+
+def check_labeler_key(select: Any) -> None:
+    """With LLM labelers (select.labeler_url), InputError unless their API key variable is set and not empty.
+
+    Step 1 reads it only after the base agent and its evaluation have run (up to an hour on CPU). The labeler's
+    client (pipeline.label_trajectories, common/llm_client.py) refuses an empty key even for a server without
+    authentication, so the key is required here too. A resumed demo whose Step 1 is already done is refused as
+    well: whether Step 1 will run again is known only once the steps before it have been checked."""
+    if not select.labeler_url:
+        return
+    name = select.labeler_api_key_env
+    if not os.environ.get(name):
+        raise InputError(f"select.labeler_url {select.labeler_url}: the LLM labelers read their API key from ${name} "
+                         f"(select.labeler_api_key_env), which is not set or empty; export it (any value, e.g. "
+                         f"{name}=EMPTY, for a server without authentication)")
 
 
 def _loop_steps(demo: Demo, config: Any, sections: dict[str, Any], storefront: dict[str, Any], fractions: list[float],

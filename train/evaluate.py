@@ -130,20 +130,46 @@ def load_policy_model(model_dir: str | Path, adapter_dir: str | Path | None = No
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise InputError(f"{model_dir}: model folder not found")
+    if adapter_dir is not None:
+        check_adapter_folder(adapter_dir, "adapter")
     if adapter_dir is not None and (Path(adapter_dir) / "gate_config.json").is_file():  # a Step-4 routed model
         model, tokenizer = load_capability_model(adapter_dir, base_model=str(model_dir))
         return model.eval(), tokenizer
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
     if adapter_dir is not None:
-        from peft import PeftModel
-
-        if not Path(adapter_dir).is_dir():
-            raise InputError(f"{adapter_dir}: adapter folder not found")
         # Merged into the weights for evaluation: the same function to float rounding, without two extra
         # matmuls per adapted layer at every decoding step (the demo's final step evaluates five adapters).
-        model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+        model = load_peft_adapter(model, adapter_dir, model_dir).merge_and_unload()
     return model.eval(), tokenizer
+
+
+ADAPTER_FILES = ("adapter_config.json", "gate_config.json")  # a PEFT adapter's, a Step-4 gate folder's
+
+
+def check_adapter_folder(adapter_dir: str | Path, flag: str = "--adapter") -> None:
+    """InputError unless `adapter_dir` is a PEFT adapter or a gate folder (the config file of either): an empty or
+    wrong folder would otherwise be found only after the base model has loaded."""
+    folder = Path(adapter_dir)
+    if not folder.is_dir():
+        raise InputError(f"{flag} {adapter_dir}: adapter folder not found")
+    if not any((folder / name).is_file() for name in ADAPTER_FILES):
+        raise InputError(f"{flag} {adapter_dir}: neither a PEFT adapter (adapter_config.json) nor a gate folder "
+                         "(gate_config.json); give the folder a training run wrote")
+
+
+def load_peft_adapter(model: torch.nn.Module, adapter_dir: str | Path, model_dir: str | Path) -> torch.nn.Module:
+    """`model` with the PEFT adapter of `adapter_dir`; an adapter trained on another base (its weights' shapes
+    differ: torch's load_state_dict raises RuntimeError "size mismatch") raises InputError naming both folders."""
+    from peft import PeftModel
+
+    try:
+        return PeftModel.from_pretrained(model, str(adapter_dir))
+    except RuntimeError as err:
+        if "size mismatch" not in str(err):
+            raise  # not a mismatch of shapes: a bug or a failure of the machine, shown as it is
+        raise InputError(f"adapter {adapter_dir} does not match the base model {model_dir} (its weights' shapes differ: "
+                         "it was trained on another base model); give the base model it was trained on") from None
 
 
 @cli_entry
@@ -171,8 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = lookup_game(args.game)
     overrides = game_config_overrides(args.game, args.config)
     check_model_folder(args.model, "--model")
-    if args.adapter is not None and not Path(args.adapter).is_dir():
-        raise InputError(f"--adapter {args.adapter}: adapter folder not found")
+    if args.adapter is not None:
+        check_adapter_folder(args.adapter)
     try:
         chat = ChatTokenizer(load_tokenizer(args.model))
         check_prompts_fit(spec, evaluation_requests(spec, args.tasks, args.seed, args.samples), chat,
@@ -188,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     with ResultsJournal(args.out, settings) as journal, kept_on_interrupt(journal, "scored episodes"):
         try:
             model, tokenizer = load_policy_model(args.model, args.adapter)
+        except InputError:
+            raise  # already says what to fix
         except ValueError as err:  # transformers / peft refusing a folder's files
             raise InputError(f"{args.adapter or args.model}: cannot be loaded ({err})") from None
         simulations, hat = evaluate_model(model, tokenizer, args.game, n_tasks=args.tasks, seed=args.seed,

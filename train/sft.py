@@ -23,7 +23,8 @@ each also sent to the trackers of `report_to` (train/tracking.py) under the name
 row's step (0-based optimizer step); TensorBoard's event files go to <out>/tb/.
 
 Checked before the model loads (exit 2, one line): --out is a folder that can be created and is not --model
-(the trained model would replace the one it starts from), --model is a model folder, --data holds chat records.
+(the trained model would replace the one it starts from), --model is a model folder, --data holds chat records
+(each message an object with a string role, tools a list of schemas), the numbers are finite.
 The model is saved when training ends, staged and then moved into --out; Ctrl-C (exit 130) leaves --out as it
 was. It does not resume: run the command again.
 
@@ -49,7 +50,7 @@ from tqdm import tqdm
 
 from common.cli import Interrupted, cli_entry, exit_code
 from common.io import atomic_write_json, check_model_folder, load_jsonl, publish_staged, staging_folder, tensor_bytes
-from common.validation import InputError
+from common.validation import InputError, check_number
 from common.run_folder import add_overwrite_flag, check_output_dir, claimed_run_folder, follow_umask, sigint_deferred
 from train.logprobs import logits_after_prefix
 from train.tracking import MetricLogger, check_report_to, open_trackers, require_trackers, scalars_of
@@ -73,12 +74,11 @@ class SFTConfig:
 
     def __post_init__(self) -> None:
         self.report_to = check_report_to(self.report_to, "SFTConfig.report_to")
+        # Finite as well as positive: --epochs inf would fail computing the step count after the model loaded, and
+        # --lr inf would train to non-finite weights and save them as if all went well.
         for name in ("epochs", "lr"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise InputError(f"SFTConfig.{name} must be a number > 0, got {value!r}")
-        if not 0 <= self.final_lr_ratio <= 1:
-            raise InputError(f"SFTConfig.final_lr_ratio must be in [0, 1], got {self.final_lr_ratio!r}")
+            check_number(getattr(self, name), f"SFTConfig.{name}", 0, low_open=True)
+        check_number(self.final_lr_ratio, "SFTConfig.final_lr_ratio", 0, 1)
         for name in ("warmup_steps", "seed"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -87,8 +87,7 @@ class SFTConfig:
             raise InputError(f"SFTConfig.batch_tokens must be an int >= 64 (e.g. 8192), got {self.batch_tokens!r}")
         if not isinstance(self.share_prefix, bool):
             raise InputError(f"SFTConfig.share_prefix must be true or false, got {self.share_prefix!r}")
-        if not self.max_grad_norm > 0:
-            raise InputError(f"SFTConfig.max_grad_norm must be > 0, got {self.max_grad_norm!r}")
+        check_number(self.max_grad_norm, "SFTConfig.max_grad_norm", 0, low_open=True)
 
 
 class TokenizedChat(NamedTuple):
@@ -259,6 +258,19 @@ def check_records(records: Sequence[Any], data: str) -> None:
             keys = sorted(record)[:6] if isinstance(record, dict) else type(record).__name__
             raise InputError(f"--data {data}: record {number} has no `messages` list (it has {keys}); --data takes "
                              "chat records {messages, tools}, one per line")
+        check_record_shape(record, f"--data {data}: record {number}")
+
+
+def check_record_shape(record: dict[str, Any], where: str) -> None:
+    """InputError unless each message is an object with a string `role` and `tools`, when given, is a list of
+    objects (tool schemas): the chat template refuses anything else only after the model has loaded."""
+    for index, message in enumerate(record["messages"]):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InputError(f"{where}: messages[{index}] must be an object with a string 'role' (e.g. "
+                             f'{{"role": "user", "content": "..."}}), got {message!r:.80}')
+    tools = record.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(tool, dict) for tool in tools)):
+        raise InputError(f"{where}: tools must be a list of tool schemas (JSON objects), got {tools!r:.80}")
 
 
 def save_model(model: Any, tokenizer: Any, out: Path, info: dict[str, Any]) -> None:

@@ -369,6 +369,27 @@ def load_sft_sequences(config: MoEGateConfig, tokenizer: Any) -> tuple[list[Labe
     return sequences[held:], sequences[:held]
 
 
+def check_sft_data(config: MoEGateConfig) -> None:
+    """InputError unless every `sft.data` entry names a readable results file and a registered game (or none).
+
+    The loaders first read them after the base model and every adapter have loaded (minutes on a large model), so
+    a typo in a path or a game name would cost that wait; reading each file here parses it twice, which is cheap
+    beside the model load."""
+    from benchmarks.results import load_results
+    from game_registry import lookup_game
+
+    for entry in config.sft.data:
+        try:
+            load_results(entry.path)  # a missing file, broken JSON, no 'simulations' list: the message names the file
+        except InputError as err:
+            raise InputError(f"sft.data: {err}") from None
+        if entry.game:
+            try:
+                lookup_game(entry.game)  # an unknown name: the message lists the registered games
+            except InputError as err:
+                raise InputError(f"sft.data {entry.path}: {err}") from None
+
+
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.train_router_sft", description=__doc__.split("\n\n")[0])
@@ -383,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     config = load_gate_config(args.config, model=args.model, output_dir=args.output_dir, report_to=args.report_to)
     out = check_output_dir(config.output_dir, "output_dir", inputs=[("the base model", config.model)])
     require_trackers(config.report_to)  # a missing package stops the run before the model loads
+    check_sft_data(config)
     check_model(config.model)
     with claimed_run_folder(out, "output_dir", fresh=True, overwrite=args.overwrite, restore_on_failure=True):
         return _train_gate(config, out)
