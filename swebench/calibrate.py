@@ -18,22 +18,30 @@
    (one section per round) and state.json.
 
 Resumable: state.json and each round's rollouts (round_<r>_rollouts.json) are kept in --work-dir; running
-the same command again continues where it stopped (a finished round is never re-sampled).
+the same command again continues where it stopped (a finished round is never re-sampled). Every flag but
+--workers, --isolation, --unsafe-no-isolation, --work-dir and --out must stay the same (state.json records
+them; another value is refused before the model loads). A round's rollouts are reused only when the info
+they were written with (model, adapter, temperature, samples, --max-episode-tokens and a hash of that round's
+scenarios) matches; otherwise that file is moved to --work-dir/superseded_<k>/ and the round is sampled
+again. Without state.json a new calibration starts, and the round_* files of the earlier one are moved there
+first, never read. With no scenario accepted, an earlier file at --out is removed (it is not this run's).
 
 Scenario code runs only in the namespace sandbox (swebench/sandbox.py); where namespaces are
 missing, --unsafe-no-isolation accepts running it without them (otherwise exit 2 with what is missing).
 
-Exit codes: 0 --target scenarios accepted, 1 fewer, 2 bad input (flags, an unloadable model, vLLM settings;
-checked before any rollout).
+Exit codes: 0 --target scenarios accepted, 1 fewer, 2 bad input (flags, an unloadable model, vLLM settings, a
+--work-dir whose state.json has other settings; checked before any rollout).
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from benchmarks.results import write_results
 from common.cli import exit_code, seed_value
 from common.io import atomic_write_json, atomic_write_text, check_model_folder, check_output_path, load_json
 from common.run_folder import claimed_run_folder
@@ -41,11 +49,13 @@ from common.validation import InputError, check_int, check_number
 from swebench.generators import GENERATORS, generate_one
 from swebench.mutations import ROUND_ORDER, SCHEDULES, mutate_round
 from swebench.sandbox import UNSAFE_FLAG, SandboxConfig, SandboxUnavailable, resolve_isolation
-from swebench.scenario import Scenario, default_scenarios_path, save_scenarios
+from swebench.scenario import Scenario, default_scenarios_path, publish_scenarios, save_scenarios
 from swebench.selftest import self_test_many
 
-# (scenarios file, number of scenarios) -> success rate per scenario, in file order
+# (scenarios file, number of scenarios, round) -> success rate per scenario, in file order
 Rollouts = Callable[[Path, int, int], list[float]]
+# (scenarios file, number of scenarios) -> simulations (task_id: the scenario's index in the file)
+Sampler = Callable[[Path, int], list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,12 @@ class CalibrationConfig:
     rounds: int = 5
     workers: int = 2
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    # What the rollouts are sampled with (checked by main). In the config record: a rerun with another model
+    # or sampling setting is refused instead of resuming the first one's rounds.
+    model: str = ""
+    adapter: str | None = None
+    temperature: float = 1.0
+    max_episode_tokens: int = 16384
 
     def __post_init__(self) -> None:
         if self.capability not in GENERATORS:
@@ -86,16 +102,24 @@ def _load_state(path: Path) -> dict[str, Any] | None:
     return state
 
 
-def calibrate(config: CalibrationConfig, rollouts: Rollouts, work_dir: Path,
-              log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run (or resume) the calibration; returns the final state (accepted scenarios under "accepted")."""
-    work_dir.mkdir(parents=True, exist_ok=True)
+def resumable_state(config: CalibrationConfig, work_dir: Path) -> dict[str, Any] | None:
+    """work_dir's state.json (None without one); InputError when it was written with other settings."""
     state_path = work_dir / "state.json"
     state = _load_state(state_path)
     if state is not None and state.get("config") != _config_record(config):
         raise InputError(f"{state_path} was written with other settings ({state.get('config')}); use another "
                          "--work-dir or delete it to start over")
+    return state
+
+
+def calibrate(config: CalibrationConfig, rollouts: Rollouts, work_dir: Path,
+              log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or resume) the calibration; returns the final state (accepted scenarios under "accepted")."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    state_path = work_dir / "state.json"
+    state = resumable_state(config, work_dir)
     if state is None:
+        _set_aside_earlier_rounds(work_dir, log)
         scenarios = [generate_one(config.capability, config.seed + i) for i in range(config.candidates)]
         results = self_test_many(scenarios, config.sandbox, config.workers, progress=False)
         state = {"config": _config_record(config), "round": 0, "accepted": [], "rejected": {},
@@ -153,7 +177,31 @@ def calibrate(config: CalibrationConfig, rollouts: Rollouts, work_dir: Path,
 
 def _config_record(config: CalibrationConfig) -> dict[str, Any]:
     return {"capability": config.capability, "target": config.target, "candidates": config.candidates,
-            "seed": config.seed, "samples": config.samples, "threshold": config.threshold, "rounds": config.rounds}
+            "seed": config.seed, "samples": config.samples, "threshold": config.threshold, "rounds": config.rounds,
+            "model": config.model, "adapter": config.adapter, "temperature": config.temperature,
+            "max_episode_tokens": config.max_episode_tokens}
+
+
+def _set_aside(paths: list[Path], work_dir: Path) -> Path:
+    """Move `paths` into a new work_dir/superseded_<k>/ (kept for the user, never read again); returns it."""
+    index = 0
+    while (work_dir / f"superseded_{index}").exists():
+        index += 1
+    folder = work_dir / f"superseded_{index}"
+    folder.mkdir()
+    for path in paths:
+        path.rename(folder / path.name)
+    return folder
+
+
+def _set_aside_earlier_rounds(work_dir: Path, log: Callable[[str], None]) -> None:
+    """Without state.json the round_* files belong to an earlier calibration: its rollouts would be taken for
+    the new scenarios' (other scenarios, maybe more of them), so they are moved away before round 0."""
+    earlier = sorted(work_dir.glob("round_*.json"))
+    if earlier:
+        folder = _set_aside(earlier, work_dir)
+        log(f"no state.json: a new calibration starts; {len(earlier)} round file(s) of an earlier one moved to "
+            f"{folder}")
 
 
 def _write_reports(config: CalibrationConfig, state: dict[str, Any], work_dir: Path) -> None:
@@ -170,9 +218,48 @@ def _write_reports(config: CalibrationConfig, state: dict[str, Any], work_dir: P
 # --------------------------------------------------------------------------------------------------
 # Rollouts through the trainer's collection code
 # --------------------------------------------------------------------------------------------------
+def saved_rollouts(sample: Sampler, work_dir: Path, settings: dict[str, Any], samples: int,
+                   log: Callable[[str], None] = print) -> Rollouts:
+    """Rollouts kept per round in round_<r>_rollouts.json, whose info records `settings`, `samples` and the
+    hash of the round's scenarios file; a file whose info differs is set aside and the round sampled again."""
+
+    def run(scenarios_file: Path, count: int, round_index: int) -> list[float]:
+        out = work_dir / f"round_{round_index}_rollouts.json"
+        info = {**settings, "samples": samples, "round": round_index,
+                "scenarios_sha256": hashlib.sha256(scenarios_file.read_bytes()).hexdigest()}
+        simulations = _finished_round(out, info, work_dir, log)
+        if simulations is None:
+            simulations = sample(scenarios_file, count)
+            write_results(out, simulations, info=info)
+        return _success_rates(simulations, count, samples)
+
+    return run
+
+
+def _finished_round(out: Path, info: dict[str, Any], work_dir: Path,
+                    log: Callable[[str], None]) -> list[dict[str, Any]] | None:
+    """The simulations of `out` when it was sampled with `info` (a finished round of an interrupted run), else
+    None; a file from other scenarios or settings is set aside, so it is never read for this round."""
+    if not out.is_file():
+        return None
+    data = load_json(out)
+    if isinstance(data, dict) and data.get("info") == info and isinstance(data.get("simulations"), list):
+        return data["simulations"]
+    folder = _set_aside([out], work_dir)
+    log(f"{out.name} was sampled for other scenarios or settings: moved to {folder}; sampling the round again")
+    return None
+
+
+def _success_rates(simulations: list[dict[str, Any]], count: int, samples: int) -> list[float]:
+    rates = [0.0] * count
+    for sim in simulations:
+        rates[int(sim["task_id"])] += float(sim["reward_info"].get("success") is True) / samples
+    return rates
+
+
 def trainer_rollouts(capability: str, model: str, adapter: str | None, samples: int, temperature: float,
                      max_episode_tokens: int, work_dir: Path, sampling_seed: int = 0,
-                     sandbox: SandboxConfig | None = None) -> Rollouts:
+                     sandbox: SandboxConfig | None = None, log: Callable[[str], None] = print) -> Rollouts:
     """Success rates from `train.collect_rollouts.collect` on the scenario game (model loaded once)."""
     import torch
 
@@ -199,24 +286,14 @@ def trainer_rollouts(capability: str, model: str, adapter: str | None, samples: 
     sandbox = sandbox or SandboxConfig()
     overrides = {"isolation": sandbox.isolation, "allow_unisolated": sandbox.allow_unisolated}
 
-    def run(scenarios_file: Path, count: int, round_index: int) -> list[float]:
-        out = work_dir / f"round_{round_index}_rollouts.json"
-        if out.is_file():  # a finished round of an interrupted run
-            simulations = load_json(out)["simulations"]
-        else:
-            simulations = collect(spec, backend, chat, seeds=list(range(count)), samples=samples,
-                                  temperature=temperature, max_episode_tokens=max_episode_tokens,
-                                  game_overrides={"scenarios_path": str(scenarios_file), **overrides})
-            from benchmarks.results import write_results
+    def sample(scenarios_file: Path, count: int) -> list[dict[str, Any]]:
+        return collect(spec, backend, chat, seeds=list(range(count)), samples=samples, temperature=temperature,
+                       max_episode_tokens=max_episode_tokens,
+                       game_overrides={"scenarios_path": str(scenarios_file), **overrides})
 
-            write_results(out, simulations, info={"capability": capability, "model": model, "round": round_index,
-                                                  "temperature": temperature, "samples": samples})
-        rates = [0.0] * count
-        for sim in simulations:
-            rates[int(sim["task_id"])] += float(sim["reward_info"].get("success") is True) / samples
-        return rates
-
-    return run
+    settings = {"capability": capability, "model": model, "adapter": adapter, "temperature": temperature,
+                "max_episode_tokens": max_episode_tokens}
+    return saved_rollouts(sample, work_dir, settings, samples, log)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,7 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         config = CalibrationConfig(args.capability, args.target, args.candidates, args.seed, args.samples,
                                    args.threshold, args.rounds, args.workers,
                                    SandboxConfig(isolation=args.isolation,
-                                                 allow_unisolated=args.unsafe_no_isolation))
+                                                 allow_unisolated=args.unsafe_no_isolation),
+                                   model=args.model, adapter=args.adapter, temperature=args.temperature,
+                                   max_episode_tokens=args.max_episode_tokens)
         resolve_isolation(config.sandbox.isolation, config.sandbox.allow_unisolated)  # before any model loads
         check_number(args.temperature, "--temperature", 0.0)  # NaN included: it would crash in the sampler
         check_int(args.max_episode_tokens, "--max-episode-tokens", 256)
@@ -258,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
             check_model_folder(args.model, "--model")
         # One work folder, one calibration: a second one is refused at once (a rerun resumes from state.json).
         with claimed_run_folder(work_dir, "--work-dir", fresh=False):
+            resumable_state(config, work_dir)  # a rerun with other settings is refused before the model loads
             rollouts = trainer_rollouts(args.capability, args.model, args.adapter, args.samples, args.temperature,
                                         args.max_episode_tokens, work_dir, sandbox=config.sandbox)
             state = calibrate(config, rollouts, work_dir)
@@ -265,10 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     accepted = [Scenario.from_dict(s) for s in state["accepted"]][: config.target]
-    if accepted:
-        save_scenarios(out, accepted)
-    print(f"{len(accepted)}/{config.target} {args.capability} scenarios accepted -> {out if accepted else '(none written)'}; "
-          f"log: {work_dir / 'calibration_log.md'}")
+    print(f"{len(accepted)}/{config.target} {args.capability} scenarios accepted; "
+          f"{publish_scenarios(out, accepted, 'accepted')}; log: {work_dir / 'calibration_log.md'}")
     return 0 if len(accepted) >= config.target else 1
 
 

@@ -480,7 +480,7 @@ class Grader:
         regression_total = len(self.baseline_regressions())
         grade = Grade(0.0, False, target="passed" if target_verdict == "passed" else
                       "timed out" if target_verdict == "timed out" else "failed",
-                      hidden_total=max(hidden_total, 1), hidden_passed=passed("hidden"),
+                      hidden_total=hidden_total, hidden_passed=passed("hidden"),
                       regression_total=regression_total, regression_passed=passed("regression"),
                       run_problem=run.problem)
         if run.problem:
@@ -498,7 +498,8 @@ class Grader:
             return grade
         if not regression_total or run.verdict("regression") == "passed":
             grade.reward, grade.success = 1.0, True
-            grade.detail = "the target and hidden tests pass and no regression test broke"
+            passing = "the target and hidden tests pass" if hidden_total else "the target test passes (no hidden tests)"
+            grade.detail = f"{passing} and no regression test broke"
             return grade
         grade.regression_passed = min(grade.regression_passed, regression_total - 1)
         share = grade.regression_passed / max(regression_total, 1)

@@ -78,6 +78,20 @@ def save_scenarios(path: str | Path, scenarios: list[Scenario]) -> Path:
     return atomic_write_json(path, [s.to_dict() for s in scenarios])
 
 
+def publish_scenarios(out: Path, scenarios: list[Scenario], what: str) -> str:
+    """Write this run's `what` scenarios (kept, accepted) to `out`; returns a clause saying what became of `out`.
+    With none, an earlier file there is removed instead: a scenarios file holds at least one scenario
+    (load_scenarios refuses an empty list), the old one would pass for this run's result, and the later phases
+    take a missing file for none."""
+    if scenarios:
+        save_scenarios(out, scenarios)
+        return f"{what} scenarios -> {out}"
+    if out.is_file():
+        out.unlink()
+        return f"no scenario {what}: removed the earlier {out}"
+    return f"no scenario {what}: nothing written to {out}"
+
+
 # Where Steps 1-2 hand SWE-bench artifacts on (docs/ARTIFACTS.md, the reference's layout): the selected list and
 # each capability's calibrated scenarios stay under pipeline/swebench/ though the code lives in swebench/.
 ARTIFACTS_DIR = REPO_ROOT / "pipeline" / "swebench"

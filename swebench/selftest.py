@@ -15,8 +15,9 @@ the reason printed and written to --report ({"kept": [ids], "dropped": {id: reas
 Scenario code runs only in the namespace sandbox; where namespaces are missing, --unsafe-no-isolation
 accepts running it without them (otherwise exit 2 with what is missing; see swebench/sandbox.py).
 
-Exit codes: 0 every scenario passed, 1 some were dropped (--out still holds the kept ones, if any),
-2 bad input (the file, a flag, an unwritable output; nothing written).
+Exit codes: 0 every scenario passed, 1 some were dropped (--out holds the kept ones; when none passed, a file
+already at --out is removed, so no earlier run's scenarios stand in for this run's), 2 bad input (the file, a
+flag, an unwritable output; nothing written).
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from swebench.grading import test_node_ids
 from swebench.patches import PatchError, apply_patch
 from swebench.sandbox import (UNSAFE_FLAG, SandboxConfig, SandboxUnavailable, TestRun, VerdictGroup,
                                       resolve_isolation, run_pytest_batch)
-from swebench.scenario import Scenario, load_scenarios, save_scenarios
+from swebench.scenario import Scenario, load_scenarios, publish_scenarios
 
 DEFAULT_MIN_REGRESSION = 3
 
@@ -190,9 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(r.seconds for r in results)
     print(f"{len(kept)}/{len(results)} scenarios pass the self-test (isolation: "
           f"{', '.join(sorted({r.isolation for r in results if r.isolation})) or '-'})")
-    if args.out is not None and kept:
-        save_scenarios(args.out, kept)
-        print(f"kept scenarios -> {args.out}")
+    if args.out is not None:
+        print(publish_scenarios(args.out, kept, "kept"))
     if args.report is not None:
         atomic_write_json(args.report, {"file": str(args.file), "kept": [s.id for s in kept], "dropped": dropped,
                                         "seconds": round(total, 2),
