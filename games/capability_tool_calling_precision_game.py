@@ -42,7 +42,9 @@ search, an exchange's product).
 Reward (in [0, 1]; success = 1.0), mostly on exactness:
   0.5  write, averaged over the requests: the request's order (or the customer's address) ends as expected
        (the write made with exactly the right values);
-  0.2  identification: a user look-up returned the customer's id (first/last name split, zip a string);
+  0.2  identification: a user look-up returned the customer's id (first/last name split, zip a string), paid
+       once a write was attempted (partial credit pays for progress on the request, never for stopping: an
+       agent that identified the customer and then quit scored more than one that tried and missed once);
   0.3  confirmation, averaged over the requests, only with the request's write: an honest reply after the
        write gives the order id (cancel, order address), the amount (return: the refund; exchange: the price
        difference) or the words "default address" (default-address change);
@@ -66,6 +68,7 @@ from dataclasses import dataclass
 
 from benchmarks.storefront.db import Address, StoreDB, User, add_order, generate_db
 from benchmarks.storefront.tasks import RequestBuilder, descriptions_unique, draw_customer
+from benchmarks.storefront.tools import StorefrontTools
 from benchmarks.storefront.user_sim import REQUEST_KINDS as SURFACE_KINDS  # a loose id applies to every kind
 from common.validation import check_choices, check_int, check_number
 from games._storefront.config import StorefrontGameConfig, draw_kind, surface_kind_weights
@@ -287,9 +290,14 @@ class ToolCallingPrecisionGame(StorefrontCapabilityGame):
         request.user.reason_text = reason_text
         return request, clause
 
+    def attempted_write(self) -> bool:
+        """Whether the agent called a write tool at all (whether or not the call went through)."""
+        return any(StorefrontTools.is_write(record.name) for record in self.state.tool_calls)
+
     def score(self) -> dict[str, float]:
-        """Each request's write and report (module docstring), averaged, plus the user look-up, less the failed
-        calls; no write or report credit when anything not asked for changed or the procedure broke."""
+        """Each request's write and report (module docstring), averaged, plus the user look-up once a write was
+        attempted, less the failed calls; no write or report credit when anything not asked for changed or the
+        procedure broke."""
         requests = self.instance.requests
         if self.nothing_else_changed() and not self.policy_violations():
             replies = self.told()
@@ -299,7 +307,8 @@ class ToolCallingPrecisionGame(StorefrontCapabilityGame):
                                      for r, d in zip(requests, done)])
         else:
             parts = {"write": 0.0, "confirm": 0.0}
-        return {"write": parts["write"], "identify": IDENTIFY_WEIGHT if self.authenticated() else 0.0,
+        identified = self.authenticated() and self.attempted_write()
+        return {"write": parts["write"], "identify": IDENTIFY_WEIGHT if identified else 0.0,
                 "confirm": parts["confirm"], "failed_calls": -FAILED_CALL_PENALTY * self.failed_call_count()}
 
 

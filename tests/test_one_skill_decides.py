@@ -150,3 +150,30 @@ def test_a_few_seeds_above_the_limit_by_chance_warn_and_a_clear_excess_fails():
     assert row["success_rate"] == 1.0 and row["status"] == "FAIL", row
     row = ablation_rows(on(spec, storefront=SURFACE), seeds=10)["always_refuse"]
     assert row["status"] == "PASS" and row["limit"] == pytest.approx(max(row["seeds_by_class"].values()) / 10 + 0.05)
+
+
+def _play(spec, game, policy) -> dict:
+    for _ in range(spec.max_turns):
+        if game.done:
+            break
+        game.step(spec.extract_action(policy(game)))
+    return game.get_summary()
+
+
+def test_partial_credit_never_pays_for_stopping():
+    """tool_calling_precision: identifying the customer and then quitting scored 0.2, more than 147 of 169 failed
+    attempts on the demo's surface (each failed call costs 0.1), so GRPO groups without a success taught quitting.
+    Identification now pays once a write was attempted: stopping scores 0, never above trying."""
+    spec = get_game("capability_tool_calling_precision")
+    for seed in range(20):
+        game = spec.make(storefront=SURFACE)
+        game.reset(seed)
+        quit_reward = _play(spec, game, lambda g: g.oracle_response() if not g.authenticated() else
+                            "I'm sorry, I can't help with that. Goodbye.")["reward"]
+        game = spec.make(storefront=SURFACE)
+        game.reset(seed)
+        tried = _play(spec, game, lambda g: g.oracle_response() if not g.authenticated() else
+                      g.ablated_response("values_as_written"))
+        assert quit_reward == 0.0, seed
+        assert tried["reward"] >= quit_reward, (seed, tried["reward_parts"])
+
