@@ -21,16 +21,18 @@ readers load whole; rewriting it per episode costs O(n²) and a half-run file wo
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from tqdm import tqdm
 
-from benchmarks.agents import ServerError
+from benchmarks.agents import Agent, ServerError
+from common.cli import Interrupted
 from common.io import append_line
 from common.validation import InputError
 
@@ -140,3 +142,26 @@ class ResultsJournal:
     def remove(self) -> None:
         """The run is complete and its results file written: the journal goes."""
         self.path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def kept_on_interrupt(journal: ResultsJournal, what: str) -> Iterator[None]:
+    """Around a CLI's journaled run: a Ctrl-C ends it with one line saying how many `what` the journal keeps and
+    how to continue (common/cli.py's Interrupted); a run that recorded nothing (interrupted, or refused by its
+    server, before its first episode ended) leaves no journal behind, so a corrected command is not refused as a run
+    with other settings. Used by train.evaluate and train.collect_rollouts too."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(f"{len(journal.scored)} {what} are kept in {journal.path}: run the same command again to "
+                          "continue") from None
+    finally:
+        if not journal.scored and not journal.marks and not journal.errors:
+            journal.remove()
+
+
+def agent_settings(agent: Agent) -> dict[str, Any]:
+    """The agent as a journal's settings name it: its `describe()` (for a local model, the fingerprints of its
+    model and adapter folders, so other weights at the same path are another run) less where its server listens
+    (a restarted server may move)."""
+    return {k: v for k, v in agent.describe().items() if k != "base_url"}

@@ -32,9 +32,9 @@ from typing import Any, Callable
 
 from benchmarks.agents import Agent, ContextFull, ExpertAgent
 from benchmarks.results import make_simulation, pass_hat_k, pass_rates, write_results
-from benchmarks.results_journal import ResultsJournal
+from benchmarks.results_journal import ResultsJournal, agent_settings, kept_on_interrupt
 from benchmarks.tau2_target import DOMAINS, SPLITS, require_tau2
-from common.cli import Interrupted, cli_entry, exit_code, seed_value
+from common.cli import cli_entry, exit_code, seed_value
 from common.io import check_output_path
 from common.llm_client import FatalAPIError
 from common.validation import InputError, check_number, check_url, nothing_listens
@@ -162,19 +162,15 @@ def play_and_write(args: argparse.Namespace, make_agent: Callable[[argparse.Name
     check_customer_server(args.user_base_url)
     agent = make_agent(args)
     game = Tau2Game(args.domain, config)
-    agent_settings = {k: v for k, v in agent.describe().items() if k != "base_url"}
     user_info = {"implementation": "benchmarks.tau2_user.Tau2User", "model": args.user_model,
                  "temperature": args.user_temperature}  # retries are left out: they do not change a score
-    settings = {"agent": agent_settings, "tokenizer": args.tokenizer, "domain": args.domain, "split": args.split,
+    settings = {"agent": agent_settings(agent), "tokenizer": args.tokenizer, "domain": args.domain, "split": args.split,
                 "tasks": n_tasks, "trials": args.trials, "seed": args.seed, "temperature": args.temperature,
                 "max_new_tokens": args.max_new_tokens, "max_steps": args.max_steps, "user": user_info}
-    with ResultsJournal(args.out, settings) as journal:
+    with ResultsJournal(args.out, settings) as journal, kept_on_interrupt(journal, "scored episodes"):
         try:
             simulations, tasks = run_journaled(game, agent, n_tasks, args.trials, args.seed, journal,
                                                progress=not args.no_progress)
-        except KeyboardInterrupt:
-            raise Interrupted(f"{len(journal.scored)} scored episodes are kept in {journal.path}: run the same "
-                              "command again to continue") from None
         except FatalAPIError as err:  # a bad key, model or URL: every episode would fail the same way
             raise InputError(f"the customer's server refused the request: {err}") from None
         if journal.errors:

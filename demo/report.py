@@ -260,7 +260,7 @@ def _loop_sections(run_dir: Path, records: dict[str, dict[str, Any]], config: An
                     cells[mode] = (row["mean"], row["std"])
             if cells:
                 points[label] = (episodes, cells)
-        png = plot_pass_vs_rollouts(points, run_dir / "pass_vs_rollouts.png")
+        png = plot_pass_vs_rollouts(points, run_dir / "pass_vs_rollouts.png", f"T={config.evaluate.temperature:g}")
         if png:
             lines += ["![pass rate against rollouts](pass_vs_rollouts.png)", ""]
     return lines + routing_section(run_dir, records, results, measure_routing)

@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from demo.plotting import pyplot, save_figure
-from demo.report_text import MODE_TITLES
+from demo.report_text import MODE_TITLES, mode_name
 
 
 def plot_sft_curve(log: list[dict[str, Any]], path: Path) -> Path | None:
@@ -58,10 +58,11 @@ def plot_training_curves(curves: dict[str, list[dict[str, Any]]], episodes_per_i
     return save_figure(figure, path)
 
 
-def plot_pass_vs_rollouts(points: dict[str, tuple[int, dict[str, tuple[float, float]]]], path: Path
-                          ) -> Path | None:
+def plot_pass_vs_rollouts(points: dict[str, tuple[int, dict[str, tuple[float, float]]]], path: Path,
+                          temperature: str | None = None) -> Path | None:
     """Held-out storefront pass^1 (mean ± std over seeds) against rollouts used, one panel per decoding mode
-    (PNG). `points`: {model: (episodes, {mode: (mean, std)})}. Models that used the same number of episodes
+    (PNG). `points`: {model: (episodes, {mode: (mean, std)})}; `temperature` names the sampled mode's panel
+    (e.g. "T=0.7", the evaluation's; without it, "sampled"). Models that used the same number of episodes
     (TRACE and the baselines) are drawn side by side around it, each with its mean written next to it."""
     if len(points) < 2:
         return None
@@ -83,7 +84,7 @@ def plot_pass_vs_rollouts(points: dict[str, tuple[int, dict[str, tuple[float, fl
                 axis.errorbar([x], [cell[0]], yerr=[cell[1]], fmt="o", capsize=3, color=colors[name], label=name)
                 axis.annotate(f"{cell[0]:.2f}", (x, cell[0]), textcoords="offset points", xytext=(4, 4), fontsize=6)
         axis.set_xlabel("training episodes (rollouts) used after SFT")
-        axis.set_title(f"pass^1, {MODE_TITLES[mode]}")
+        axis.set_title(f"pass^1, {mode_name(mode, temperature) if temperature else MODE_TITLES[mode]}")
         axis.set_ylim(0, 1)
         axis.grid(alpha=0.3)
     axes[0][0].set_ylabel("held-out storefront pass^1")

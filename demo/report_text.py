@@ -9,7 +9,8 @@ def fmt_cell(cell: dict[str, float] | None) -> str:
     return "-" if cell is None else f"{cell['mean']:.3f} ± {cell['std']:.3f}"
 
 
-MODE_TITLES = {"greedy": "greedy", "sampled": "temperature 1"}
+# The two evaluation modes, in report order; the sampled mode's temperature is the config's (`mode_name`).
+MODE_TITLES = {"greedy": "greedy", "sampled": "sampled"}
 
 
 def ci_text(cell: dict[str, Any] | None) -> str:

@@ -1395,6 +1395,12 @@ class _FlakyCompletions(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(json.dumps(answer).encode())
 
+    def do_GET(self) -> None:  # noqa: N802 (http.server API): the served models, listed once by the agent
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(json.dumps({"object": "list", "data": [{"id": "tiny", "owned_by": "vllm"}]}).encode())
+
     def log_message(self, *args: Any) -> None:
         pass
 
@@ -1422,9 +1428,9 @@ def test_vllm_agent_retries_5xx_then_fails_loudly(tiny_model_dir: Path):
     finally:
         server.shutdown()
         server.server_close()
-    dead = VLLMAgent(url, "tiny", tiny_model_dir, timeout_s=2.0, sleep=lambda s: None)  # nothing listens now
-    with pytest.raises(RuntimeError, match="failed after 6 attempts: (APIConnectionError|APITimeoutError)"):
-        dead.respond([{"role": "user", "content": "hi"}], [])
+    # Nothing listens now: the agent lists the served models first, so it fails before any episode.
+    with pytest.raises(RuntimeError, match="list models failed after 6 attempts: (APIConnection|APITimeout)Error"):
+        VLLMAgent(url, "tiny", tiny_model_dir, timeout_s=2.0, sleep=lambda s: None)
 
 
 def test_cli_config_files_set_the_mix_and_are_saved_with_the_results(tmp_path: Path, capsys):

@@ -10,8 +10,11 @@
   on its own so its tokens are the same on every turn), so turn k routes as turn 1 did.
 - `VLLMAgent(base_url, model, tokenizer_dir)`: a vLLM (OpenAI-compatible) server's `/v1/completions`,
   with the chat template applied here on the client, so the server sees exactly the prompt an HFAgent
-  would. Connection errors, timeouts and 5xx answers are retried with exponential backoff, then the
-  call fails loudly.
+  would. Each turn samples with a seed derived from the episode's (`begin_episode`) and the turn, and, on a vLLM
+  server (its model list says so), with the rollout backend's neutral top_p/top_k/penalties
+  (train/vllm_backend.NEUTRAL_SAMPLING), as an hf: agent samples. Connection
+  errors, timeouts and 5xx answers are retried with exponential backoff, then the call fails loudly; a key or a
+  model the server refuses (401/403/404) is an InputError naming the flag to fix.
 
 `parse_agent_spec("hf:DIR[:ADAPTER]" | "vllm:URL")` builds one; `check_agent_spec` checks a spec before anything
 is loaded; `any_agent` (`python -m train.play`) adds the environment's own players (expert, flawed:FLAW). Batched
@@ -35,8 +38,6 @@ from common.validation import InputError, check_url, env_number, nothing_listens
 from game_registry import Game
 
 IM_END = "<|im_end|>"
-
-
 def _stop_strings(tokenizer: Any) -> list[str]:
     """End-of-turn markers: the tokenizer's eos and, when it knows it, `<|im_end|>`."""
     stops = [IM_END] if IM_END in tokenizer.get_vocab() else []
@@ -119,10 +120,17 @@ class HFAgent(Agent):
         config = getattr(model, "config", None)
         self.max_positions = int(getattr(config, "max_position_embeddings", None) or 10**9)
         self._torch = torch
+        # What the weights are, not only where (as train.evaluate's journal records): a run's journal refuses to
+        # continue with a model or adapter/gate folder trained again at the same path.
+        from train.batch_journal import folder_fingerprint
+
+        self.fingerprints = {"model": folder_fingerprint(self.model_dir),
+                             "adapter": folder_fingerprint(self.adapter_dir)}
 
     def describe(self) -> dict[str, Any]:
         return {"implementation": "HFAgent", "model": self.model_dir, "adapter": self.adapter_dir,
-                "temperature": self.temperature, "max_new_tokens": self.max_new_tokens}
+                "fingerprints": self.fingerprints, "temperature": self.temperature,
+                "max_new_tokens": self.max_new_tokens}
 
     def begin_episode(self, game: Game, seed: int | None = None) -> None:
         if seed is not None and self.temperature > 0:  # reproducible sampling per episode
@@ -174,7 +182,7 @@ class VLLMAgent(Agent):
     A request that fails by connection, timeout, 429 or 5xx is retried `max_retries` times after bounded
     exponential backoff with full jitter (delay k: uniform in [0, min(max_delay, backoff x 2^k)], so clients that
     failed together do not come back together); then ServerError, which the runner records as an episode not
-    scored. The defaults come from the environment as for the rollout backend: VLLM_REQUEST_TIMEOUT (120 s),
+    scored. 401/403 (the key) and 404 (the model name or the URL) are not retried: InputError, at the first request. The defaults come from the environment as for the rollout backend: VLLM_REQUEST_TIMEOUT (120 s),
     VLLM_MAX_RETRIES (5), VLLM_RETRY_BACKOFF (1 s); 30 s is the longest wait.
     """
 
@@ -183,8 +191,10 @@ class VLLMAgent(Agent):
     def __init__(self, base_url: str, model: str | None, tokenizer_dir: str | Path, temperature: float = 0.0,
                  max_new_tokens: int = 256, timeout_s: float | None = None, max_retries: int | None = None,
                  backoff_s: float | None = None, sleep: Callable[[float], None] = time.sleep,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, api_key_env: str | None = None) -> None:
         import openai
+
+        from train.vllm_backend import NEUTRAL_SAMPLING, request_seed
 
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
@@ -203,22 +213,33 @@ class VLLMAgent(Agent):
         self.stop = _stop_strings(self.tokenizer)
         self._sleep = sleep
         self._openai = openai
+        self._api_key_env = api_key_env  # the variable the key came from, named when the server refuses it
+        # Every sampling knob as the rollout backend sends it (top_p 1, top_k off, no penalties), else vLLM fills
+        # them from the model's generation_config and samples another distribution than an hf: agent's.
+        self._request_seed = request_seed
+        self._episode_seed: int | None = None
+        self._turn = 0
         # Retries are ours (below), so that the policy is visible and testable.
         # `api_key`: the endpoint's key (a hosted model), read by the caller from the variable the user named;
         # without one, "EMPTY" (vLLM's convention), so the client never falls back to $OPENAI_API_KEY.
         self.client = openai.OpenAI(base_url=self.base_url, api_key=api_key or "EMPTY", timeout=timeout_s,
                                     max_retries=0)
-        self.model = model or self._first_served_model()
-
-    def _first_served_model(self) -> str:
+        # The served models are listed first, with or without --model: a refused key or a wrong URL stops the run
+        # before any episode, and the listing says whether the server is vLLM.
         served = self._with_retries(lambda: self.client.models.list().data, "list models")
-        if not served:
+        if not served and not model:
             raise RuntimeError(f"vLLM server {self.base_url} serves no model; pass the model name explicitly")
-        return served[0].id
+        self.model = model or served[0].id
+        # Every sampling knob as the rollout backend sends it (top_p 1, top_k off, no penalties), else vLLM fills
+        # them from the model's generation_config and samples another distribution than an hf: agent's. Another
+        # OpenAI-compatible host (a hosted model) gets only the standard fields: it may refuse vLLM's.
+        self.is_vllm = any(getattr(entry, "owned_by", None) == "vllm" for entry in served)
+        self._sampling = dict(NEUTRAL_SAMPLING) if self.is_vllm else {}
 
     def describe(self) -> dict[str, Any]:
         return {"implementation": "VLLMAgent", "base_url": self.base_url, "model": self.model,
-                "temperature": self.temperature, "max_new_tokens": self.max_new_tokens}
+                "temperature": self.temperature, "max_new_tokens": self.max_new_tokens,
+                "sampling": self._sampling}
 
     def _with_retries(self, request: Callable[[], Any], what: str) -> Any:
         openai = self._openai
@@ -233,6 +254,8 @@ class VLLMAgent(Agent):
             except openai.APIStatusError as err:
                 if err.status_code == 400 and "context length" in str(err.message).lower():  # vLLM's words
                     raise ContextFull(f"vLLM server {self.base_url}: {err.message}") from err
+                if err.status_code in (401, 403, 404):  # every request would get the same: the command is wrong
+                    raise self._refused(err.status_code, what, str(err.message)) from None
                 if err.status_code < 500 and err.status_code != 429:  # a bad request will not get better
                     raise RuntimeError(f"vLLM server {self.base_url}: {what} failed with HTTP {err.status_code}: "
                                        f"{err.message}") from err
@@ -240,21 +263,42 @@ class VLLMAgent(Agent):
         raise ServerError(f"vLLM server {self.base_url}: {what} failed after {self.max_retries + 1} attempts: "
                           f"{type(last_error).__name__}: {last_error}") from last_error
 
+    def _refused(self, status: int, what: str, message: str) -> InputError:
+        """The one-line error for an answer no retry changes: a key refused (401/403), a model or path unknown (404)."""
+        server = f"vLLM server {self.base_url}: {what} failed with HTTP {status} ({' '.join(message.split())[:200]})"
+        if status == 404:
+            model = getattr(self, "model", None)  # not yet set while the served models are listed
+            fix = "fix the URL (it usually ends in /v1)"
+            return InputError(f"{server}; " + (f"it does not serve the model {model!r}: pass --model with a name "
+                                                f"listed at {self.base_url}/models, or {fix}" if model else fix))
+        fix = (f"check that ${self._api_key_env} (--api-key-env) holds a key valid for this server" if self._api_key_env
+               else "the server wants a key: export it in a variable and name it with --api-key-env NAME")
+        return InputError(f"{server}; {fix}")
+
+    def begin_episode(self, game: Game, seed: int | None = None) -> None:
+        # Turn k of the episode samples with a seed derived from (seed, k): reproducible per episode, and two
+        # episodes (tasks, trials) never share their draws; without a seed the server draws its own.
+        self._episode_seed, self._turn = seed, 0
+
     def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
         prompt = render_prompt(self.tokenizer, messages, tools)
+        seed = {} if self._episode_seed is None else {"seed": self._request_seed(self._episode_seed, self._turn, 0)}
+        self._turn += 1
         response = self._with_retries(lambda: self.client.completions.create(
             model=self.model, prompt=prompt, max_tokens=self.max_new_tokens, temperature=self.temperature,
-            stop=self.stop), "completion")
+            stop=self.stop, extra_body=self._sampling, **seed), "completion")
         return response.choices[0].text
 
 
 def parse_agent_spec(spec: str, *, temperature: float = 0.0, max_new_tokens: int = 256,
-                     tokenizer_dir: str | None = None, model: str | None = None, api_key: str | None = None) -> Agent:
+                     tokenizer_dir: str | None = None, model: str | None = None, api_key: str | None = None,
+                     api_key_env: str | None = None) -> Agent:
     """Build a model agent from `hf:MODEL_DIR[:ADAPTER_DIR]` or `vllm:URL`.
 
     `vllm:` needs `tokenizer_dir` (the chat template is applied on the client); `model` defaults to the
-    server's first model; `api_key` is sent to that server only (none: "EMPTY"). Raises ValueError for a
-    malformed spec, FileNotFoundError for a missing folder.
+    server's first model; `api_key` is sent to that server only (none: "EMPTY"), `api_key_env` names the variable
+    it came from (in the error when the server refuses it). Raises ValueError for a malformed spec, FileNotFoundError
+    for a missing folder.
     """
     kind, _, rest = spec.partition(":")
     if kind == "hf" and rest:
@@ -265,7 +309,7 @@ def parse_agent_spec(spec: str, *, temperature: float = 0.0, max_new_tokens: int
             raise ValueError("a vllm: agent needs a tokenizer folder (--tokenizer DIR): the chat template is "
                              "applied on the client")
         return VLLMAgent(rest, model, tokenizer_dir, temperature=temperature, max_new_tokens=max_new_tokens,
-                         api_key=api_key)
+                         api_key=api_key, api_key_env=api_key_env)
     raise ValueError(f"bad agent spec {spec!r}; use 'hf:MODEL_DIR[:ADAPTER_DIR]' or 'vllm:URL' (the environment's "
                      "own players: 'expert', 'flawed:FLAW')")
 
@@ -302,7 +346,10 @@ def any_agent(args: argparse.Namespace,
     api_key = os.environ[args.api_key_env] if args.api_key_env else None  # checked set by the runner's CLI
     try:
         return parse_agent_spec(args.agent, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                                tokenizer_dir=args.tokenizer, model=args.model, api_key=api_key)
+                                tokenizer_dir=args.tokenizer, model=args.model, api_key=api_key,
+                                api_key_env=args.api_key_env)
+    except InputError:
+        raise  # already names the fix (a vllm: server refusing the key or the model)
     # ValueError/OSError: a bad spec, a folder or file that is missing or unreadable; RuntimeError: VLLMAgent's
     # server refused, serves no model, or never answered
     except (ValueError, OSError, RuntimeError) as err:

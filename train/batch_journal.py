@@ -16,18 +16,16 @@ makes the continued run equal the uninterrupted one.
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import io
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from benchmarks.results_journal import Key, ResultsJournal
-from common.cli import Interrupted
 from train.backends import RolloutBackend
 from train.episodes import EpisodeRequest
 
@@ -81,20 +79,6 @@ def play_journaled(requests: Sequence[EpisodeRequest], keys: Sequence[Key], batc
     if journal is not None:
         simulations = [journal.scored[key][0] for key in keys]
     return simulations
-
-
-@contextlib.contextmanager
-def kept_on_interrupt(journal: ResultsJournal, what: str) -> Iterator[None]:
-    """Around a CLI's journaled run: a Ctrl-C ends it with one line saying how many `what` the journal keeps and
-    how to continue (common/cli.py's Interrupted); a run that played nothing leaves no journal behind."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        raise Interrupted(f"{len(journal.scored)} {what} are kept in {journal.path}: run the same command again to "
-                          "continue") from None
-    finally:
-        if not journal.scored and not journal.marks:
-            journal.remove()
 
 
 def folder_fingerprint(folder: str | os.PathLike | None) -> str | None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,16 +26,16 @@ import torch
 from tqdm import tqdm
 
 from benchmarks.results import write_results
-from benchmarks.results_journal import ResultsJournal
+from benchmarks.results_journal import ResultsJournal, kept_on_interrupt
 from game_registry import GameSpec, check_game_overrides, lookup_game
 from common.io import check_model_folder, check_output_path
 from common.validation import InputError, check_int, check_number
 from common.cli import exit_code, seed_value
 from train.backends import HFBackend, RolloutBackend
-from train.batch_journal import folder_fingerprint, kept_on_interrupt, play_journaled
+from train.batch_journal import folder_fingerprint, play_journaled
 from train.episodes import ChatTokenizer, EpisodeRequest, check_prompts_fit, episode_to_simulation, run_episodes
 from train.policy import load_base_model, load_tokenizer
-from train.vllm_backend import VLLMError, backend_from_env
+from train.vllm_backend import VLLMError, backend_from_env, vllm_settings_from_env
 
 
 ROLLOUT_BATCH_SIZE = 256  # episodes played at once
@@ -117,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         check_game_overrides(spec, overrides, "--game-overrides")  # before the model loads
         # A local folder (else a hub id, which load_tokenizer resolves) needs its weights unless a vLLM server
         # samples (VLLM_BASE_URLS): then this process loads only the tokenizer.
-        if Path(args.model).exists() and not os.environ.get("VLLM_BASE_URLS", "").strip():
+        vllm = vllm_settings_from_env()  # the servers that sample, if any (InputError for a malformed VLLM_*)
+        if Path(args.model).exists() and vllm is None:
             check_model_folder(args.model, "--model")
         seeds = list(range(args.seed_start, args.seed_start + args.seeds))
         tokenizer = load_tokenizer(args.model)
@@ -128,12 +128,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     # What decides the rollouts: a rerun with the same settings continues the journal, another is refused.
-    # (Where a vLLM server samples, the weights behind its names are the server's: only the names are compared.)
-    served = bool(os.environ.get("VLLM_BASE_URLS", "").strip())
+    # Where a vLLM server samples, the weights behind its names are the server's: only the names are compared, those
+    # of what samples (VLLM_MODEL, and the adapter it serves: --adapter) beside --model (then only the tokenizer).
+    served = vllm is not None
+    sampled_by: dict[str, Any] = {"sampled_by": "in-process"}
+    if vllm is not None:
+        sampled_by = {"sampled_by": "vllm", "vllm_model": vllm.model, "served_model": args.adapter or vllm.model}
     settings = {"game": args.game, "overrides": overrides, "seeds": seeds, "samples": args.samples,
                 "temperature": args.temperature, "max_episode_tokens": args.max_episode_tokens,
-                "sampling_seed": args.sampling_seed, "sampled_by": "vllm" if served else "in-process",
-                "batch_size": ROLLOUT_BATCH_SIZE,
+                "sampling_seed": args.sampling_seed, **sampled_by, "batch_size": ROLLOUT_BATCH_SIZE,
                 "model": [args.model, folder_fingerprint(args.model) if Path(args.model).exists() and not served
                           else None],
                 "adapter": [args.adapter, None if served else folder_fingerprint(args.adapter)]}
@@ -153,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, ValueError) as err:  # the journal's lock or settings; a chat template not append-only
         print(f"error: {err}", file=sys.stderr)
         return 2
-    info = {"game": args.game, "model": args.model, "adapter": args.adapter, "temperature": args.temperature,
-            "samples": args.samples, "game_overrides": overrides}
+    info = {"game": args.game, "model": args.model, "adapter": args.adapter, **sampled_by,
+            "temperature": args.temperature, "samples": args.samples, "game_overrides": overrides}
     write_results(args.out, simulations, info=info)
     journal.remove()
     rewards = [s["reward_info"]["reward"] for s in simulations]

@@ -39,14 +39,14 @@ from typing import Any
 import torch
 
 from benchmarks.results import pass_hat_k, write_results
-from benchmarks.results_journal import Key, ResultsJournal
+from benchmarks.results_journal import Key, ResultsJournal, kept_on_interrupt
 from benchmarks.storefront.run import task_seed
 from common.io import check_model_folder, check_output_path
 from common.validation import InputError, check_number
 from common.cli import cli_entry, exit_code, seed_value
 from game_registry import GameImportError, GameSpec, get_game
 from train.backends import HFBackend
-from train.batch_journal import folder_fingerprint, kept_on_interrupt, play_journaled
+from train.batch_journal import folder_fingerprint, play_journaled
 from train.episodes import ChatTokenizer, EpisodeRequest, check_prompts_fit, episode_to_simulation, run_episodes
 from train.policy import load_tokenizer
 

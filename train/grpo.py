@@ -160,8 +160,11 @@ def apply_scheduled_rate(scheduler: torch.optim.lr_scheduler.LambdaLR) -> None:
     function: a resume with more --iterations re-plans a linear/cosine decay (lr_factor_schedule), and without
     this its first step would take the old plan's rate and the second jump to the new one's.
     """
-    scheduler.last_epoch -= 1  # step() advances it back and sets every group's lr (and get_last_lr) from it
-    scheduler.step()
+    step = scheduler.last_epoch  # optimizer steps done; the next one takes the rate the schedule gives here
+    rates = [base * factor(step) for base, factor in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
+    for group, rate in zip(scheduler.optimizer.param_groups, rates):
+        group["lr"] = rate
+    scheduler._last_lr = rates  # what get_last_lr() reports (LambdaLR keeps it there; set as its step() does)
 
 
 def pad_batch(sequences: list[Sequence], pad_token_id: int, device: torch.device) -> RolloutBatch:

@@ -95,6 +95,13 @@ def request_seed(seed: int, call: int, index: int) -> int:
     return int.from_bytes(digest, "little") & 0x7FFFFFFF
 
 
+# vLLM's sampling knobs at their neutral values, sent with every request: the distribution is softmax(logits /
+# temperature) and nothing else. Left out, vLLM fills them from the model's generation_config.json (Qwen3: top_k
+# 20, top_p 0.95), and the server would sample another distribution than the trainer scores.
+NEUTRAL_SAMPLING = {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0,
+                    "frequency_penalty": 0.0}
+
+
 class VLLMBackend(RolloutBackend):
     """Samples from one or more vLLM OpenAI-protocol servers; the policy's LoRA is loaded at runtime."""
 
@@ -225,12 +232,7 @@ class VLLMBackend(RolloutBackend):
             "prompt": prompt,
             "max_tokens": params.max_new_tokens,
             "temperature": params.temperature,
-            "top_p": 1.0,
-            "top_k": -1,
-            "min_p": 0.0,
-            "repetition_penalty": 1.0,
-            "presence_penalty": 0.0,
-            "frequency_penalty": 0.0,
+            **NEUTRAL_SAMPLING,
             "n": 1,
             "seed": seed,
             "logprobs": 0,  # the sampled token's log-prob only

@@ -34,12 +34,12 @@ from tqdm import tqdm
 
 from benchmarks.agents import Agent, ContextFull, ExpertAgent
 from benchmarks.results import make_simulation, pass_hat_k, pass_rates, write_results
-from benchmarks.results_journal import ResultsJournal
+from benchmarks.results_journal import ResultsJournal, agent_settings, kept_on_interrupt
 from benchmarks.storefront.env import StorefrontConfig, StorefrontGame
 from benchmarks.storefront.flaws import FlawedExpertAgent
 from benchmarks.storefront.user_sim import REQUEST_KINDS
 from game_registry import parse_hermes_action
-from common.cli import Interrupted, cli_entry, exit_code, seed_value
+from common.cli import cli_entry, exit_code, seed_value
 from common.io import check_output_path, load_yaml_mapping
 from common.validation import InputError, check_number
 
@@ -114,7 +114,8 @@ def run_journaled(agent: Agent, n_tasks: int, seed: int, trials: int, config: St
 
 
 def load_config(path: str | None, kinds: tuple[str, ...] | None = None) -> StorefrontConfig:
-    """StorefrontConfig from a YAML file of its fields (defaults for the rest), restricted to `kinds`."""
+    """StorefrontConfig from a YAML file of its fields (defaults for the rest), restricted to `kinds` (InputError for
+    a kind the config gives no weight: restricting cannot add a kind to the mix)."""
     fields = load_yaml_mapping(path) if path else {}
     known = {f.name for f in dataclasses.fields(StorefrontConfig)}
     unknown = sorted(set(fields) - known)
@@ -125,11 +126,17 @@ def load_config(path: str | None, kinds: tuple[str, ...] | None = None) -> Store
         fields["request_counts"] = tuple(fields["request_counts"])
     try:
         config = StorefrontConfig(**fields)
-        if kinds:
-            weights = {k: w for k, w in config.kind_weights.items() if k in kinds and w > 0}
-            config = dataclasses.replace(config, kind_weights=weights or {k: 1.0 for k in kinds})
     except ValueError as err:
         raise InputError(f"{path or 'the default config'}: {err}") from None
+    if kinds:  # a kind the config gives no weight would be dropped from the mix while the results list it
+        weighted = [k for k, w in config.kind_weights.items() if w > 0]
+        missing = [k for k in kinds if k not in weighted]
+        if missing:
+            raise InputError(f"--kinds {','.join(kinds)}: {', '.join(missing)} "
+                             f"{'has' if len(missing) == 1 else 'have'} no weight in {path or 'the default config'}, "
+                             f"whose kinds are {', '.join(weighted)}; choose --kinds among them, or give "
+                             f"{', '.join(missing)} a weight > 0 in the config's kind_weights")
+        config = dataclasses.replace(config, kind_weights={k: w for k, w in config.kind_weights.items() if k in kinds})
     return config
 
 
@@ -243,18 +250,12 @@ def main(argv: list[str] | None = None, make_agent: Callable[[argparse.Namespace
     config = load_config(args.config, kinds)
     agent = make_agent(args)
     # What decides the results: a rerun with the same settings continues the journal, another is refused.
-    # The agent as it describes itself, less where its server listens (a restarted server may move).
-    agent_settings = {k: v for k, v in agent.describe().items() if k != "base_url"}
-    settings = {"agent": agent_settings, "tokenizer": args.tokenizer, "tasks": args.tasks,
+    settings = {"agent": agent_settings(agent), "tokenizer": args.tokenizer, "tasks": args.tasks,
                 "seed": args.seed, "trials": args.trials, "temperature": args.temperature,
                 "max_new_tokens": args.max_new_tokens, "config": dataclasses.asdict(config)}
-    with ResultsJournal(args.out, settings) as journal:
-        try:
-            simulations, tasks = run_journaled(agent, args.tasks, args.seed, args.trials, config, journal,
-                                               progress=not args.no_progress)
-        except KeyboardInterrupt:
-            raise Interrupted(f"{len(journal.scored)} scored episodes are kept in {journal.path}: run the same "
-                              "command again to continue") from None
+    with ResultsJournal(args.out, settings) as journal, kept_on_interrupt(journal, "scored episodes"):
+        simulations, tasks = run_journaled(agent, args.tasks, args.seed, args.trials, config, journal,
+                                           progress=not args.no_progress)
         if journal.errors:
             print(f"error: {len(journal.errors)} of {args.tasks * args.trials} episodes could not be scored (the "
                   f"agent's server failed after its retries; first: {next(iter(journal.errors.values()))}); the "
@@ -263,7 +264,8 @@ def main(argv: list[str] | None = None, make_agent: Callable[[argparse.Namespace
             return 1
     info = {
         "benchmark": "storefront", "num_tasks": args.tasks, "num_trials": args.trials, "seed": args.seed,
-        "kinds": list(kinds or config.kind_weights), "config": dataclasses.asdict(config), "max_steps": config.max_steps, "max_errors": config.max_errors,
+        "kinds": [k for k, w in config.kind_weights.items() if w > 0], "config": dataclasses.asdict(config),
+        "max_steps": config.max_steps, "max_errors": config.max_errors,
         "agent_info": {**agent.describe(), "spec": args.agent},
         "user_info": {"implementation": "benchmarks.storefront.user_sim.UserSimulator"},
         "environment_info": {"domain_name": "storefront", "policy": StorefrontGame(config).policy,
