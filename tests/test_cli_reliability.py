@@ -263,3 +263,13 @@ def test_demo_reads_the_key_variable_the_config_names(no_steps, monkeypatch, tmp
     config.write_text(yaml.safe_dump(values))
     code, err = _run(main, ["--config", config, "--run-dir", tmp_path / "run"], capsys)
     assert code == 0 and len(no_steps) == 1, err
+
+
+def test_a_flaw_planted_twice_is_refused():
+    # Before: `--plant skip_status_check=0.5,skip_status_check=0.2` kept 0.2 without a word.
+    from benchmarks.storefront.demos import parse_planted
+    from common.validation import InputError
+
+    with pytest.raises(InputError, match="skip_status_check is given twice \\(0.5 and 0.2\\); give each flaw once"):
+        parse_planted("skip_status_check=0.5,skip_status_check=0.2")
+    assert parse_planted("skip_status_check=0.5,drop_hash=0.2") == {"skip_status_check": 0.5, "drop_hash": 0.2}

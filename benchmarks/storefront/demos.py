@@ -66,9 +66,13 @@ def parse_planted(text: str) -> dict[str, float]:
         try:
             if not sep:
                 raise ValueError
-            planted[flaw.strip()] = float(share)
+            value = float(share)
         except ValueError:
             raise InputError(f"--plant: write FLAW=SHARE pairs, got {pair!r}") from None
+        if flaw.strip() in planted:  # a second share for one flaw: which one was meant is not ours to guess
+            raise InputError(f"--plant: {flaw.strip()} is given twice ({planted[flaw.strip()]:g} and {value:g}); "
+                             "give each flaw once")
+        planted[flaw.strip()] = value
     return check_planted(planted, "--plant")
 
 
