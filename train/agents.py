@@ -182,7 +182,8 @@ class VLLMAgent(Agent):
     A request that fails by connection, timeout, 429 or 5xx is retried `max_retries` times after bounded
     exponential backoff with full jitter (delay k: uniform in [0, min(max_delay, backoff x 2^k)], so clients that
     failed together do not come back together); then ServerError, which the runner records as an episode not
-    scored. 401/403 (the key) and 404 (the model name or the URL) are not retried: InputError, at the first request. The defaults come from the environment as for the rollout backend: VLLM_REQUEST_TIMEOUT (120 s),
+    scored. 401/403 (the key) and 404 (the model name or the URL) are not retried: InputError, at the first
+    request. The defaults come from the environment as for the rollout backend: VLLM_REQUEST_TIMEOUT (120 s),
     VLLM_MAX_RETRIES (5), VLLM_RETRY_BACKOFF (1 s); 30 s is the longest wait.
     """
 
@@ -214,8 +215,6 @@ class VLLMAgent(Agent):
         self._sleep = sleep
         self._openai = openai
         self._api_key_env = api_key_env  # the variable the key came from, named when the server refuses it
-        # Every sampling knob as the rollout backend sends it (top_p 1, top_k off, no penalties), else vLLM fills
-        # them from the model's generation_config and samples another distribution than an hf: agent's.
         self._request_seed = request_seed
         self._episode_seed: int | None = None
         self._turn = 0
