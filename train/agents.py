@@ -14,7 +14,9 @@
   server (its model list says so), with the rollout backend's neutral top_p/top_k/penalties
   (train/vllm_backend.NEUTRAL_SAMPLING), as an hf: agent samples. Connection
   errors, timeouts and 5xx answers are retried with exponential backoff, then the call fails loudly; a key or a
-  model the server refuses (401/403/404) is an InputError naming the flag to fix.
+  model the server refuses (401/403/404) is an InputError naming the flag to fix. Where the model list gives the
+  context length (vLLM's `max_model_len`), each turn asks for at most the room left after the prompt (counted with
+  the tokenizer), as an hf: agent caps its new tokens, and a conversation that fills it raises ContextFull.
 
 `parse_agent_spec("hf:DIR[:ADAPTER]" | "vllm:URL")` builds one; `check_agent_spec` checks a spec before anything
 is loaded; `any_agent` (`python -m train.play`) adds the environment's own players (expert, flawed:FLAW). Batched
@@ -234,6 +236,9 @@ class VLLMAgent(Agent):
         # OpenAI-compatible host (a hosted model) gets only the standard fields: it may refuse vLLM's.
         self.is_vllm = any(getattr(entry, "owned_by", None) == "vllm" for entry in served)
         self._sampling = dict(NEUTRAL_SAMPLING) if self.is_vllm else {}
+        # Prompt + max_tokens past the server's context is refused (vLLM: HTTP 400); where the list gives it, each
+        # turn asks for the room left instead. None (another host): max_new_tokens, and its refusal is ContextFull.
+        self.max_model_len = served_context_length(served, self.model)
 
     def describe(self) -> dict[str, Any]:
         return {"implementation": "VLLMAgent", "base_url": self.base_url, "model": self.model,
@@ -279,14 +284,42 @@ class VLLMAgent(Agent):
         # episodes (tasks, trials) never share their draws; without a seed the server draws its own.
         self._episode_seed, self._turn = seed, 0
 
+    def max_tokens_for(self, prompt: str) -> int:
+        """max_new_tokens, or less: the room the server's context leaves after `prompt` (ContextFull when none).
+        The prompt is counted as vLLM's /v1/completions counts a text prompt: with its special tokens."""
+        if self.max_model_len is None:
+            return self.max_new_tokens
+        prompt_tokens = len(self.tokenizer(prompt)["input_ids"])
+        room = self.max_model_len - prompt_tokens
+        if room < 1:
+            raise ContextFull(f"the conversation is {prompt_tokens} tokens; {self.model}'s context at {self.base_url} "
+                              f"is {self.max_model_len} (max_model_len)")
+        return min(self.max_new_tokens, room)
+
     def respond(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
         prompt = render_prompt(self.tokenizer, messages, tools)
+        max_tokens = self.max_tokens_for(prompt)
         seed = {} if self._episode_seed is None else {"seed": self._request_seed(self._episode_seed, self._turn, 0)}
         self._turn += 1
         response = self._with_retries(lambda: self.client.completions.create(
-            model=self.model, prompt=prompt, max_tokens=self.max_new_tokens, temperature=self.temperature,
+            model=self.model, prompt=prompt, max_tokens=max_tokens, temperature=self.temperature,
             stop=self.stop, extra_body=self._sampling, **seed), "completion")
         return response.choices[0].text
+
+
+def served_context_length(served: list[Any], model: str) -> int | None:
+    """The context length (prompt + new tokens) the model list gives for `model`: vLLM's `max_model_len`, on a
+    runtime LoRA adapter's entry through its `parent` (vLLM lists it on base models only); None when not given
+    (another OpenAI-compatible host, or a model not listed)."""
+    entries = {getattr(entry, "id", None): entry for entry in served}
+    entry, seen = entries.get(model), set()
+    while entry is not None and entry.id not in seen:
+        length = getattr(entry, "max_model_len", None)
+        if isinstance(length, int) and not isinstance(length, bool) and length > 0:
+            return length
+        seen.add(entry.id)
+        entry = entries.get(getattr(entry, "parent", None))
+    return None
 
 
 def parse_agent_spec(spec: str, *, temperature: float = 0.0, max_new_tokens: int = 256,

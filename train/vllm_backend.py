@@ -29,6 +29,10 @@
   out the backend raises `VLLMError`. A failed request never becomes an empty completion or a zero reward.
 - Several servers (comma-separated URLs) share the prompts: each gets a contiguous slice, so the samples
   of one group land on one server and share its prefix cache. Every server gets every adapter.
+- A request asks for at most the room its server's context leaves after the prompt (`max_model_len` from
+  /v1/models, where the server gives it): one batched turn asks every episode for the largest remaining budget
+  (train/episodes.py cuts each completion to its own), and vLLM refuses (400) prompt + max_tokens past its
+  context. A prompt that fills the context is a VLLMError naming --max-model-len and max_episode_tokens.
 """
 from __future__ import annotations
 
@@ -145,6 +149,7 @@ class VLLMBackend(RolloutBackend):
         self.seed = seed
         self.generate_calls = 0  # part of the checkpointed state: it picks the next seeds
         self.used_names: set[str] = set()  # adapter names this backend has loaded: never loaded twice
+        self.max_model_len: dict[str, int] = {}  # server -> its context length (prompt + new tokens), where listed
         self._checked_servers = False
 
     # -- HTTP -----------------------------------------------------------------------------------
@@ -182,12 +187,17 @@ class VLLMBackend(RolloutBackend):
             if status != 200:
                 raise VLLMError(f"{base_url}/v1/models: HTTP {status}: {body[:300]}")
             try:
-                served = [entry["id"] for entry in json.loads(body)["data"]]
+                entries = json.loads(body)["data"]
+                served = [entry["id"] for entry in entries]
             except (json.JSONDecodeError, KeyError, TypeError) as err:
                 raise VLLMError(f"{base_url}/v1/models: not an OpenAI model list ({err}): {body[:200]}") from None
             if self.base_model not in served:
                 raise VLLMError(f"{base_url} serves {served}, not VLLM_MODEL={self.base_model!r}; set VLLM_MODEL to "
                                 "the server's --served-model-name (default: its --model)")
+            # vLLM gives each base model's max_model_len (adapters loaded later share it); another server may not.
+            length = entries[served.index(self.base_model)].get("max_model_len")
+            if isinstance(length, int) and not isinstance(length, bool) and length > 0:
+                self.max_model_len[base_url] = length
         self._checked_servers = True
 
     # -- RolloutBackend -------------------------------------------------------------------------
@@ -225,12 +235,26 @@ class VLLMBackend(RolloutBackend):
         return [(base_url, self._complete(base_url, list(prompt), params, request_seed(self.seed, -1, index)))
                 for index, base_url in enumerate(self.base_urls)]
 
-    def sampling_payload(self, prompt: list[int], params: SamplingParams, seed: int) -> dict[str, Any]:
-        """The `/v1/completions` body for one prompt."""
+    def max_tokens_for(self, base_url: str, prompt: list[int], params: SamplingParams) -> int:
+        """`params.max_new_tokens`, or the room `base_url`'s context leaves after `prompt` when that is less;
+        VLLMError when there is none (the server would refuse the request)."""
+        limit = self.max_model_len.get(base_url)
+        if limit is None:
+            return params.max_new_tokens
+        room = limit - len(prompt)
+        if room < 1:
+            raise VLLMError(f"{base_url}: a prompt of {len(prompt)} tokens leaves no room to generate in the server's "
+                            f"context of {limit} tokens (max_model_len); serve the model with a larger --max-model-len "
+                            "(at least max_episode_tokens) or lower max_episode_tokens")
+        return min(params.max_new_tokens, room)
+
+    def sampling_payload(self, prompt: list[int], params: SamplingParams, seed: int,
+                         max_tokens: int | None = None) -> dict[str, Any]:
+        """The `/v1/completions` body for one prompt (`max_tokens`: default `params.max_new_tokens`)."""
         return {
             "model": self.served_model,
             "prompt": prompt,
-            "max_tokens": params.max_new_tokens,
+            "max_tokens": params.max_new_tokens if max_tokens is None else max_tokens,
             "temperature": params.temperature,
             **NEUTRAL_SAMPLING,
             "n": 1,
@@ -242,7 +266,8 @@ class VLLMBackend(RolloutBackend):
         }
 
     def _complete(self, base_url: str, prompt: list[int], params: SamplingParams, seed: int) -> Completion:
-        body = self._post_ok(base_url, "/v1/completions", self.sampling_payload(prompt, params, seed))
+        max_tokens = self.max_tokens_for(base_url, prompt, params)
+        body = self._post_ok(base_url, "/v1/completions", self.sampling_payload(prompt, params, seed, max_tokens))
         try:
             choices = json.loads(body)["choices"]
         except (json.JSONDecodeError, KeyError, TypeError):
@@ -250,8 +275,8 @@ class VLLMBackend(RolloutBackend):
         if len(choices) != 1:
             raise VLLMError(f"{base_url}/v1/completions returned {len(choices)} choices for one prompt")
         completion = self.parse_choice(choices[0], base_url)
-        if len(completion.token_ids) > params.max_new_tokens:
-            raise VLLMError(f"{base_url}: {len(completion.token_ids)} tokens for max_tokens={params.max_new_tokens}")
+        if len(completion.token_ids) > max_tokens:
+            raise VLLMError(f"{base_url}: {len(completion.token_ids)} tokens for max_tokens={max_tokens}")
         return completion
 
     @staticmethod
