@@ -3,9 +3,10 @@
 The `openai` client's built-in retries are switched off (`max_retries=0`) so that the policy lives
 here, where it can be tested and reported:
 
-- 429, 5xx, timeouts and dropped connections are retried with exponential backoff and full jitter
-  (delay drawn uniformly from [0, min(max_delay, base_delay * 2**retry)]); a `Retry-After` header
-  (seconds or an HTTP date) on a 429/503 is honoured instead, up to `max_retry_after` seconds.
+- 429, 5xx, timeouts, dropped connections and a 200 whose body is not valid JSON are retried with
+  exponential backoff and full jitter (delay drawn uniformly from
+  [0, min(max_delay, base_delay * 2**retry)]); a `Retry-After` header (seconds or an HTTP date) on a
+  429/503 is honoured instead, up to `max_retry_after` seconds.
 - 401/403 (bad key), 404 (wrong --base-url or --model) and 400 (e.g. an unsupported response_format)
   raise `FatalAPIError` at once, with the fix spelled out.
 - A `RateLimiter` spaces request starts across all threads (`requests_per_minute`).
@@ -16,6 +17,7 @@ and `redact` removes it from any server text we quote (a server might echo the r
 from __future__ import annotations
 
 import email.utils
+import json
 import math
 import random
 import threading
@@ -35,8 +37,9 @@ class FatalAPIError(RuntimeError):
 
 
 class RetriesExhausted(FatalAPIError):
-    """Every try failed by a transient fault (429, 5xx, timeout, dropped connection): the server, not the request,
-    is the problem, so a caller that plays episodes may record the episode as not scored and play it later."""
+    """Every try failed by a transient fault (429, 5xx, timeout, dropped connection, a body that is not JSON): the
+    server, not the request, is the problem, so a caller that plays episodes may record the episode as not scored
+    and play it later."""
 
 
 @dataclass(frozen=True)
@@ -207,6 +210,8 @@ class ChatClient:
                 kind, last_problem = "timeout", "the request timed out"
             except openai.APIConnectionError as err:
                 kind, last_problem = "connection", f"connection failed ({type(err.__cause__ or err).__name__})"
+            except json.JSONDecodeError as err:  # a 200 whose body is cut or not JSON: a bad proxy, a server hiccup
+                kind, last_problem = "bad_body", f"the server answered with a body that is not valid JSON ({err})"
             except openai.APIStatusError as err:
                 status = err.status_code
                 if status in (401, 403):

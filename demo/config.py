@@ -14,7 +14,7 @@ from typing import Any
 
 from benchmarks.storefront.demos import check_planted
 from common.io import load_yaml_mapping
-from common.validation import InputError
+from common.validation import InputError, check_url
 from demo.trainable import TRAIN_BAND
 from train.chat_template import TOOLS_VIEWS
 from train.tracking import check_report_to
@@ -177,6 +177,8 @@ class SelectSettings:
                              "or neither (the rule-based labelers)")
         if self.propose and not self.labeler_url:
             raise InputError("select.propose needs an LLM labeler (select.labeler_url and select.labeler_model)")
+        if self.labeler_url:  # here, not at Step 1 after the base agent and its evaluation have run
+            check_url(self.labeler_url, "select.labeler_url")
         for name in ("tasks", "samples", "runs", "k"):
             _positive_int("select", name, getattr(self, name))
         if self.k > self.runs:

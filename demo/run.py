@@ -72,10 +72,11 @@ from typing import Any, Callable
 from common.cli import Interrupted, cli_entry, exit_code
 from common.paths import REPO_ROOT
 from common.io import atomic_write_json, atomic_write_jsonl, load_json
-from common.validation import InputError
+from common.validation import InputError, check_url
 from common.run_folder import check_output_dir, claimed_run_folder, follow_umask
 from demo.config import PROFILES, base_settings
 from demo.report_accounting import BASELINE_LABELS
+from demo.selection import step_cache_dir
 
 STEP_FILE = "step.json"
 # The steps a repeat (`--repeat N`) runs again with its own training seed, under <run-dir>/repeats/<r>/: everything
@@ -143,6 +144,11 @@ class Demo:
                 return record["figures"]
         if folder.exists():
             shutil.rmtree(folder)
+        # A step keeps its paid-for calls (the LLM labelers' answers) beside its folder, in `<name>_cache`, so a
+        # rerun after a failure pays only for the missing ones; --fresh starts over without them too.
+        cache = step_cache_dir(folder)
+        if self.fresh and cache.exists():
+            shutil.rmtree(cache)
         folder.mkdir(parents=True)
         print(f"[{shown}] running -> {folder}", flush=True)
         started = time.time()
@@ -757,6 +763,8 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = args.run_dir or REPO_ROOT / "runs" / ("demo" if args.profile == "default" else f"demo_{args.profile}")
     config = load_demo_config(config_path)
     if args.labeler_url or args.labeler_model:
+        if args.labeler_url:
+            check_url(args.labeler_url, "--labeler-url")  # the flag's own name in the message
         try:
             config.select = dataclasses.replace(config.select, labeler_url=args.labeler_url or "",
                                                 labeler_model=args.labeler_model or "")

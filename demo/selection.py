@@ -6,10 +6,13 @@ and policy checks). They do not see the planted flaws, the demonstrations, or a 
 record. The rules are `demo/rule_labeler.py`'s, the noise is per labeler (`noisy_labeler`), and the
 files are the pipeline's own formats (summary.jsonl, candidates.json, labels/run_NN.json,
 selected_capabilities.json and its report), so `pipeline.aggregate_capabilities` could be re-run by hand.
-With an LLM endpoint, `python -m pipeline.label_trajectories` over the same summary replaces the rules.
+With an LLM endpoint, `python -m pipeline.label_trajectories` over the same summary replaces the rules; its cache
+of finished calls lives beside the step folder (`select_cache/`, see `llm_label_cache`), so a rerun after a
+failed or interrupted labeling pays only for the calls still missing.
 """
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +79,23 @@ def select_on_results(results_path: Path, folder: Path, planted: dict[str, float
     return _figures_from_report(figures, report, planted_capabilities, labelers="rules")
 
 
+def llm_label_cache(folder: Path, labeler_url: str) -> Path:
+    """Where the LLM labelers of the step folder `folder` keep their finished calls: beside the folder, not in it.
+
+    The demo deletes an unfinished step's folder before running it again; a cache inside it would make a rerun after
+    a failed or interrupted labeling pay for every call again. Its keys cover the model, the prompt (the summary's
+    transcripts and the candidates), the sampling parameters and the run, but not the endpoint, so each
+    `labeler_url` gets its own file: another server answering under the same model name is never mixed in."""
+    endpoint = hashlib.sha256(labeler_url.encode("utf-8")).hexdigest()[:12]
+    return step_cache_dir(folder) / f"label_cache_{endpoint}.jsonl"
+
+
+def step_cache_dir(folder: Path) -> Path:
+    """Where the demo step in `folder` keeps what it paid for across reruns: beside the folder (`<name>_cache`),
+    which the demo deletes before running the step again; `--fresh` deletes this one too."""
+    return folder.with_name(f"{folder.name}_cache")
+
+
 def _llm_labelers(folder: Path, settings: Any) -> dict[str, Any]:
     """N LLM labelers through pipeline.label_trajectories; returns the aggregation report it wrote."""
     from pipeline import label_trajectories
@@ -83,7 +103,8 @@ def _llm_labelers(folder: Path, settings: Any) -> dict[str, Any]:
     argv = [str(folder / "summary.jsonl"), "--out", str(folder / "llm"), "--base-url", settings.labeler_url,
             "--model", settings.labeler_model, "--api-key-env", settings.labeler_api_key_env,
             "--runs", str(settings.runs), "--k", str(settings.k), "--rho", str(settings.rho),
-            "--delta", str(settings.delta), "--export", str(folder / "selected_capabilities.json")]
+            "--delta", str(settings.delta), "--export", str(folder / "selected_capabilities.json"),
+            "--cache", str(llm_label_cache(folder, settings.labeler_url))]
     argv += ["--propose"] if settings.propose else ["--candidates", str(folder / "candidates.json")]
     print(f"  labeling with {settings.runs} LLM labelers: {settings.labeler_model} at {settings.labeler_url}",
           flush=True)

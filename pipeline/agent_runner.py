@@ -49,7 +49,7 @@ from common.cli import Interrupted
 from common.paths import REPO_ROOT
 from common.io import atomic_write_json, load_json
 from common.validation import InputError
-from pipeline.capabilities import load_selected, mark, next_pending
+from pipeline.capabilities import load_selected, locked, mark, next_pending
 
 DEFAULT_AGENTS_FILE = REPO_ROOT / "configs" / "agents.yaml"
 SELECTED_RELATIVE = Path("pipeline") / "selected_capabilities.json"
@@ -481,13 +481,14 @@ def put_back(selected: Path, name: str) -> str:
     `capabilities next`) takes PENDING ones only; returns a clause saying what became of it. The agent log, which
     the failure message names, is the record of the failed try (the list's schema has no field for one)."""
     try:
-        entries = load_selected(selected)
-        status = next((entry["status"] for entry in entries if entry["skill"] == name), None)
-        if status is None:
-            return f"{name} is no longer in {selected}"
-        if status == "PENDING":
-            return f"{name} is still PENDING in {selected}"
-        atomic_write_json(selected, mark(entries, name, "PENDING"))
+        with locked(selected):  # another agent's `mark` on the same list is not lost
+            entries = load_selected(selected)
+            status = next((entry["status"] for entry in entries if entry["skill"] == name), None)
+            if status is None:
+                return f"{name} is no longer in {selected}"
+            if status == "PENDING":
+                return f"{name} is still PENDING in {selected}"
+            atomic_write_json(selected, mark(entries, name, "PENDING"))
     except (InputError, OSError) as err:  # the agent broke the list, or it cannot be written: say so, keep the cause
         return (f"{name} could not be put back to PENDING ({err}); fix {selected}, then run `python -m "
                 f"pipeline.capabilities mark {name} PENDING --file {selected}`")

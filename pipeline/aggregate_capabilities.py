@@ -21,7 +21,8 @@ one) was labeled from another summary and is refused; a smaller difference (a la
 trajectory) is a warning, and that run's Cov and Δ are over the trajectories it labels. A run file
 with no labels, one file listed twice (however spelled), and two files with the same attempt and the
 same labels (a copy, which would count one labeler twice) are refused too; --runs patterns that
-overlap match each file once. Refusals exit 2 with the reason.
+overlap match each file once. Refusals exit 2 with the reason. Runs with different attempts that hold identical
+labels for every pair draw a warning (they are rarely independent labelers: a copy, or greedy decoding).
 
 Trajectories whose outcome is unknown (`passed: null` in the `_summarize` output) cannot be used:
 they belong in neither the failed nor the passed lists, nor in `totals` (`labels_to_run` drops them).
@@ -69,7 +70,7 @@ import numpy as np
 from common.cli import cli_entry, exit_code, seed_value
 from common.io import Inputs, atomic_write_json, check_output_path, load_json
 from common.validation import InputError
-from pipeline.capabilities import load_selected
+from pipeline.capabilities import load_selected, locked
 
 CATEGORIES = ("NA", "PRESENT", "LACKING")  # category code = position, used for Fleiss' κ
 FAILED_KEYS = ("na_failed", "present_failed", "lacking_failed")  # same order as CATEGORIES
@@ -300,7 +301,8 @@ def check_runs_agree(runs: Sequence[RunLabels]) -> list[str]:
     than MAX_RUN_MISMATCH of the trajectories most runs label, and more than one (it was labeled from
     another summary); two files with the same attempt and the same labels (one labeler counted twice).
     Warnings: a run that leaves out or adds a few trajectories; two files with the same attempt but
-    different labels.
+    different labels; runs that hold identical labels for every pair (one warning per group of them), whatever
+    their attempt numbers: N copies of one labeler (greedy decoding, a copied file) are not N independent runs.
     """
     warnings: list[str] = []
     failed_union = frozenset().union(*(run.failed_ids for run in runs))
@@ -342,6 +344,18 @@ def check_runs_agree(runs: Sequence[RunLabels]) -> list[str]:
         if len(group) > 1:
             warnings.append(f"{', '.join(run.path for run in group)} all say attempt {attempt}; if they are different "
                             "labelers, give each its own attempt number")
+    same_labels: dict[frozenset, list[RunLabels]] = {}
+    for run in runs:  # whatever their attempt numbers (the same attempt with the same lists is refused above)
+        signature = frozenset((capability, key, frozenset(ids))
+                              for capability, lists in run.labels.items() for key, ids in lists.items())
+        same_labels.setdefault(signature, []).append(run)
+    for group in same_labels.values():
+        if len(group) > 1:
+            shown = ", ".join(run.path for run in group[:4]) + (" ..." if len(group) > 4 else "")
+            warnings.append(f"{len(group)} runs hold identical labels for every (trajectory, capability) pair ("
+                            f"{shown}): they look like one labeler counted {len(group)} times (a copied file, or "
+                            "labelers at temperature 0), so passing K of N runs overstates the agreement; label "
+                            "with sampling (temperature > 0) or leave the copies out of --runs")
     return warnings
 
 
@@ -710,10 +724,14 @@ def write_outputs(report: dict, export_path: str | Path) -> tuple[Path, Path]:
     An export already there is Step 2's queue: it is merged (`merge_queue`), not replaced, and the account is
     added to `report` as report["queue"] (also written to the report file; `queue_messages` words it)."""
     check_outputs(export_path)
-    entries, account = merge_queue(selected_entries(report), previous_export(export_path))
-    report["queue"] = account
-    report_path = atomic_write_json(report_path_for(export_path), report)
-    return atomic_write_json(export_path, entries), report_path
+    Path(export_path).parent.mkdir(parents=True, exist_ok=True)  # the lock file goes beside the export
+    # Under the list's lock (pipeline.capabilities.locked): a `mark` by a Step-2 agent between reading the queue
+    # and writing the merged one would otherwise be lost.
+    with locked(export_path):
+        entries, account = merge_queue(selected_entries(report), previous_export(export_path))
+        report["queue"] = account
+        report_path = atomic_write_json(report_path_for(export_path), report)
+        return atomic_write_json(export_path, entries), report_path
 
 
 def _fmt(value: float | None, spec: str = ".3f") -> str:

@@ -17,7 +17,12 @@ object mapping each capability name to {"label": "NA"|"PRESENT"|"LACKING", "reas
 (`--json-mode object` asks for response_format json_object, `schema` for a JSON schema — vLLM's guided
 decoding —, `none` for nothing). An invalid answer, or one that misses or mislabels a capability, is
 answered with the problem and asked again for the capabilities still missing, up to --max-attempts
-answers; pairs still unlabeled then are recorded as NA and counted in `DIR/labeling_report.json`.
+answers; pairs still unlabeled then are recorded as NA and counted in `DIR/labeling_report.json`. An answer that
+gives one key twice (a capability labeled twice, "label" twice in an entry) is such an invalid answer. When more
+than --max-defaulted-share (default 0.10) of all (trajectory, capability) pairs were defaulted so, the labels are
+not usable (a model that cannot answer in this format): exit 1 with one line, the report lists the pairs, and no
+run file, aggregation or export is written; below it, a warning names the count. Runs are independent only when
+they sample: more than one run at temperature 0 draws a warning (greedy decoding answers them all alike).
 
 Outputs: `DIR/run_01.json` ... `run_NN.json` in the aggregation schema (built by `labels_to_run`,
 checked by `aggregate_capabilities.validate_run`), `DIR/labeling_report.json`, then the aggregation
@@ -26,8 +31,8 @@ files in DIR beyond run_NN (an earlier labeling with more runs) are refused befo
 `DIR/run_*.json` would count them. A repeated run keeps the Step-2 status of the capabilities still selected
 (see `aggregate_capabilities.write_outputs`).
 
-Resuming: every finished call is appended to `DIR/label_cache.jsonl`, keyed by sha256 of (model, hash
-of the prompt and sampling parameters, trajectory id, capability set, run); an interrupted or repeated
+Resuming: every finished call is appended to `DIR/label_cache.jsonl` (or `--cache FILE`), keyed by sha256 of
+(model, hash of the prompt and sampling parameters, trajectory id, capability set, run); an interrupted or repeated
 invocation pays only for what is missing, and for the calls whose pairs were defaulted to NA when --max-attempts
 is now larger than they were made with (the new answer replaces the cached one; the same --max-attempts asks
 nothing again). Ctrl-C stops at once (exit 130): the calls in flight are dropped, the finished ones stay in the
@@ -50,7 +55,9 @@ import re
 import sys
 import threading
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -58,11 +65,12 @@ from tqdm import tqdm
 
 from common.cli import INTERRUPTED, cli_entry, exit_code, seed_value
 from common.run_folder import claimed_run_folder
-from common.io import append_line, atomic_write_json, check_output_folder, json_line, jsonl_lines, load_jsonl
+from common.io import (append_line, atomic_write_json, check_output_folder, check_output_path, json_line,
+                       load_jsonl)
 from common.validation import InputError, check_number, check_url
 from pipeline.summarize import truncate_middle
-from pipeline.aggregate_capabilities import (CATEGORIES, AggregationConfig, aggregate, check_outputs, format_table,
-                                             load_candidates, queue_messages, validate_run, write_outputs)
+from pipeline.aggregate_capabilities import (CATEGORIES, AggregationConfig, aggregate, check_outputs, exact_threshold,
+                                             format_table, load_candidates, queue_messages, validate_run, write_outputs)
 from pipeline.labels_to_run import SkippedTrajectoryWarning, labels_to_run
 from common.llm_client import ChatClient, FatalAPIError, RateLimiter, RetryPolicy
 
@@ -271,9 +279,44 @@ def response_format(json_mode: str, schema_name: str, schema: dict[str, Any]) ->
     return None
 
 
+class _RepeatedKeys(dict):
+    """A JSON object in which a key occurs more than once (`repeated`: those keys); `json.loads` would keep the last."""
+
+    repeated: list[str]
+
+
+def _object_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    """`json.loads`' object_pairs_hook: a dict, marked as `_RepeatedKeys` when a key occurs twice."""
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    marked = _RepeatedKeys(obj)
+    marked.repeated = [key for key, count in Counter(key for key, _ in pairs).items() if count > 1]
+    return marked
+
+
+def _repeated_key(value: Any, path: tuple[str, ...] = ()) -> str | None:
+    """The problem of the first object (depth first) that gives a key twice, naming the key and where it is."""
+    if isinstance(value, _RepeatedKeys):
+        inside = f" inside {'/'.join(path)!r}" if path else ""
+        return f"the answer gives {value.repeated[0]!r} twice{inside} (which one is meant?); give each key once"
+    if isinstance(value, dict):
+        children = ((str(key), child) for key, child in value.items())
+    elif isinstance(value, list):
+        children = ((str(index), child) for index, child in enumerate(value))
+    else:
+        return None
+    for name, child in children:
+        problem = _repeated_key(child, (*path, name))
+        if problem:
+            return problem
+    return None
+
+
 def parse_json_object(text: str) -> tuple[dict | None, str | None]:
     """(object, None) for an answer holding one JSON object (code fences and chatter around it allowed),
-    else (None, the problem)."""
+    else (None, the problem). An object that gives one key twice (e.g. one capability labeled twice, or "label"
+    twice in an entry) is a problem too: which value is meant is not known."""
     stripped = text.strip()
     fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", stripped, re.DOTALL)
     if fenced:
@@ -284,9 +327,12 @@ def parse_json_object(text: str) -> tuple[dict | None, str | None]:
         candidates.append(stripped[start:end + 1])
     for candidate in candidates:
         try:
-            value = json.loads(candidate)
+            value = json.loads(candidate, object_pairs_hook=_object_pairs)
+            repeated = _repeated_key(value)
         except (json.JSONDecodeError, RecursionError):
             continue
+        if repeated:
+            return None, repeated
         if isinstance(value, dict):
             return value, None
         return None, f"the answer is JSON but a {type(value).__name__}, not an object"
@@ -401,14 +447,17 @@ class LabelCache:
         self._starts_mid_line = False
         self._closed = False
         if path.exists():
-            text = path.read_text(encoding="utf-8")
-            self._starts_mid_line = bool(text) and not text.endswith("\n")
-            for line in jsonl_lines(text):  # not splitlines(): a reason may hold U+2028 and the like
-                if not line.strip():
+            # Bytes first, split at b"\n", then decoded line by line: a kill can cut the last line inside a
+            # multi-byte UTF-8 character, which must cost that one line (made again), not the whole cache.
+            # (Not splitlines(): a reason may hold U+2028 and the like.)
+            data = path.read_bytes()
+            self._starts_mid_line = bool(data) and not data.endswith(b"\n")
+            for raw in data.split(b"\n"):
+                if not raw.strip():
                     continue
                 try:
-                    entry = json.loads(line)
-                except json.JSONDecodeError:
+                    entry = json.loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, json.JSONDecodeError):
                     self.broken_lines += 1
                     continue
                 if isinstance(entry, dict) and isinstance(entry.get("key"), str):
@@ -727,6 +776,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=2048, help="answer token limit per call (default 2048)")
     parser.add_argument("--max-attempts", type=int, default=3,
                         help="answers per call before unlabeled pairs become NA (default 3)")
+    parser.add_argument("--max-defaulted-share", type=float, default=0.10,
+                        help="largest share of (trajectory, capability) pairs that may be defaulted to NA (no valid "
+                             "label within --max-attempts answers) before the run fails with exit 1 and writes no "
+                             "run file or selection (default 0.10; 0 to 1)")
     parser.add_argument("--json-mode", choices=JSON_MODES, default="object",
                         help="response_format: json_object (default), a JSON schema (vLLM guided decoding, OpenAI "
                              "structured outputs), or none for servers that support neither")
@@ -750,6 +803,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--delta", type=float, default=0.20, help="aggregation: minimum Δ per run (default 0.20)")
     parser.add_argument("--k", type=int, default=None, help="aggregation: minimum passing runs (default ceil(0.8 N))")
     parser.add_argument("--export", default=None, help="selected list (default DIR/selected_capabilities.json)")
+    parser.add_argument("--cache", default=None,
+                        help=f"the file of finished calls (default DIR/{CACHE_NAME}); put it outside a folder that "
+                             "is deleted on failure (as the demo does) so a rerun still pays only for what is missing")
     parser.add_argument("--dry-run", action="store_true", help="print the calls and estimated prompt tokens; call nothing")
     return parser
 
@@ -814,6 +870,10 @@ def check_stale_runs(out: Path, runs: int) -> None:
                      f"{relabel}")
 
 
+def _cache_path(args: argparse.Namespace, out: Path) -> Path:
+    return Path(args.cache) if args.cache else out / CACHE_NAME
+
+
 def _write_report(out: Path, report: dict) -> Path:
     return atomic_write_json(out / REPORT_NAME, report)
 
@@ -826,7 +886,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _label(args, out)
     except KeyboardInterrupt:
-        cache = out / CACHE_NAME
+        cache = _cache_path(args, out)
         print(f"interrupted; finished calls are kept in {cache}" if cache.is_file() else "interrupted; nothing written",
               file=sys.stderr)
         return INTERRUPTED
@@ -852,6 +912,7 @@ def _label(args: argparse.Namespace, out: Path) -> int:
         raise InputError(f"--k {k} must be between 1 and --runs {args.runs}")
     AggregationConfig(rho=args.rho, delta=args.delta, k=k)  # the aggregation's own checks, NaN included
     check_number(args.timeout, "--timeout", 0.0, low_open=True)
+    check_number(args.max_defaulted_share, "--max-defaulted-share", 0.0, 1.0)
     export = Path(args.export) if args.export else out / "selected_capabilities.json"
     if args.base_url is not None:
         check_url(args.base_url, "--base-url")
@@ -859,11 +920,19 @@ def _label(args: argparse.Namespace, out: Path) -> int:
     check_output_folder(out, "--out", inputs)
     check_stale_runs(out, config.runs)
     check_outputs(export, inputs=inputs)  # before any call is paid for
+    cache_path = _cache_path(args, out)
+    if args.cache:
+        check_output_path(cache_path, "--cache", [*inputs, ("--export", export)])
     trajectories, skipped = load_summary(args.summary)
     descriptions = load_candidates(args.candidates) if args.candidates else None
     if descriptions is not None and not descriptions:
         raise InputError(f"{args.candidates}: the candidates list is empty")
-    cache = LabelCache(out / CACHE_NAME)
+    cache = LabelCache(cache_path)
+    greedy = [run for run in range(1, config.runs + 1) if config.temperature(run) == 0]
+    if len(greedy) > 1:
+        print(f"warning: {len(greedy)} of the {config.runs} runs label at temperature 0: greedy decoding gives them "
+              "the same answers (the seed changes nothing) unless the server samples anyway, so they are not "
+              "independent labelers and K of N means little; use --temperature > 0 (default 1.0)", file=sys.stderr)
     if skipped:
         print(f"warning: {len(skipped)} trajectories with unknown outcome (passed = null) skipped: "
               f"{', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''}", file=sys.stderr)
@@ -907,20 +976,30 @@ def _label(args: argparse.Namespace, out: Path) -> int:
                   "dropped); rerun the same command to resume", file=sys.stderr)
             return INTERRUPTED
         names = list(descriptions)
-        run_paths = []
-        for run in range(1, config.runs + 1):
-            data = build_run(run, jobs, results, trajectories, names, stats[run])
-            run_paths.append(atomic_write_json(out / f"run_{run:02d}.json", data))
+        run_data = {run: build_run(run, jobs, results, trajectories, names, stats[run])
+                    for run in range(1, config.runs + 1)}
+        n_pairs = len(jobs) * len(names)
+        n_defaulted = sum(s.pairs_defaulted_to_na for s in stats.values())
+        failed = Fraction(n_defaulted, n_pairs) > exact_threshold(args.max_defaulted_share)  # 29 of 100 <= 0.29
+        # Labels the labeler never gave are not labels: past the threshold they would decide the selection
+        # (all-NA rejects everything, at a perfect κ), so no run file, aggregation or export is written.
+        run_paths = {run: None if failed else atomic_write_json(out / f"run_{run:02d}.json", data)
+                     for run, data in run_data.items()}
         report = {
             "model": config.model, "base_url": args.base_url, "json_mode": config.json_mode, "runs": config.runs,
             "max_attempts": config.max_attempts, "max_tokens": config.max_tokens, "candidates": str(candidates_path),
             "n_trajectories": len(trajectories), "skipped_unknown_outcome": skipped, "capabilities": names,
             "phase1": propose_stats,
+            "max_defaulted_share": args.max_defaulted_share,
+            "defaulted_share": n_defaulted / n_pairs if n_pairs else 0.0,
+            "status": "failed: too many pairs defaulted to NA; no run file, selection or export written" if failed
+            else "done",
             "per_run": [{"run": run, "seed": config.run_seed(run), "temperature": config.temperature(run),
-                         "file": str(path), **s.recorded, "pairs_defaulted_to_na": s.pairs_defaulted_to_na,
+                         "file": None if run_paths[run] is None else str(run_paths[run]), **s.recorded,
+                         "pairs_defaulted_to_na": s.pairs_defaulted_to_na,
                          "defaulted_pairs": s.defaulted, "trajectories_from_cache": s.trajectories_from_cache,
                          "this_invocation": s.now}
-                        for (run, s), path in zip(sorted(stats.items()), run_paths)],
+                        for run, s in sorted(stats.items())],
             "http_retries_by_kind": dict(client.retry_log.counts),
             "notes": ["Per run, calls / retries / invalid_answers / tokens count every call behind the run file (calls "
                       "answered from the cache included); this_invocation counts only the calls made now.",
@@ -933,6 +1012,19 @@ def _label(args: argparse.Namespace, out: Path) -> int:
         report["totals"]["this_invocation"] = {key: sum(r["this_invocation"][key] for r in report["per_run"])
                                                for key in COUNTERS}
         report_path = _write_report(out, report)
+        defaulted_text = (f"{n_defaulted} of {n_pairs} (trajectory, capability) pairs ({n_defaulted / n_pairs:.1%}) "
+                          f"got no valid label within --max-attempts {config.max_attempts} answers and were "
+                          "defaulted to NA") if n_defaulted else ""
+        if failed:
+            print(f"error: {defaulted_text}, more than --max-defaulted-share {args.max_defaulted_share:g}: the labels "
+                  f"are unusable, so no run file, selection or export was written (the pairs are listed in "
+                  f"{report_path}); finished calls stay cached in {cache.path}: rerun with a larger --max-attempts "
+                  "(only the defaulted calls are asked again) or another --model", file=sys.stderr)
+            return 1
+        if n_defaulted:
+            print(f"warning: {defaulted_text}; within --max-defaulted-share {args.max_defaulted_share:g}, so they "
+                  f"count as NA labels (listed in {report_path})", file=sys.stderr)
+        run_paths = list(run_paths.values())
         aggregation = aggregate(run_paths, candidates=candidates_path, rho=args.rho, delta=args.delta, k=k)
         for warning in aggregation["warnings"]:
             print(f"warning: {warning}", file=sys.stderr)

@@ -509,8 +509,9 @@ def summarize_paths(paths: Iterable[str | Path], max_chars: int = DEFAULT_MAX_CH
     """Compact all trajectories of several files into one list with unique ids.
 
     When ids of different files collide (e.g. task "0" of two τ²-bench domains), every record of the
-    files involved gets the prefix `<domain>:` (τ²-bench) or `<file stem>:`; if that is still not
-    unique, InputError.
+    files involved gets the prefix `<domain>:` (τ²-bench) or `<file stem>:`. Files whose ids still collide
+    (two result files of one τ²-bench domain) get `<domain>:<file stem>:` instead; ids that clash even then
+    (files of one name in two folders) are an InputError. Ids that did not clash keep their form.
     """
     paths = [Path(p) for p in paths]
     if not paths:
@@ -520,24 +521,40 @@ def summarize_paths(paths: Iterable[str | Path], max_chars: int = DEFAULT_MAX_CH
     for path in tqdm(paths, desc="summarize", unit="file", disable=None, file=sys.stderr):
         per_file.append(summarize_file(path, max_chars=max_chars, pass_threshold=pass_threshold,
                                        reports=reports, _outcomes=outcomes))
-    owner_files: dict[str, set[int]] = {}
     for index, records in enumerate(per_file):
         duplicates_inside = [i for i, c in Counter(r["id"] for r in records).items() if c > 1]
         if duplicates_inside:
             raise InputError(f"{paths[index]}: duplicate trajectory ids {duplicates_inside[:5]}")
-        for record in records:
-            owner_files.setdefault(record["id"], set()).add(index)
-    clashing = sorted({i for owners in owner_files.values() if len(owners) > 1 for i in owners})
+    clashing = _clashing_files(per_file)
+    labels = {index: _domain_label(paths[index]) for index in clashing}
     for index in clashing:
-        label = _domain_label(paths[index])
         for record in per_file[index]:
-            record["id"] = f"{label}:{record['id']}"
+            record["id"] = f"{labels[index]}:{record['id']}"
+    # Files of one τ²-bench domain (two batches of its tasks) still clash under `<domain>:`: those files, and only
+    # those, get `<domain>:<file stem>:` (the domain stays the first part, which the aggregation groups examples by).
+    still_clashing = _clashing_files(per_file)
+    for index in still_clashing:
+        stem = paths[index].name.split(".")[0]
+        if labels.get(index, stem) == stem:  # unprefixed, or the label already was the stem: refused below
+            continue
+        for record in per_file[index]:
+            record["id"] = f"{labels[index]}:{stem}:{record['id'][len(labels[index]) + 1:]}"
     merged = [record for records in per_file for record in records]
     still = [i for i, c in Counter(r["id"] for r in merged).items() if c > 1]
     if still:
         raise InputError(f"trajectory ids {still[:5]} occur in several input files even after prefixing them with "
-                         "the domain/file name; summarize those files separately")
+                         "the domain and file name (files of the same name in different folders?); rename one, or "
+                         "summarize those files separately")
     return merged
+
+
+def _clashing_files(per_file: list[list[dict]]) -> list[int]:
+    """The indexes of the files holding an id that another file holds too."""
+    owner_files: dict[str, set[int]] = {}
+    for index, records in enumerate(per_file):
+        for record in records:
+            owner_files.setdefault(record["id"], set()).add(index)
+    return sorted({i for owners in owner_files.values() if len(owners) > 1 for i in owners})
 
 
 @cli_entry

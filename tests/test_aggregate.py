@@ -388,7 +388,10 @@ def test_a_trajectory_missing_from_one_run_is_a_warning(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"warning: {folder / 'run_03.json'} leaves out 1 of the 20 trajectories most runs label ('f11')" in err
     report = json.loads(report_path_for(export).read_text())
-    assert len(report["warnings"]) == 1 and report["selected"] == ["a"]
+    # Runs 1 and 2 hold the same labels: that is the other warning (tests/test_step1_reliability.py).
+    assert len(report["warnings"]) == 2 and report["selected"] == ["a"]
+    assert report["warnings"][1].startswith(f"2 runs hold identical labels for every (trajectory, capability) pair "
+                                            f"({folder / 'run_01.json'}, {folder / 'run_02.json'})")
 
 
 def test_same_attempt_with_different_labels_is_a_warning(tmp_path, capsys):

@@ -55,6 +55,7 @@ ACCEPTED = {
     ("label_trajectories", "--delta", "-1"): "as aggregate_capabilities --delta",
     ("label_trajectories", "--backoff-base", "0"): "retry at once",
     ("label_trajectories", "--http-retries", "0"): "no retries: the first server error stops the call",
+    ("label_trajectories", "--max-defaulted-share", "0"): "no pair may be defaulted to NA: any default fails the run",
     ("label_trajectories", "--max-retry-after", "0"): "accept no server-requested wait (RetryPolicy)",
     ("label_trajectories", "--propose-failed", "0"): "no failed trajectories in the proposal sample (>= 0)",
     ("label_trajectories", "--propose-passed", "0"): "no passed trajectories in the proposal sample (>= 0)",
