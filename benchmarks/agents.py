@@ -13,6 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+from common.validation import InputError
 from game_registry import Game
 
 
@@ -55,3 +56,22 @@ class ExpertAgent(Agent):
         if self._game is None:
             raise RuntimeError("ExpertAgent.respond() before begin_episode(game): the expert needs the game")
         return self._game.oracle_response()
+
+
+# The runners' flags that only a served model reads (flag, argparse destination).
+SERVED_MODEL_FLAGS = (("--tokenizer", "tokenizer"), ("--model", "model"), ("--api-key-env", "api_key_env"))
+
+
+def check_served_model_flags(args: Any) -> None:
+    """InputError for --tokenizer, --model or --api-key-env given with an agent other than `vllm:URL`.
+
+    Only a served model reads them (an `hf:` agent loads its own folder's tokenizer; `expert` and `flawed:` load no
+    model), and a flag accepted without effect lets a user believe a run used a tokenizer or key it never read.
+    """
+    if args.agent.partition(":")[0] == "vllm":
+        return
+    given = [flag for flag, name in SERVED_MODEL_FLAGS if getattr(args, name, None) not in (None, "")]
+    if given:
+        them = "it" if len(given) == 1 else "them"
+        raise InputError(f"{', '.join(given)}: read only by a vllm:URL agent, --agent {args.agent} would ignore "
+                         f"{them}; drop {them} (an hf: agent uses its own folder's tokenizer)")

@@ -24,6 +24,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks.results import SUCCESS_THRESHOLD
 from benchmarks.tau2_target import DOMAINS, SPLITS, Tau2Domain, Tau2Episode, score_trajectory
 from benchmarks.tau2_user import Tau2User, UserEndpoint
 from benchmarks.tool_env_game import ToolEnvGame
@@ -221,7 +222,7 @@ class Tau2Game(ToolEnvGame):
                                    "format_errors": self.state.format_errors}
         if self.state.done and self.task is not None:
             info = self.reward_info()
-            summary.update(reward=float(info.reward), success=info.reward == 1.0,
+            summary.update(reward=float(info.reward), success=info.reward >= SUCCESS_THRESHOLD,  # τ²-bench's tolerance
                            tau2_reward_info=info.model_dump(mode="json"))
         return summary
 

@@ -9,7 +9,8 @@
 
 Task i is the split's i-th task (τ²-bench's own ids and order; `--tasks N` plays the first N, default all); each
 is played `--trials` times (the customer model is asked with a seed per trial; τ²-bench's trials differ by the
-customer's sampling). The episode is benchmarks/tau2_game.py's: τ²-bench's agent prompt and tools, tau2's
+customer's sampling; the agent samples with a seed hashed from `--seed`, the task and the trial:
+`episode_agent_seed`). The episode is benchmarks/tau2_game.py's: τ²-bench's agent prompt and tools, tau2's
 environment, the customer at `--user-base-url`, τ²-bench's evaluator. `--agent expert` plays each task's gold
 actions and then tells what the task says to tell: a check of the customer endpoint, the runner and the grading
 (it scores 1 wherever the customer ends the conversation after the agent's last reply).
@@ -25,12 +26,13 @@ its retries is not scored (exit 1) and is played by the rerun.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import time
 from typing import Any, Callable
 
-from benchmarks.agents import Agent, ContextFull, ExpertAgent
+from benchmarks.agents import Agent, ContextFull, ExpertAgent, check_served_model_flags
 from benchmarks.results import make_simulation, pass_hat_k, pass_rates, write_results
 from benchmarks.results_journal import ResultsJournal, agent_settings, kept_on_interrupt
 from benchmarks.tau2_target import DOMAINS, SPLITS, require_tau2
@@ -60,6 +62,19 @@ def check_customer_server(base_url: str) -> None:
     if nothing_listens(f"{base}/models"):
         raise InputError(f"--user-base-url {base_url}: no server listens there (connection refused); start the "
                          "customer's model server or fix the URL")
+
+
+# How the agent's seed of an episode derives from (--seed, task, trial); recorded in the journal's settings, so a run
+# journaled under another scheme is refused, never continued with seeds of two schemes.
+AGENT_SEED_SCHEME = "sha256('tau2-run:{seed}:{task}:{trial}')[:4]"
+
+
+def episode_agent_seed(seed: int, index: int, trial: int) -> int:
+    """The agent's seed for trial `trial` of task `index` in a run with base `seed`: a hash, so distinct
+    (seed, task, trial) draw unrelated seeds (an arithmetic scheme such as seed + 1000·trial + task gives run
+    `--seed 1000`'s first trial the seeds of run `--seed 0`'s second), the same on every machine and Python."""
+    digest = hashlib.sha256(f"tau2-run:{seed}:{index}:{trial}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
 
 
 def play_task(game: Any, agent: Agent, index: int, trial: int, agent_seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -92,7 +107,7 @@ def run_journaled(game: Any, agent: Agent, n_tasks: int, trials: int, seed: int,
     (`journal.errors`)."""
     keys = [(index, trial) for index in range(n_tasks) for trial in range(trials)]
     return journal.play_missing(
-        keys, lambda key: play_task(game, agent, *key, agent_seed=seed + 1000 * key[1] + key[0]),
+        keys, lambda key: play_task(game, agent, *key, agent_seed=episode_agent_seed(seed, *key)),
         f"τ²-bench {game.domain.name}", progress)
 
 
@@ -127,6 +142,7 @@ def main(argv: list[str] | None = None, make_agent: Callable[[argparse.Namespace
                         help="vllm: the environment variable holding the agent endpoint's key (default: no key)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
+    check_served_model_flags(args)
     for flag, value in (("--trials", args.trials), ("--max-steps", args.max_steps),
                         ("--max-new-tokens", args.max_new_tokens)):
         if value < 1:
@@ -165,8 +181,9 @@ def play_and_write(args: argparse.Namespace, make_agent: Callable[[argparse.Name
     user_info = {"implementation": "benchmarks.tau2_user.Tau2User", "model": args.user_model,
                  "temperature": args.user_temperature}  # retries are left out: they do not change a score
     settings = {"agent": agent_settings(agent), "tokenizer": args.tokenizer, "domain": args.domain, "split": args.split,
-                "tasks": n_tasks, "trials": args.trials, "seed": args.seed, "temperature": args.temperature,
-                "max_new_tokens": args.max_new_tokens, "max_steps": args.max_steps, "user": user_info}
+                "tasks": n_tasks, "trials": args.trials, "seed": args.seed, "agent_seeds": AGENT_SEED_SCHEME,
+                "temperature": args.temperature, "max_new_tokens": args.max_new_tokens, "max_steps": args.max_steps,
+                "user": user_info}
     with ResultsJournal(args.out, settings) as journal, kept_on_interrupt(journal, "scored episodes"):
         try:
             simulations, tasks = run_journaled(game, agent, n_tasks, args.trials, args.seed, journal,
@@ -181,7 +198,8 @@ def play_and_write(args: argparse.Namespace, make_agent: Callable[[argparse.Name
             return 1
     hat = pass_hat_k(simulations, args.trials)
     info = {"benchmark": "tau2", "domain": args.domain, "split": args.split, "num_tasks": n_tasks,
-            "num_trials": args.trials, "seed": args.seed, "max_steps": args.max_steps,
+            "num_trials": args.trials, "seed": args.seed, "agent_seeds": AGENT_SEED_SCHEME,
+            "max_steps": args.max_steps,
             "agent_info": {**agent.describe(), "spec": args.agent}, "user_info": {**user_info,
                                                                                  "base_url": args.user_base_url},
             "environment_info": {"domain_name": args.domain, "policy": game.get_system_prompt(),

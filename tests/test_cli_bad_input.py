@@ -768,11 +768,39 @@ def test_storefront_refuses_a_bad_agent_before_building_it(agent, flag, message,
     agent = agent.format(weightless=weightless, missing=tmp_path / "missing", port=_free_port())
     out = tmp_path / "results.json"
     started = time.monotonic()
-    code = play.main(["--agent", agent, "--tokenizer", str(tiny_model_dir), "--tasks", "2", "--out", str(out),
-                      "--no-progress"])
+    tokenizer = ["--tokenizer", str(tiny_model_dir)] if agent.startswith("vllm:") else []
+    code = play.main(["--agent", agent, *tokenizer, "--tasks", "2", "--out", str(out), "--no-progress"])
     expect_refused(code, capsys, flag, message)
     assert time.monotonic() - started < 5
     assert no_benchmark.calls == [] and not out.exists()
+
+
+@pytest.mark.parametrize("agent", ["hf:{model}", "expert", "flawed:wrong_refund_method"])
+@pytest.mark.parametrize("flags, named", [
+    (["--tokenizer", "{model}"], "--tokenizer"),
+    (["--model", "served-name"], "--model"),
+    (["--api-key-env", "HOME"], "--api-key-env"),
+    (["--tokenizer", "{model}", "--model", "m"], "--tokenizer, --model"),
+])
+def test_storefront_refuses_server_flags_for_other_agents(agent, flags, named, no_benchmark, tiny_model_dir,
+                                                          tmp_path, capsys):
+    # Before: --tokenizer, --model and --api-key-env were accepted and ignored for hf:, expert and flawed: agents
+    # (an hf: agent reads its own folder's tokenizer), and the journal recorded a tokenizer the run never used.
+    out = tmp_path / "results.json"
+    argv = ["--agent", agent, *flags, "--tasks", "2", "--out", str(out), "--no-progress"]
+    code = play.main([arg.format(model=tiny_model_dir) for arg in argv])
+    expect_refused(code, capsys, named, "read only by a vllm:URL agent")
+    assert no_benchmark.calls == [] and not out.exists()
+
+
+def test_tau2_run_refuses_server_flags_for_other_agents(tmp_path, capsys):
+    from benchmarks import tau2_run
+
+    out = tmp_path / "results.json"
+    code = tau2_run.main(["--domain", "retail", "--agent", "expert", "--api-key-env", "HOME", "--out",
+                          str(out), "--user-base-url", "http://127.0.0.1:9/v1", "--user-model", "m"])
+    expect_refused(code, capsys, "--api-key-env", "read only by a vllm:URL agent")
+    assert not out.exists()
 
 
 def test_storefront_refuses_empty_kinds(no_benchmark, tmp_path, capsys):

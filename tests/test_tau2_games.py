@@ -97,6 +97,21 @@ def test_refusing_needs_the_look_up_and_the_status_said(spec):
     assert summary["reward"] == 0.6 and not summary["told"]  # looked up, nothing changed, the wrong status told
 
 
+@pytest.mark.parametrize("name", [GAME, AIRLINE_GAME])
+def test_claiming_a_write_that_was_never_made_voids_the_telling(name):
+    # The project's rule (the storefront's): a reply asserting what is not so voids the telling. On a refuse instance
+    # nothing is written, so saying the request was done is such an assertion, even with the refusal told after it.
+    # Before: both games scored it 1.0 (retail took "cancelled" as a true status of any instance's order).
+    game = get_game(name).make_env()
+    seed = first_seed(get_game(name), "refuse")
+    game.reset(seed)
+    record = game.instance.record_id
+    false_claim = f"I've cancelled {record} for you. Is there anything else I can help with?"
+    summary = play(game, seed, [lambda g: g.oracle_response()] * 3 + [false_claim])
+    assert summary["database_right"] and summary["problems"] == []  # nothing written: only the telling is at stake
+    assert summary["reward"] == 0.6 and not summary["told"]
+
+
 def test_the_airline_rules_decide_and_a_guessed_or_wrong_reservation_costs():
     airline = get_game(AIRLINE_GAME)
     game = airline.make_env()

@@ -8,6 +8,7 @@ import json
 import socket
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,6 +19,7 @@ from fake_openai_server import FakeOpenAIServer  # noqa: E402
 
 from benchmarks import tau2_run  # noqa: E402
 from benchmarks.results import load_results  # noqa: E402
+from benchmarks.results_journal import ResultsJournal  # noqa: E402
 from benchmarks.tau2_game import split_tasks  # noqa: E402
 from benchmarks.tau2_user import agent_greeting  # noqa: E402
 
@@ -74,6 +76,49 @@ def test_a_customer_server_that_fails_loses_no_episode_and_the_rerun_plays_only_
         assert server.n_requests - before == requests_per_episode  # only the missing episode was played
         assert "2 of 3 episodes already scored" in capsys.readouterr().err
     assert [s["reward_info"]["reward"] for s in load_results(out)["simulations"]] == [1.0, 1.0, 1.0]
+
+
+def agent_seeds_of_a_run(seed, n_tasks, trials, journal_path, monkeypatch):
+    """{(task, trial): the agent's seed} of a run with base `seed` (the episodes themselves not played)."""
+    seeds = {}
+
+    def play_task(game, agent, index, trial, agent_seed):
+        seeds[(index, trial)] = agent_seed
+        return {"task_id": str(index)}, {"id": str(index)}
+
+    monkeypatch.setattr(tau2_run, "play_task", play_task)
+    with ResultsJournal(journal_path, {"seed": seed}) as journal:
+        tau2_run.run_journaled(SimpleNamespace(domain=SimpleNamespace(name="retail")), None, n_tasks, trials, seed,
+                               journal, progress=False)
+    return seeds
+
+
+def test_no_two_episodes_of_runs_with_other_seeds_sample_with_the_same_agent_seed(tmp_path, monkeypatch):
+    # seed + 1000·trial + task gave --seed 1000's first trial the seeds of --seed 0's second, and --seed 1's task
+    # i the seed of --seed 0's task i + 1: "independent" runs drew the same samples
+    runs = {seed: agent_seeds_of_a_run(seed, 40, 4, tmp_path / f"{seed}.json", monkeypatch) for seed in (0, 1, 1000)}
+    drawn = [s for seeds in runs.values() for s in seeds.values()]
+    assert len(drawn) == 3 * 40 * 4 and len(set(drawn)) == len(drawn)
+    assert agent_seeds_of_a_run(0, 40, 4, tmp_path / "again.json", monkeypatch) == runs[0]  # reproducible
+    assert runs[0][(3, 2)] == tau2_run.episode_agent_seed(0, 3, 2)
+
+
+def test_a_journal_kept_under_another_agent_seed_scheme_is_refused_not_continued(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    journal = Path(f"{out}.partial.jsonl")
+    with FakeOpenAIServer(responder=customer) as server:
+        server.faults = [None] * 2 + ["500", "500"]  # the second task is not scored: the journal stays
+        assert run(server, out, "--agent", "expert") == 1
+        lines = journal.read_text().splitlines()
+        settings = json.loads(lines[0])["settings"]
+        assert settings["agent_seeds"] == tau2_run.AGENT_SEED_SCHEME
+        del settings["agent_seeds"]  # a journal an earlier version wrote (seed + 1000·trial + task)
+        journal.write_text("\n".join([json.dumps({"settings": settings}), *lines[1:]]) + "\n")
+        capsys.readouterr()
+        before = server.n_requests
+        assert run(server, out, "--agent", "expert") == 2
+        assert server.n_requests == before  # no episode played with the new seeds beside the old ones
+    assert "agent_seeds differ" in capsys.readouterr().err and not out.exists()
 
 
 def test_bad_customer_endpoints_are_refused_in_one_line(tmp_path, capsys):

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from tqdm import tqdm
 
-from benchmarks.agents import Agent, ContextFull, ExpertAgent
+from benchmarks.agents import Agent, ContextFull, ExpertAgent, check_served_model_flags
 from benchmarks.results import make_simulation, pass_hat_k, pass_rates, write_results
 from benchmarks.results_journal import ResultsJournal, agent_settings, kept_on_interrupt
 from benchmarks.storefront.env import StorefrontConfig, StorefrontGame
@@ -234,6 +234,7 @@ def main(argv: list[str] | None = None, make_agent: Callable[[argparse.Namespace
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     # every flag and the output path before the agent is built (an hf model load takes a while)
+    check_served_model_flags(args)
     if args.tasks < 1:
         raise InputError(f"--tasks must be >= 1, got {args.tasks}")
     if args.trials < 1:

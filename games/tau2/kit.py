@@ -40,7 +40,8 @@ from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from benchmarks.storefront.communication import MAX_COPIED_VALUES, LegitValues, Replies, Reply, copied_values, is_raw_dump
+from benchmarks.storefront.communication import (MAX_COPIED_VALUES, LegitValues, Replies, Reply, asserted_statuses,
+                                                copied_values, is_raw_dump)
 from benchmarks.storefront.user_sim import AUTH_WORDS, CONFIRM_MARKERS, is_question
 from benchmarks.tau2_game import Tau2Game, Tau2Tools, load_domain
 from benchmarks.tool_env_game import ToolEnvGame
@@ -502,7 +503,10 @@ class RetailCapabilityGame(Tau2CapabilityGame):
         instance, db = self.instance, self.world.db
         outputs = tool_outputs(self.state.tool_calls)
         named = {f"#W{digits}" for reply in replies for digits in RETAIL.record_id.findall(reply.text)}
-        legit = LegitValues(order_statuses={instance.record_id: {instance.fact, instance.done_fact}},
+        # The statuses before and after the instance's writes (the storefront's rule): the status a write leaves is
+        # true only where the instance makes that write, so "cancelled" on an order that must not be is a false claim.
+        statuses = {instance.fact} | ({instance.done_fact} if instance.writes else set())
+        legit = LegitValues(order_statuses={instance.record_id: statuses},
                             order_ids=set(db.users[instance.customer.user_id].orders),
                             known_order_ids=set(db.orders) | named,  # any #W-shaped id the agent names
                             address_numbers=set(instance.customer.own_numbers))
@@ -547,8 +551,8 @@ def asserted_cabins(text: str) -> set[str]:
 class AirlineCapabilityGame(Tau2CapabilityGame):
     """A game on the real airline domain. Telling: a report (a statement the customer received, no tool dump, fewer
     than MAX_COPIED_VALUES values copied from tool answers) after `after` names the reservation and asserts the told fact ("cancelled" once cancelled; the cabin when
-    refusing); any reply asserting another cabin than the reservation's, or naming a reservation id that is not
-    the customer's, voids it."""
+    refusing); any reply asserting another cabin than the reservation's, naming a reservation id that is not the
+    customer's, or claiming a cancellation the instance does not make, voids it."""
 
     SURFACE = AIRLINE
 
@@ -567,7 +571,9 @@ class AirlineCapabilityGame(Tau2CapabilityGame):
         cabin = db.reservations[instance.record_id].cabin.replace("_", " ")
         judged = [r for r in replies if not is_raw_dump(r.text, outputs)]
         if any(referenced_reservations(r.text) - own or self.record_ids_in(r.text) - own
-               or asserted_cabins(r.text) - {cabin} for r in judged):
+               or asserted_cabins(r.text) - {cabin}
+               # a cancellation claimed where the instance makes none (the storefront's rule on a status claim)
+               or (not instance.writes and "cancelled" in asserted_statuses(r.text)) for r in judged):
             return False
         rid = AIRLINE.key(instance.record_id)
         reports = [r for r in judged if not r.question and after is not None and r.position > after
