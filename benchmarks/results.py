@@ -4,7 +4,9 @@
       "messages": [...], "reward_info": {"reward", ...breakdown}, "termination_reason", ...}]}
 
 Metrics: `pass_rates` (share of simulations that pass) and `pass_hat_k` (τ²-bench's pass^k: the chance that
-k trials of a task all pass).
+k trials of a task all pass). A simulation passes when its reward is >= `SUCCESS_THRESHOLD`, τ²-bench's own
+success (`tau2.metrics.agent_metrics.is_successful`: reward >= 1 - 1e-6), so a real τ²-bench file's 0.9999999
+passes; the storefront's rewards are exactly 0 or 1 and unaffected.
 
 Messages are the dicts of game_registry's docstring (assistant tool calls as `{"id", "name",
 "arguments": dict}`, tool results as `{"role": "tool", "tool_call_id", "name", "content"}`). Benchmark
@@ -22,6 +24,12 @@ from typing import Any, Callable, Iterable
 
 from common.io import atomic_write_json, load_json
 from common.validation import InputError
+
+# τ²-bench counts a simulation a success when its reward is within 1e-6 of 1 (`is_successful`): rewards that are
+# products and sums of checks can land on 0.9999999. Every success decided here from a τ²-bench-format reward
+# uses this threshold.
+TAU2_SUCCESS_TOLERANCE = 1e-6
+SUCCESS_THRESHOLD = 1.0 - TAU2_SUCCESS_TOLERANCE
 
 
 def make_simulation(*, task_id: str, messages: list[dict[str, Any]], reward_info: dict[str, Any],
@@ -108,9 +116,9 @@ def simulation_reward(sim: dict[str, Any]) -> float | None:
 
 
 def pass_rates(simulations: Iterable[dict[str, Any]], group: Callable[[dict[str, Any]], str] = lambda s: "all",
-               threshold: float = 1.0) -> dict[str, dict[str, float]]:
+               threshold: float = SUCCESS_THRESHOLD) -> dict[str, dict[str, float]]:
     """{group: {"n", "passed", "pass_rate", "mean_reward"}} over scored simulations (reward >= threshold
-    passes)."""
+    passes; by default τ²-bench's success, `SUCCESS_THRESHOLD`)."""
     buckets: dict[str, list[float]] = defaultdict(list)
     for sim in simulations:
         reward = simulation_reward(sim)
@@ -127,10 +135,11 @@ def pass_rates(simulations: Iterable[dict[str, Any]], group: Callable[[dict[str,
 
 def pass_hat_k(simulations: Iterable[dict[str, Any]], k_max: int,
                groups: Callable[[dict[str, Any]], Iterable[str]] = lambda sim: ["all"],
-               threshold: float = 1.0) -> dict[str, dict[str, Any]]:
+               threshold: float = SUCCESS_THRESHOLD) -> dict[str, dict[str, Any]]:
     """τ²-bench's pass^k for k = 1..k_max, averaged over tasks, per group.
 
-    A task (simulations sharing a `task_id`) with n scored trials of which c pass (reward >= `threshold`)
+    A task (simulations sharing a `task_id`) with n scored trials of which c pass (reward >= `threshold`, by
+    default τ²-bench's success, `SUCCESS_THRESHOLD`)
     has pass^k = C(c, k) / C(n, k): the chance that k of its trials, drawn without replacement, all pass
     (unbiased; 0 when c < k). Unscored simulations (reward_info null) are left out. A task belongs to every
     group that `groups(sim)` names for any of its simulations (a task holding a cancel and a return counts

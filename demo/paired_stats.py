@@ -20,6 +20,10 @@ Method (what every figure of this module means):
   independently (what an interval without pairing would be), for comparison.
 - Randomness: `numpy.random.default_rng(seed)` with a fixed seed (default 0), drawn afresh per call, so every
   figure reproduces exactly and comparisons over the same tasks share their resamples.
+- Floating noise: every resampled statistic (and every estimate) is rounded to `DECIMALS` (12) decimals, so one
+  that is exactly 0 in exact arithmetic (seed means 1/105, 2/105 and -3/105, each rounded, sum to 3.5e-18) is
+  0, not ±1e-18, and an interval that ends there does not "exclude 0"; the scores
+  are multiples of 1/(tasks × samples), far coarser than 1e-12, so nothing else moves.
 - A difference "excludes 0" when its whole interval lies on one side of 0. A percentile bootstrap is too
   narrow when the difference rests on a handful of untied pairs (greedy decoding: most tasks tie), so each
   paired difference also carries the exact sign test's p on its untied pairs (`sign_test`).
@@ -34,17 +38,22 @@ from typing import Any, Hashable, Iterable, Mapping
 
 import numpy as np
 
+from benchmarks.results import SUCCESS_THRESHOLD
+
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_SEED = 0
 DEFAULT_CONFIDENCE = 0.95
 _CHUNK = 1_000  # resamples drawn at once (bounds memory on large evaluations)
+DECIMALS = 12  # statistics and estimates are rounded to this many decimals (the module docstring's floating noise)
 
 # {stratum (an evaluation seed): {task id: score}}
 Scores = Mapping[Hashable, Mapping[Hashable, float]]
 
 
-def task_scores(simulations: Iterable[Mapping[str, Any]], threshold: float = 1.0) -> dict[Hashable, float]:
-    """{task_id: pass^1 of the task}: the share of its scored samples with reward >= threshold."""
+def task_scores(simulations: Iterable[Mapping[str, Any]], threshold: float = SUCCESS_THRESHOLD
+                ) -> dict[Hashable, float]:
+    """{task_id: pass^1 of the task}: the share of its scored samples with reward >= threshold (default
+    τ²-bench's success, `benchmarks.results.SUCCESS_THRESHOLD`)."""
     outcomes: dict[Hashable, list[bool]] = {}
     for sim in simulations:
         info = sim.get("reward_info")
@@ -70,11 +79,16 @@ def _resampled_means(strata: list[np.ndarray], rng: np.random.Generator, resampl
         for values in strata:
             draw = rng.integers(0, len(values), size=(size, len(values)))
             out[start:start + size] += values[draw].mean(axis=1)
-    return out / len(strata)
+    return _clean(out / len(strata))
+
+
+def _clean(values: Any) -> Any:
+    """`values` rounded to DECIMALS decimals, -0.0 made 0.0: a statistic that is 0 in exact arithmetic is 0."""
+    return np.round(values, DECIMALS) + 0.0
 
 
 def _interval(statistics: np.ndarray, confidence: float) -> tuple[float, float]:
-    low, high = np.quantile(statistics, [(1 - confidence) / 2, (1 + confidence) / 2])
+    low, high = _clean(np.quantile(statistics, [(1 - confidence) / 2, (1 + confidence) / 2]))
     return float(low), float(high)
 
 
@@ -112,7 +126,7 @@ def paired_difference(a: Scores, b: Scores, resamples: int = DEFAULT_RESAMPLES, 
     _check(resamples, confidence)
     xs, ys, left_out = _aligned(a, b)
     diffs = [x - y for x, y in zip(xs, ys)]
-    estimate = float(np.mean([d.mean() for d in diffs]))
+    estimate = float(_clean(np.mean([d.mean() for d in diffs])))
     low, high = _interval(_resampled_means(diffs, np.random.default_rng(seed), resamples), confidence)
     pooled = np.concatenate(diffs)
     better, worse = int((pooled > 0).sum()), int((pooled < 0).sum())
@@ -139,7 +153,7 @@ def unpaired_difference(a: Scores, b: Scores, resamples: int = DEFAULT_RESAMPLES
     xs, ys, left_out = _aligned(a, b)
     rng = np.random.default_rng(seed)
     statistics = _resampled_means(xs, rng, resamples) - _resampled_means(ys, rng, resamples)
-    estimate = float(np.mean([x.mean() - y.mean() for x, y in zip(xs, ys)]))
+    estimate = float(_clean(np.mean([x.mean() - y.mean() for x, y in zip(xs, ys)])))
     low, high = _interval(statistics, confidence)
     return _summary(estimate, low, high, sum(map(len, xs)), len(xs), resamples, seed, confidence,
                     left_out=left_out)
@@ -154,7 +168,7 @@ def mean_interval(a: Scores, resamples: int = DEFAULT_RESAMPLES, seed: int = DEF
               if tasks]
     if not strata:
         raise ValueError("no scored task: no pass rate to bound")
-    estimate = float(np.mean([s.mean() for s in strata]))
+    estimate = float(_clean(np.mean([s.mean() for s in strata])))
     low, high = _interval(_resampled_means(strata, np.random.default_rng(seed), resamples), confidence)
     return _summary(estimate, low, high, sum(map(len, strata)), len(strata), resamples, seed, confidence)
 

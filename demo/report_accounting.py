@@ -17,19 +17,31 @@ def _step_settings(records: dict[str, dict[str, Any]], step: str, section: Any) 
 
 
 def calibration_episodes(environment: dict[str, Any], tasks: int, samples: int) -> tuple[int, int]:
-    """(probes, episodes) Step 2's calibration played for one capability: one probe per knob value tried
-    (`history`; a record without one that holds a measurement made one probe), each `tasks` × `samples`
-    episodes of the base agent on the capability's game. Validation plays scripted policies, not the model."""
+    """(probes, episodes) Step 2's calibration played for one capability, all of them episodes of the base agent
+    on the capability's game: one probe per knob value tried (`history`; a record without one that holds a
+    measurement made one probe), each `tasks` × `samples` episodes; plus its mistake census
+    (`demo.loop.count_first_mistakes`, recorded as `mistake_census` = {"episodes", "rounds", ...}), which a game
+    no probed value brought into the band plays after the search: the kept probe's episodes (already counted
+    among the probes) and `rounds` more rounds of `tasks` × `samples` fresh tasks — those rounds are counted here
+    (`census_episodes`), so `episodes` is every calibration episode played. Validation plays scripted policies,
+    not the model."""
     probes = len(environment.get("history") or []) or (1 if environment.get("success_rate") is not None else 0)
-    return probes, probes * tasks * samples
+    return probes, probes * tasks * samples + census_episodes(environment, tasks, samples)
+
+
+def census_episodes(environment: dict[str, Any], tasks: int, samples: int) -> int:
+    """The episodes a capability's mistake census played beyond the kept probe: its `rounds` × `tasks` × `samples`
+    (0 without a census)."""
+    census = environment.get("mistake_census") or {}
+    return int(census.get("rounds") or 0) * tasks * samples
 
 
 def episode_accounting(records: dict[str, dict[str, Any]], config: Any) -> dict[str, Any]:
     """Every episode each model's method played, by part, from the steps' records.
 
     Parts: Step 1's analysis episodes (the base agent on the target, `select.tasks` × `select.samples`), Step 2's
-    calibration probes (`calibration_episodes` per capability), router SFT (no new episode: its data are
-    successful rollouts of Step 1 and Step 3, counted there), Step 3's adapters, Step 4's gate GRPO, and the
+    calibration probes and mistake census (`calibration_episodes` per capability), router SFT (no new episode: its
+    data are successful rollouts of Step 1 and Step 3, counted there), Step 3's adapters, Step 4's gate GRPO, and the
     baselines' runs. Per model: "training" (its GRPO episodes), "all" (every episode its method played on any
     environment), "target" (those on the target storefront), "parts" ({part: episodes}) and "budget" (which
     total it was given). A LoRA's method is Step 1, its own calibration and its own run; TRACE's and the
@@ -41,8 +53,9 @@ def episode_accounting(records: dict[str, dict[str, Any]], config: Any) -> dict[
     loop = _step_settings(records, "environments", config.loop)
     analysis = select["tasks"] * select["samples"] if "select" in records else 0
     envs = records.get("environments", {}).get("figures", {}).get("capabilities") or {}
-    calibration = {c: dict(zip(("probes", "episodes"), calibration_episodes(
-        e, loop["calibration_tasks"], loop["calibration_samples"]))) for c, e in envs.items()}
+    calibration = {c: {**dict(zip(("probes", "episodes"), calibration_episodes(
+        e, loop["calibration_tasks"], loop["calibration_samples"]))),
+        "census": census_episodes(e, loop["calibration_tasks"], loop["calibration_samples"])} for c, e in envs.items()}
     calibration_total = sum(c["episodes"] for c in calibration.values())
     trained = records.get("train", {}).get("figures", {}).get("adapters", {})
     adapters = {c: run["episodes"] for c, run in trained.items()}
@@ -136,6 +149,7 @@ def accounting_section(accounting: dict[str, Any], shown: list[str]) -> list[str
              f"{parts['step1_analysis']['samples']} samples). Step 2: {parts['calibration']['episodes']:,} calibration "
              f"episodes ({parts['calibration']['per_probe']} per probed value: "
              + (", ".join(f"{c} {v['probes']} × {parts['calibration']['per_probe']}"
+                          + (f" + mistake census {v['census']:,}" if v.get("census") else "")
                           for c, v in parts["calibration"]["per_capability"].items()) or "none")
              + "), on the capability games. "
              + (f"Router SFT's routing targets: {parts['router_sft']['new_episodes']:,} new episodes on the target "

@@ -1,14 +1,15 @@
 """Sample efficiency in the report: TRACE's checkpoints against direct GRPO's, the paper's claim at its ratio, repeats."""
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any, Callable
 
 from demo.report_accounting import BASELINE_LABELS
-from demo.report_paired import evaluation_scores
+from demo.report_paired import compared, evaluation_scores, not_compared_text, paired_text
 from demo.report_plots import plot_efficiency
-from demo.report_text import MODE_TITLES, ci_text, fmt_cell, mode_name
+from demo.report_text import MODE_TITLES, fmt_cell, mode_name
 
 
 CLAIM = "with under a quarter of the rollouts, TRACE exceeded the final scores of GRPO"
@@ -32,8 +33,9 @@ def direct_settings_section(run_dir: Path, records: dict[str, dict[str, Any]], e
     temperature = f"T={config.evaluate.temperature:g}"
     scores = {label: evaluation_scores(run_dir, evaluate[label]) for label in (fresh_label, pool_label)}
     modes = [m for m in MODE_TITLES if m in scores[fresh_label] and m in scores[pool_label]]
-    difference = {mode: ps.paired_difference(scores[pool_label][mode]["scores"], scores[fresh_label][mode]["scores"],
-                                             resamples=resamples) for mode in modes}
+    difference = {mode: compared(ps.paired_difference(scores[pool_label][mode]["scores"],
+                                                      scores[fresh_label][mode]["scores"], resamples=resamples),
+                                 scores[pool_label][mode], scores[fresh_label][mode]) for mode in modes}
     rows: dict[str, Any] = {}
     lines = ["## Direct GRPO: a fixed task pool and fresh tasks", "",
              "The same budget and trainer in both; only the training tasks differ. *Fresh*: every group plays a new "
@@ -54,14 +56,15 @@ def direct_settings_section(run_dir: Path, records: dict[str, dict[str, Any]], e
                      f"{fmt_cell(cells.get('sampled'))} |")
     pool = rows[pool_label]["tasks"]
     lines += ["", "Task pool − fresh, paired over the evaluation's (seed, task) pairs: "
-              + "; ".join(f"{mode_name(mode, temperature)} {ci_text(cell).replace('**', '')}"
-                          for mode, cell in difference.items()) + "."]
+              + "; ".join(f"{mode_name(mode, temperature)} {paired_text(cell).replace('**', '')}"
+                          for mode, cell in difference.items()) + "."
+              + not_compared_text({"task pool vs fresh": difference}, temperature)]
     if pool.get("passes") is not None and pool["passes"] <= 1:
         lines.append(f"At this budget the pool run played each of its tasks at most once ({pool['groups']} groups, "
                      f"{pool['pool']} tasks): the two settings then differ only by chance.")
     lines.append("")
     printed = [f"direct GRPO, task pool ({pool['pool']} tasks) - fresh: "
-               + "; ".join(f"{mode_name(mode, temperature)} {ci_text(cell).replace('**', '')}"
+               + "; ".join(f"{mode_name(mode, temperature)} {paired_text(cell).replace('**', '')}"
                            for mode, cell in difference.items())]
     return lines, {"rows": rows, "pool_minus_fresh": difference}, printed
 
@@ -157,6 +160,25 @@ def _pass1(runs: dict[str, Any], mode: str, summarize: Callable[[dict[str, Any],
     return summarize(runs, mode).get("all", {}).get("pass^1")
 
 
+# Two pass^1 means this close are the same pass rate: a mean over seeds of c/n per seed holds the same total passes
+# split differently over the seeds as floats a last bit apart (75, 76, 77 of 105: 0.7238095238095238; 74, 76, 78:
+# 0.7238095238095239), far below one task's 1/(seeds × tasks).
+MEAN_TIE_TOLERANCE = 1e-9
+
+
+def at_or_above(mean: float, reference: float) -> bool:
+    """`mean` >= `reference`, a tie within MEAN_TIE_TOLERANCE counted as reached whatever float noise says."""
+    return mean >= reference or math.isclose(mean, reference, rel_tol=0.0, abs_tol=MEAN_TIE_TOLERANCE)
+
+
+def first_at_or_above(rows: dict[str, dict[str, Any]], points: list[str], reference: str, mode: str) -> str | None:
+    """The first of `points` (rows of `rows`) whose pass^1 mean in `mode` is at or above `reference`'s
+    (`at_or_above`: a tie counts as reached), or None."""
+    target = rows[reference].get(mode)
+    return next((m for m in points if rows[m].get(mode) and target
+                 and at_or_above(rows[m][mode]["mean"], target["mean"])), None)
+
+
 def _fraction_text(episodes: int, of: int) -> str:
     from fractions import Fraction
 
@@ -180,7 +202,7 @@ def _verdict(cell: dict[str, Any] | None) -> str:
     """TRACE − direct GRPO (final) at equal budget, in words."""
     if cell is None:
         return "not measured"
-    ci = ci_text(cell).replace("**", "")
+    ci = paired_text(cell).replace("**", "")
     if resolved(cell):
         return (f"TRACE above direct GRPO at equal budget ({ci})" if cell["difference"] > 0 else
                 f"direct GRPO above TRACE at equal budget ({ci})")
@@ -220,8 +242,9 @@ def claim_at_ratio(scores: dict[str, dict[str, Any]], rows: dict[str, dict[str, 
         row = rows[label]
         if not direct["training"] or 4 * row["training"] > direct["training"]:
             continue
-        cells = {mode: ps.paired_difference(scores[label][mode]["scores"], scores["direct GRPO"][mode]["scores"],
-                                            resamples=resamples)
+        cells = {mode: compared(ps.paired_difference(scores[label][mode]["scores"],
+                                                     scores["direct GRPO"][mode]["scores"], resamples=resamples),
+                                scores[label][mode], scores["direct GRPO"][mode])
                  for mode in modes if mode in scores[label] and mode in scores["direct GRPO"]}
         out[label] = {"episodes": row["training"], "share_of_direct": row["training"] / direct["training"],
                       "all_episodes": row["all"], "direct_all_episodes": direct["all"], "differences": cells,
@@ -234,7 +257,7 @@ def _claim_lines(claims: dict[str, dict[str, Any]], rows: dict[str, dict[str, An
     lines = []
     direct = rows["direct GRPO"]
     for label, claim in claims.items():
-        cells = ", ".join(f"{mode_name(mode, temperature)} {ci_text(cell).replace('**', '')}"
+        cells = ", ".join(f"{mode_name(mode, temperature)} {paired_text(cell).replace('**', '')}"
                           for mode, cell in claim["differences"].items())
         ratio = claim["all_episodes"] / claim["direct_all_episodes"] if claim["direct_all_episodes"] else None
         count = ("" if ratio is None else
@@ -343,19 +366,17 @@ def efficiency_section(run_dir: Path, records: dict[str, dict[str, Any]], evalua
             if model == "TRACE":
                 continue
             same[model] = all(scores[model].get(m, {}).get("played") == scores["TRACE"][m]["played"] for m in modes)
-            differences[model] = {mode: ps.paired_difference(scores["TRACE"][mode]["scores"],
-                                                             scores[model][mode]["scores"], resamples=resamples)
+            differences[model] = {mode: compared(ps.paired_difference(scores["TRACE"][mode]["scores"],
+                                                                      scores[model][mode]["scores"],
+                                                                      resamples=resamples),
+                                                 scores["TRACE"][mode], scores[model][mode])
                                   for mode in modes if mode in scores[model] and mode in scores["TRACE"]}
     claims = claim_at_ratio(scores, rows, trace_names, modes, resamples) if trace_names else {}
     trace = rows.get("TRACE")
     # direct GRPO's own points only (the base agent is its episode 0), never TRACE's checkpoints
     grpo_points = [m for m in ("base", *checkpoints, "direct GRPO") if m in rows]
-    matched = {}
-    if trace:
-        for mode in modes:
-            reached = [m for m in grpo_points if m != "base" and rows[m][mode] and trace[mode]
-                       and rows[m][mode]["mean"] >= trace[mode]["mean"]]
-            matched[mode] = reached[0] if reached else None
+    matched = {mode: first_at_or_above(rows, [m for m in grpo_points if m != "base"], "TRACE", mode)
+               for mode in modes} if trace else {}
     verdicts = {mode: _verdict(differences.get("direct GRPO", {}).get(mode)) for mode in modes} if has_trace else {}
 
     def episodes(model: str) -> str:
@@ -390,14 +411,16 @@ def efficiency_section(run_dir: Path, records: dict[str, dict[str, Any]], evalua
         cells = [name, episodes(model), _fraction_text(row["training"], trace["training"]) if trace else "-",
                  f"{row['all']:,}", *(fmt_cell(row[mode]) for mode in modes)]
         if has_trace:
-            cells += [ci_text(differences.get(model, {}).get(mode)) for mode in modes]
+            cells += [paired_text(differences.get(model, {}).get(mode)) for mode in modes]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     if has_trace:
         lines += ["Each difference is TRACE's pass^1 minus the model's, paired over the same (seed, task) pairs "
                   "(as in \"Paired differences\"; **bold**: the interval excludes 0). "
                   + ("Every model played TRACE's tasks (checked in the results files)." if all(same.values()) else
-                     "NOT the same tasks as TRACE: " + ", ".join(m for m, ok in same.items() if not ok) + "."), ""]
+                     "NOT the same tasks as TRACE: " + ", ".join(m for m, ok in same.items() if not ok) + ".")
+                  + not_compared_text({f"TRACE vs {model}": cells for model, cells in differences.items()},
+                                      temperature), ""]
         lines += ["The paper's comparison at equal budget (TRACE − direct GRPO's final): "
                   + "; ".join(f"{mode_name(mode, temperature)}: {verdicts[mode]}" for mode in modes)
                   + ". " + _claim_text(verdicts, differences.get("direct GRPO", {}), rows, checkpoint_names,
@@ -433,10 +456,10 @@ def efficiency_section(run_dir: Path, records: dict[str, dict[str, Any]], evalua
                + " (training episodes):"]
     printed += [f"  {model}: " + " / ".join("-" if rows[model][m] is None else f"{rows[model][m]['mean']:.3f}"
                                             for m in modes) + f" ({episodes(model)})" for model in order]
-    printed += [f"  TRACE − {model}: " + "; ".join(ci_text(cell).replace("**", "") for cell in cells.values())
+    printed += [f"  TRACE − {model}: " + "; ".join(paired_text(cell).replace("**", "") for cell in cells.values())
                 for model, cells in differences.items() if model != "base"]
     printed += [f"  {label} − direct GRPO (final): "
-                + "; ".join(ci_text(cell).replace("**", "") for cell in claim["differences"].values())
+                + "; ".join(paired_text(cell).replace("**", "") for cell in claim["differences"].values())
                 + f" (paper's claim: {claim['verdict']})" for label, claim in claims.items()]
     if trace_why:
         printed.append(f"  TRACE's own checkpoints: not measured ({trace_why})")

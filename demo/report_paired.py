@@ -13,7 +13,9 @@ POWER_Z = 0.8416  # the normal quantile for 80% power
 
 def evaluation_scores(run_dir: Path, runs: dict[str, Any]) -> dict[str, Any]:
     """{mode: {"scores": {seed: {task_id: pass^1}}, "played": {(seed, task_id, sample_idx), ...}}} of one model's
-    evaluation runs (keys "seed/mode", each with its results file's `path` under run_dir)."""
+    evaluation runs (keys "seed/mode", each with its results file's `path` under run_dir). "played" holds every
+    simulation, scored or not; "scores" only tasks with a scored sample (`task_scores`), so a task whose episodes
+    all have a null reward_info was played but has no score (`compared`)."""
     from benchmarks.results import load_results
     from demo.paired_stats import task_scores
 
@@ -25,6 +27,32 @@ def evaluation_scores(run_dir: Path, runs: dict[str, Any]) -> dict[str, Any]:
         entry["scores"][seed] = task_scores(simulations)
         entry["played"] |= {(seed, str(s["task_id"]), s.get("sample_idx", s.get("trial"))) for s in simulations}
     return out
+
+
+def compared(cell: dict[str, Any], a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """`cell` (a `paired_difference` of mode entries `a` and `b` of `evaluation_scores`) with "not_compared": the
+    (seed, task) pairs either model played that the difference leaves out — one model did not play the task, or
+    played it without a scored episode (reward_info null), or neither scored it — counted from the results files,
+    not only the pairs one side scored (`left_out`)."""
+    played = {(str(seed), str(task)) for seed, task, _ in a["played"] | b["played"]}
+    return {**cell, "not_compared": len(played) - cell["pairs"]}
+
+
+def paired_text(cell: dict[str, Any] | None) -> str:
+    """`ci_text` of a paired difference, and how many played pairs it leaves out when any (`compared`)."""
+    text = ci_text(cell)
+    dropped = 0 if cell is None else cell.get("not_compared", cell.get("left_out", 0))
+    return text + (f" ({dropped} played pair{'' if dropped == 1 else 's'} not compared)" if dropped else "")
+
+
+def not_compared_text(cells: dict[str, dict[str, Any]], temperature: str) -> str:
+    """The report's sentence naming the differences that leave played pairs out ("" when none does); `cells`:
+    {"model vs reference": {mode: cell}}."""
+    dropped = [f"{label}, {mode_name(mode, temperature)}: {cell['not_compared']}"
+               for label, by_mode in cells.items() for mode, cell in by_mode.items() if cell.get("not_compared")]
+    return (" Not every played (seed, task) pair is compared: a difference uses the pairs both models scored, and "
+            "leaves out a task one model did not play or played without a scored episode (reward_info null) — "
+            + "; ".join(dropped) + "." if dropped else "")
 
 
 def paired_section(run_dir: Path, evaluate: dict[str, dict[str, Any]], config: Any, resamples: int | None = None
@@ -50,8 +78,8 @@ def paired_section(run_dir: Path, evaluate: dict[str, dict[str, Any]], config: A
             if model == reference or (model == "base" and reference == "TRACE"):  # the negative of TRACE vs base
                 continue
             comparisons.setdefault(model, {})[reference] = {
-                mode: ps.paired_difference(scores[model][mode]["scores"], scores[reference][mode]["scores"],
-                                           resamples=resamples)
+                mode: compared(ps.paired_difference(scores[model][mode]["scores"], scores[reference][mode]["scores"],
+                                                    resamples=resamples), scores[model][mode], scores[reference][mode])
                 for mode in modes if mode in scores[model]}
     base_scores = {mode: scores["base"][mode]["scores"] for mode in modes}
     base_intervals = {mode: ps.mean_interval(base_scores[mode], resamples=resamples) for mode in modes}
@@ -70,6 +98,8 @@ def paired_section(run_dir: Path, evaluate: dict[str, dict[str, Any]], config: A
              + ("checked in the results files, for every model." if all(same.values()) else
                 "NOT for " + ", ".join(m for m, ok in same.items() if not ok) + " (their differences use the "
                 "pairs both models played).")
+             + not_compared_text({f"{model} vs {reference}": cells for model, against in comparisons.items()
+                                  for reference, cells in against.items()}, temperature)
              + f" Each cell: the model's pass^1 minus the reference's, with a paired bootstrap 95% interval over "
              f"(seed, task) pairs, stratified by evaluation seed ({resamples:,} resamples, tasks drawn with "
              "replacement within each seed, the same draw for both models; a task's score is its pass^1, the mean "
@@ -83,9 +113,10 @@ def paired_section(run_dir: Path, evaluate: dict[str, dict[str, Any]], config: A
     excluding = []
     for model, against in comparisons.items():
         for reference, cells in against.items():
-            lines.append(f"| {model} | {reference} | {ci_text(cells.get('greedy'))} | {ci_text(cells.get('sampled'))} |")
-            printed.append(f"  {model} - {reference}: {ci_text(cells.get('greedy')).replace('**', '')}; "
-                           f"{ci_text(cells.get('sampled')).replace('**', '')}")
+            lines.append(f"| {model} | {reference} | {paired_text(cells.get('greedy'))} | "
+                         f"{paired_text(cells.get('sampled'))} |")
+            printed.append(f"  {model} - {reference}: {paired_text(cells.get('greedy')).replace('**', '')}; "
+                           f"{paired_text(cells.get('sampled')).replace('**', '')}")
             excluding += [f"{model} vs {reference} ({mode_name(mode, temperature)}: "
                           f"{cell['difference']:+.3f}"
                           + (f"; untied tasks {cell['better']}↑ {cell['worse']}↓, sign test p = "

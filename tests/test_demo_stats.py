@@ -225,9 +225,9 @@ def test_every_rollout_is_counted_per_model():
     parts = accounting["parts"]
     assert parts["step1_analysis"]["episodes"] == 20
     assert parts["calibration"]["per_probe"] == 8
-    assert parts["calibration"]["per_capability"] == {"a": {"probes": 2, "episodes": 16},
-                                                      "b": {"probes": 3, "episodes": 24},
-                                                      "c": {"probes": 0, "episodes": 0}}
+    assert parts["calibration"]["per_capability"] == {"a": {"probes": 2, "episodes": 16, "census": 0},
+                                                      "b": {"probes": 3, "episodes": 24, "census": 0},
+                                                      "c": {"probes": 0, "episodes": 0, "census": 0}}
     assert parts["calibration"]["episodes"] == 40
     assert parts["router_sft"]["new_episodes"] == 0 and parts["router_sft"]["data"] == {"a": 3, "base": 5}
     m = accounting["models"]
