@@ -1087,3 +1087,15 @@ def test_grpo_tiny_budget_fits_every_capability_games_opening_prompt(tiny_model_
         longest = max(len(chat.prompt_ids(prompt_variant(game.reset(seed), spec, hinted), game.get_tool_schemas()))
                       for seed in range(1_000_000, 1_000_008) for hinted in (False, True))
         assert longest + spec.max_gen_tokens <= budget, (name, longest, budget)
+
+
+def test_a_hinted_iterations_first_step_is_on_policy(tiny_model_dir, letter_game, tmp_path):
+    # Hinted samples are trained under the base prompt, so their old log-probs must be re-scored there: kept from
+    # the hinted prompt, the first (on-policy) step's ratio was 1.05 with 2% of tokens clipped (an audit's mutation).
+    trainer = _letter_trainer(tiny_model_dir, tmp_path, letter_game, hint_fraction="0.5", iterations="1",
+                              ppo_epochs="1", minibatches_per_iteration="1", groups_per_iteration="4")
+    metrics = trainer.run()
+    assert metrics["n_base_episodes"] == 8  # of 16: half the samples were hinted (and trained under the base prompt)
+    assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert metrics["approx_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert metrics["clip_fraction"] == 0.0
