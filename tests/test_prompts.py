@@ -592,7 +592,7 @@ def test_each_benchmark_exports_its_own_selected_list_and_step_2_reads_it():
         exports[folder] = exported
         read = set(re.findall(r"python -m pipeline\.capabilities \w+ .*?--file (\S+)", environment))
         assert read == {exported}, (folder, read)
-        assert "python -m pipeline.capabilities next --json --file" in environment
+        assert "python -m pipeline.capabilities next --json --claim --file" in environment
     assert exports == {"tau-bench": "pipeline/selected_capabilities.json",
                        "swebench": "pipeline/swebench/selected_capabilities.json"}
 

@@ -39,7 +39,7 @@ def selected_file() -> Path:
 
 
 def take_next_capability() -> str:
-    """What the Step-2 prompt says: `capabilities next`, then mark it IN_PROGRESS."""
+    """What the Step-2 prompt says: `capabilities next --json --claim` (it marks the capability IN_PROGRESS)."""
     entry = capabilities.next_pending(capabilities.load_selected(selected_file()))
     if entry is None:
         print("all capabilities done", flush=True)
@@ -48,7 +48,8 @@ def take_next_capability() -> str:
     if name != os.environ.get("TRACE_CAPABILITY"):
         print(f"stand-in agent: next is {name}, runner expected {os.environ.get('TRACE_CAPABILITY')}", flush=True)
         sys.exit(4)
-    capabilities.main(["mark", name, "IN_PROGRESS", "--file", str(selected_file())])
+    if capabilities.main(["next", "--json", "--claim", "--file", str(selected_file())]) != 0:
+        sys.exit(4)
     return name
 
 
