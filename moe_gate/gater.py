@@ -6,15 +6,17 @@ every slot starts equally likely (and the top-1 tie goes to slot 0, i.e. the unt
 reads the hidden state detached: the gate learns where to route, it never pushes the backbone.
 
 Choosing (`select`):
-- inference (or no gradient): hard top-1, gate value exactly 1 on the chosen slot.
+- inference (eval mode, or no gradient: `torch.no_grad()`/`inference_mode()`, even in train mode): hard top-1,
+  gate value exactly 1 on the chosen slot, so a gate saved with `gumbel` never samples while it generates.
 - training, `straight_through`: forward value is the hard one-hot, gradient is that of the softmax
   (g = onehot + p - p.detach(), written so the forward value is exactly 0/1).
 - training, `gumbel`: `F.gumbel_softmax(logits, tau, hard=True)`: a sampled one-hot with the
   Gumbel-softmax gradient. Sampling differs from the top-1 used at inference.
 - soft (the global router's soft mode): the softmax itself.
 
-"Training" is the gate module's train mode (`model.train()`): the estimator only acts in a loop that runs the
-routed model in train mode and backpropagates a loss through the gate values. Neither of the repository's gate
+"Training" is the gate module's train mode (`model.train()`) with gradients enabled: the estimator only acts in a
+loop that runs the routed model in train mode and backpropagates a loss through the gate values. A routed model
+is built in eval mode (`build_capability_model`), as a `from_pretrained` model is. Neither of the repository's gate
 trainers uses Gumbel: router SFT (train/train_router_sft.py) runs the model in eval mode (hard top-1) and fits the
 gate logits themselves with a cross-entropy, so the estimator and tau change nothing there, and gate GRPO
 (train/grpo_gater.py) refuses `gumbel` (its rollouts are top-1).
@@ -50,14 +52,16 @@ def select(logits: torch.Tensor, *, training: bool, estimator: str = "straight_t
            soft: bool = False) -> Selection:
     """Turn gate logits [..., S] into gate values (see the module docstring for the rules).
 
-    At inference (top-1) `weights` is None: the chosen slot's value is exactly 1 and the others 0.
+    At inference (top-1) `weights` is None: the chosen slot's value is exactly 1 and the others 0. Without
+    gradients (`torch.no_grad()`) a hard gate is at inference whatever `training` says: nothing could learn from
+    the estimator, and Gumbel would sample the choice.
     """
-    if not training and not soft:  # inference top-1: the gate value is 1 on the chosen slot, nothing to compute
+    if not soft and not (training and torch.is_grad_enabled()):  # inference top-1: nothing to compute
         return Selection(None, logits.argmax(dim=-1))
     probs = torch.softmax(logits.float(), dim=-1)  # [..., S]
     if soft:
         return Selection(probs, probs.argmax(dim=-1))
-    if training and estimator == "gumbel":
+    if estimator == "gumbel":  # training with gradients (inference returned above)
         weights = F.gumbel_softmax(logits.float(), tau=tau, hard=True, dim=-1)  # [..., S] one-hot
         return Selection(weights, weights.argmax(dim=-1))
     slots = logits.argmax(dim=-1)  # [...]

@@ -176,6 +176,16 @@ def base_weights_sha256(base: nn.Module) -> str:
     return digest.hexdigest()
 
 
+def embedding_sha256(embedding: torch.Tensor) -> str:
+    """sha256 of an input embedding matrix [V, H] (shape and values), hashed as bfloat16 like
+    `base_weights_sha256`, so the serving front (moe_gate/serve.py, which reads only this matrix from the base's
+    safetensors) can check that it has the gate's base whatever dtype either side loaded."""
+    value = embedding.detach().to(torch.bfloat16).view(torch.int16)  # numpy has no bfloat16: hash its bits
+    digest = hashlib.sha256(f"{tuple(value.shape)};".encode())
+    digest.update(value.contiguous().cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
 def _original_names(state: Mapping[str, torch.Tensor], wrapped: set[str]) -> dict[str, torch.Tensor]:
     """`layer.q_proj.base.weight` -> `layer.q_proj.weight` for the wrapped module paths in `wrapped`."""
     renamed = {}
@@ -200,9 +210,10 @@ def recorded_name_or_path(base: nn.Module) -> str:
 ARCHITECTURE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")
 
 
-def _base_identity(base: nn.Module, weights_sha256: str, name_or_path: str) -> dict[str, Any]:
+def _base_identity(base: nn.Module, weights_sha256: str, name_or_path: str, embedding_hash: str) -> dict[str, Any]:
     """What a gate must match: architecture numbers and the hash of every weight (`base_weights_sha256`).
-    The embedding probe is for the serving router (moe_gate/serve.py), which loads the embedding only."""
+    The embedding's hash (`embedding_sha256`) is for the serving router (moe_gate/serve.py), which loads the
+    embedding only; the probe (a 4 x 8 patch of it) is what a gate saved before that hash is checked on."""
     config = base.config
     probe = base.get_input_embeddings().weight[:4, :8].detach().float().cpu()
     return {
@@ -212,6 +223,7 @@ def _base_identity(base: nn.Module, weights_sha256: str, name_or_path: str) -> d
         "num_hidden_layers": config.num_hidden_layers,
         "vocab_size": config.vocab_size,
         "weights_sha256": weights_sha256,
+        "embedding_sha256": embedding_hash,
         "embedding_probe": probe.tolist(),
     }
 
@@ -305,6 +317,7 @@ class CapabilityModel(nn.Module):
         self._new_sequence = True
         self._stored: dict[int, tuple[Selection, torch.Tensor]] = {}  # trajectory/global decisions, per layer key
         self._base_sha256: str | None = None  # base_weights_sha256, computed on first use (the base is frozen)
+        self._embedding_sha256: str | None = None  # embedding_sha256 of its input embedding, likewise
         self._hook_handles = [base.register_forward_pre_hook(self._before_model, with_kwargs=True)]
         for index, (_, layer) in enumerate(layers):
             self._hook_handles.append(layer.register_forward_pre_hook(self._before_layer(index), with_kwargs=True))
@@ -367,6 +380,13 @@ class CapabilityModel(nn.Module):
         if self._base_sha256 is None:
             self._base_sha256 = base_weights_sha256(self.base)
         return self._base_sha256
+
+    @property
+    def embedding_sha256(self) -> str:
+        """`embedding_sha256` of the (frozen) base's input embedding, computed once."""
+        if self._embedding_sha256 is None:
+            self._embedding_sha256 = embedding_sha256(self.base.get_input_embeddings().weight)
+        return self._embedding_sha256
 
     def gate_parameters(self) -> list[nn.Parameter]:
         return list(self.gate.parameters())
@@ -528,6 +548,9 @@ def build_capability_model(base: nn.Module, adapters: Mapping[str, str | os.Path
       records. So a caller that insists on straight-through updates (train/grpo_gater.py) gets them whatever
       estimator warm-started the gate, and loading a gate for inference needs no options at all.
 
+    The model comes back in eval mode (hard top-1 routing, no dropout), as `from_pretrained` models do; a training
+    loop calls `model.train()` itself.
+
     The saved gate's slots, mode, adapter weights and base architecture are checked before the base is touched;
     should a later check fail (the hash of the base's weights, the gate weights), the base is restored as it was
     (original Linears, no hooks, requires_grad unchanged), so the same base object can be routed again.
@@ -565,15 +588,22 @@ def build_capability_model(base: nn.Module, adapters: Mapping[str, str | os.Path
         finally:
             if not loaded:  # refused (or interrupted): leave the caller's base as it was given
                 model._restore_base()
-    return model
+    return model.eval()  # a new nn.Module starts in train mode; a trainer asks for it (model.train()) when it trains
 
 
 def _check_adapter_weights(directory: str | os.PathLike, saved: Mapping[str, Any],
                            adapters: Sequence[AdapterFile]) -> None:
+    """Each adapter's weights (sha256 of adapter_model.safetensors) and, for a gate that recorded it, the rank and
+    scaling its adapter_config.json gives every module (`AdapterFile.scaling_sha256`) must be the trained ones."""
     for old, new in zip(saved["adapters"], adapters):
         if old["sha256"] != new.sha256:
             raise GateError(f"{directory}: adapter {new.name!r} at {Path(new.path).resolve()} is not the one the gate "
                             f"was trained with ({old['path']}, different weights); retrain the gate or pass that adapter")
+        if "scaling_sha256" in old and old["scaling_sha256"] != new.scaling_sha256:  # a gate saved before: weights only
+            raise GateError(f"{directory}: adapter {new.name!r} at {Path(new.path).resolve()} has the gate's weights but "
+                            "another LoRA scaling (lora_alpha, alpha_pattern or use_rslora in its adapter_config.json "
+                            f"changed since the gate was trained with {old['path']}); restore that adapter_config.json "
+                            "or retrain the gate")
 
 
 def _check_architecture(directory: str | os.PathLike, saved: Mapping[str, Any], base: nn.Module) -> None:
@@ -595,8 +625,8 @@ def gate_config(model: CapabilityModel) -> dict[str, Any]:
         "tau": gate.tau,
         "slots": list(model.slot_names),
         "adapters": [{"name": a.name, "path": str(Path(a.path).resolve()), "sha256": a.sha256,
-                      "target_modules": a.target_modules} for a in model.adapters],
-        "base_model": _base_identity(model.base, model.base_sha256, model.base_name_or_path),
+                      "scaling_sha256": a.scaling_sha256, "target_modules": a.target_modules} for a in model.adapters],
+        "base_model": _base_identity(model.base, model.base_sha256, model.base_name_or_path, model.embedding_sha256),
         "num_parameters": sum(p.numel() for p in model.gate_parameters()),
     }
 

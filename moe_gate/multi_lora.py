@@ -112,6 +112,17 @@ class AdapterFile:
     base_model_name_or_path: str | None = None
     target_modules: list[str] = field(default_factory=list)
 
+    @property
+    def scaling_sha256(self) -> str:
+        """sha256 of what adapter_config.json decides of the forward: each module's rank and resolved scaling
+        (lora_alpha, alpha_pattern, use_rslora), in module order. With `sha256` (the weights) it fixes what the
+        adapter computes; a gate trained against another scaling is refused, while edits that change nothing
+        computed (metadata, inference_mode) are not."""
+        digest = hashlib.sha256()
+        for module, lora in sorted(self.modules.items()):
+            digest.update(f"{module}:{lora.A.shape[0]}:{float(lora.scaling).hex()};".encode())
+        return digest.hexdigest()
+
 
 def _file_sha256(path: Path) -> str:
     digest = hashlib.sha256()

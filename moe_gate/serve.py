@@ -44,8 +44,8 @@ from jinja2 import TemplateError
 from common.cli import exit_code
 from common.chat_render import render_messages
 from moe_gate.gater import TrajectoryGlobalRouter
-from moe_gate.model_builder import (GATE_WEIGHTS, assistant_header_text, first_prompt_text, read_gate_config,
-                                    read_gate_weights)
+from moe_gate.model_builder import (GATE_WEIGHTS, assistant_header_text, embedding_sha256, first_prompt_text,
+                                    read_gate_config, read_gate_weights)
 from moe_gate.multi_lora import GateError
 
 _SKIPPED_MODEL_TYPES = ("gemma", "gemma2", "gemma3")  # embeddings scaled by sqrt(hidden) inside the model
@@ -135,10 +135,15 @@ class GlobalRouterFront:
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.header_text = assistant_header_text(self.tokenizer)  # where a conversation's first prompt ends
         self.embedding = _load_embedding(model_dir)  # [V, H]
-        probe = torch.tensor(base["embedding_probe"])
-        if self.embedding.shape[1] != base["hidden_size"] or not torch.allclose(
-                self.embedding[: probe.shape[0], : probe.shape[1]], probe, rtol=1e-2, atol=1e-3):
-            raise GateError(f"{model_dir}: not the base model the gate was trained on ({base['name_or_path']})")
+        if "embedding_sha256" in base:  # the whole matrix, hashed as the in-process model hashes it
+            same = embedding_sha256(self.embedding) == base["embedding_sha256"]
+        else:  # a gate saved before that hash: its 4 x 8 probe patch is all there is to compare
+            probe = torch.tensor(base["embedding_probe"])
+            same = self.embedding.shape[1] == base["hidden_size"] and torch.allclose(
+                self.embedding[: probe.shape[0], : probe.shape[1]], probe, rtol=1e-2, atol=1e-3)
+        if not same:
+            raise GateError(f"{model_dir}: not the base model the gate was trained on ({base['name_or_path']}: its "
+                            "input embedding differs); pass that base model's folder with --base-model")
         self.slots: list[str] = list(config["slots"])
         self.router = TrajectoryGlobalRouter(base["hidden_size"], len(self.slots))
         try:
