@@ -39,6 +39,32 @@ def make_tiny_base(seed: int = 0, *, hidden: int = 32, layers: int = 2, vocab: i
     return Qwen3ForCausalLM(config).to(torch.float32).eval()
 
 
+# A chat template for the word-level tokenizer of `save_tiny_base` (roles as words, no special tokens).
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] not in ['user', 'system', 'assistant'] %}"
+    "{{ raise_exception('unknown role ' + m['role']) }}{% endif %}"
+    "<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
+TINY_WORDS = ("[PAD]", "[EOS]", "[UNK]", "<", ">", "user", "system", "assistant", "hi", "where", "is", "my", "order")
+
+
+def save_tiny_base(folder: Path) -> Path:
+    """`make_tiny_base()` saved in `folder` with a word-level tokenizer (`TINY_WORDS`, within its vocabulary) and
+    `TINY_CHAT_TEMPLATE`: a base model folder the serving front and `load_capability_model` can read."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+    from transformers import PreTrainedTokenizerFast
+
+    make_tiny_base().save_pretrained(folder)
+    backend = Tokenizer(WordLevel({w: i for i, w in enumerate(TINY_WORDS)}, unk_token="[UNK]"))
+    backend.pre_tokenizer = Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", eos_token="[EOS]",
+                                        unk_token="[UNK]")
+    tokenizer.chat_template = TINY_CHAT_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def make_random_adapter(base_factory: Callable[[], torch.nn.Module], directory: Path, *, r: int, alpha: int,
                         targets: list[str], seed: int, use_rslora: bool = False, std: float = 0.3) -> Path:
     """Save a PEFT LoRA adapter with random A and B (PEFT starts B at zero, which would change nothing)."""

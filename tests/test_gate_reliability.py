@@ -15,7 +15,7 @@ import torch
 from moe_gate import GateError, build_capability_model, save_gate, select
 from moe_gate.model_builder import GATE_CONFIG
 from moe_gate.serve import GlobalRouterFront
-from moe_gate.smoke_test import make_adapters, make_tiny_base, randomise_gate
+from moe_gate.smoke_test import make_adapters, make_tiny_base, randomise_gate, save_tiny_base
 
 IDS = torch.tensor([[5, 17, 33, 8, 61, 2, 44, 9, 70, 12]])
 
@@ -28,19 +28,7 @@ def adapters(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     """make_tiny_base() saved with a word-level tokenizer: a base model folder the serving front can read."""
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import Whitespace
-    from transformers import PreTrainedTokenizerFast
-
-    folder = tmp_path_factory.mktemp("base") / "model"
-    make_tiny_base().save_pretrained(folder)
-    words = ["[PAD]", "[EOS]", "[UNK]", "hi", "where", "is", "my", "order"]
-    backend = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    backend.pre_tokenizer = Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", eos_token="[EOS]",
-                            unk_token="[UNK]").save_pretrained(folder)
-    return folder
+    return save_tiny_base(tmp_path_factory.mktemp("base") / "model")
 
 
 def _logits(model) -> torch.Tensor:

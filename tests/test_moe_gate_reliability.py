@@ -18,13 +18,8 @@ from common.validation import InputError
 from moe_gate import GateError, TrajectoryGlobalRouter, build_capability_model, read_peft_adapter, save_gate
 from moe_gate.model_builder import GATE_CONFIG, load_capability_model
 from moe_gate.multi_lora import MultiLoRAGatedLinear
-from moe_gate.smoke_test import make_adapters, make_tiny_base, randomise_gate
+from moe_gate.smoke_test import make_adapters, make_tiny_base, randomise_gate, save_tiny_base
 from train.gate_config import MoEGateConfig
-
-CHAT_TEMPLATE = (
-    "{% for m in messages %}{% if m['role'] not in ['user', 'system', 'assistant'] %}{{ raise_exception('unknown role ' + m['role']) }}{% endif %}"
-    "<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
-
 
 @pytest.fixture(scope="module")
 def adapters(tmp_path_factory) -> dict[str, Path]:
@@ -34,21 +29,7 @@ def adapters(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     """make_tiny_base() saved with a word-level tokenizer (vocab < 96) and a chat template: a base model folder."""
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import Whitespace
-    from transformers import PreTrainedTokenizerFast
-
-    folder = tmp_path_factory.mktemp("base") / "model"
-    make_tiny_base().save_pretrained(folder)
-    words = ["[PAD]", "[EOS]", "[UNK]", "<", ">", "user", "system", "assistant", "hi", "where", "is", "my", "order"]
-    backend = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    backend.pre_tokenizer = Whitespace()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="[PAD]", eos_token="[EOS]",
-                                        unk_token="[UNK]")
-    tokenizer.chat_template = CHAT_TEMPLATE
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_base(tmp_path_factory.mktemp("base") / "model")
 
 
 def _wrapped(base: torch.nn.Module) -> list[str]:
