@@ -152,6 +152,19 @@ def _completion(model: str, content: str, prompt_chars: int) -> dict[str, Any]:
                       "total_tokens": prompt_chars // 4 + len(content) // 4}}
 
 
+def send_json(handler: BaseHTTPRequestHandler, status: int, payload: Any,
+              headers: dict[str, str] | None = None) -> None:
+    """Answer `handler`'s request with `payload` as JSON (the stand-in servers of several tests share it)."""
+    body = json.dumps(payload).encode("utf-8")
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    for key, value in (headers or {}).items():
+        handler.send_header(key, value)
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 class _Handler(BaseHTTPRequestHandler):
     owner: FakeOpenAIServer
     protocol_version = "HTTP/1.1"
@@ -160,14 +173,7 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
     def _send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-        body = json.dumps(payload).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, status, payload, headers)
 
     def _error(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         self._send_json(status, {"error": {"message": message, "type": "fake", "code": status}}, headers)

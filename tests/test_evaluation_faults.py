@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from fake_openai_server import send_json
+
 REPO = Path(__file__).resolve().parents[1]
 
 # What the stand-in model says: chosen by the prompt's hash, so the same conversation gets the same answer.
@@ -43,12 +45,7 @@ class StandIn:
 
         class Handler(BaseHTTPRequestHandler):
             def _answer(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, status, body)
 
             def do_GET(self):  # noqa: N802 - http.server's protocol
                 stand_in.keys.add(self.headers.get("Authorization"))

@@ -22,6 +22,7 @@ import pytest
 
 from benchmarks.agents import Agent, ExpertAgent
 from benchmarks.results import load_results
+from fake_openai_server import send_json
 from benchmarks.results_journal import ResultsJournal, agent_settings, kept_on_interrupt
 from benchmarks.storefront import run as storefront_run
 from common.validation import InputError
@@ -45,12 +46,7 @@ class StandIn:
 
         class Handler(BaseHTTPRequestHandler):
             def _answer(self, code: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, code, body)
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's protocol
                 if models_status != 200:

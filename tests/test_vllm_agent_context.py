@@ -27,6 +27,7 @@ import pytest
 from benchmarks.agents import ContextFull
 from benchmarks.storefront.env import StorefrontGame
 from benchmarks.storefront.run import play_episode
+from fake_openai_server import send_json
 from train.agents import VLLMAgent, render_prompt
 from train.backends import SamplingParams
 from train.vllm_backend import VLLMBackend, VLLMError
@@ -59,12 +60,7 @@ class ContextServer:
 
         class Handler(BaseHTTPRequestHandler):
             def _answer(self, code: int, body: Any) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, code, body)
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's protocol
                 self._answer(200, {"object": "list", "data": models})
