@@ -41,11 +41,13 @@ def test_one_labeling_run_with_guided_json(tmp_path, monkeypatch, capsys):
         {"name": "finish_all", "description": "Completes every part of a request."}]}), encoding="utf-8")
     out = tmp_path / "labels"
     # The test server's context is 1024 tokens: a short answer budget, and one attempt (a retry would append
-    # the rejected answer and could overflow the context); unparsable answers become NA and are counted.
+    # the rejected answer and could overflow the context); unparsable answers become NA and are counted. The
+    # random tiny model's answers are noise (often cut at 256 tokens), so any share of defaulted pairs is let
+    # through: this checks the plumbing through vLLM's guided JSON, not the labels.
     code = lt.main([str(summary), "--out", str(out), "--base-url", _base_url(URL), "--model", MODEL,
                     "--api-key-env", "TRACE_VLLM_TEST_KEY", "--candidates", str(candidates), "--runs", "1", "--k", "1",
                     "--json-mode", "schema", "--max-tokens", "256", "--max-attempts", "1", "--concurrency", "3",
-                    "--temperature", "0.0", "--timeout", "300", "--http-retries", "2"])
+                    "--temperature", "0.0", "--timeout", "300", "--http-retries", "2", "--max-defaulted-share", "1"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     run = load_run(out / "run_01.json")

@@ -115,10 +115,22 @@ def test_a_stop_token_ends_the_completion_and_is_returned(real_server, base, tmp
 def test_a_request_the_server_rejects_fails_at_once_with_its_message(real_server, base, tmp_path):
     _, tokenizer = base
     backend = _backend(real_server, tmp_path, max_retries=3, backoff=5.0)  # a retry would take > 5 s
+    backend.check_servers()
+    backend.max_model_len.clear()  # as for a server that lists no context length: max_tokens goes out as asked
     started = time.perf_counter()
     with pytest.raises(VLLMError, match="HTTP 400"):
         backend.generate([_prompt(tokenizer, "Say: unit")], SamplingParams(max_new_tokens=100_000))
     assert time.perf_counter() - started < 5
+
+
+def test_max_tokens_past_the_servers_context_are_capped_to_the_room_left(real_server, base, tmp_path):
+    # Before: a batched turn asked every episode for the largest budget, vLLM refused it (400) and training stopped.
+    _, tokenizer = base
+    backend = _backend(real_server, tmp_path)
+    prompt = _prompt(tokenizer, "Say: unit")
+    (completion,) = backend.generate([prompt], SamplingParams(max_new_tokens=100_000))
+    limit = backend.max_model_len[backend.base_urls[0]]  # the server's max_model_len, from /v1/models
+    assert 0 < limit < 100_000 and len(prompt) + len(completion.token_ids) <= limit
 
 
 def test_lora_endpoint_answers_match_what_the_backend_expects(real_server, tmp_path):
